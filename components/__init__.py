@@ -1,0 +1,1 @@
+"""One ComponentResource per capability of the platform."""

@@ -1,0 +1,1 @@
+"""The Pulumi program of the sovereign ML platform and its offline preview."""

@@ -1,0 +1,108 @@
+"""`mlplat`: the project's command line.
+
+    mlplat preview --stack NAME [--json PATH] [--markdown PATH] [--manifests DIR]
+
+Exit codes: 0 no mandatory violation, 1 at least one (or an error the real engine would
+raise), 2 bad input (unknown stack, invalid config), 3 the preview itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, as for any bad input
+        self.exit(EXIT_BAD_INPUT, f"mlplat: {message} (see mlplat --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mlplat", description="Sovereign ML platform tooling")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    preview = sub.add_parser(
+        "preview",
+        help="preview a stack offline: the program under mocks, judged by the real policy pack",
+    )
+    preview.add_argument("--stack", required=True, help="stack name: stacks/Pulumi.<stack>.yaml")
+    preview.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here")
+    preview.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report here")
+    preview.add_argument("--manifests", type=Path, metavar="DIR", help="write Kubernetes objects as YAML here")
+    preview.add_argument("--stacks-dir", type=Path, metavar="DIR", help="where stack files live (default stacks/)")
+    preview.add_argument("--policy-config", type=Path, metavar="PATH",
+                         help="policy pack config (default policies/config/<stack>.json)")
+    preview.add_argument("--program", type=Path, metavar="FILE",
+                         help="run this file's program(config) instead of the platform (for fixture programs)")
+    preview.add_argument("--quiet", action="store_true", help="print only the verdict")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return _preview(args)
+
+
+def _preview(args: argparse.Namespace) -> int:
+    # Imported here so `mlplat --help` and argument errors answer at once.
+    from infra.config import ConfigError, load_stack
+    from infra.preview.analyzer import PackError
+    from infra.preview.engine import load_program, run_preview
+    from infra.preview.fixtures import UnansweredInvoke
+    from infra.preview.report import plan_text, verdict_text, write_json, write_manifests, write_markdown
+
+    started = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - started:5.1f}s] {message}", file=sys.stderr, flush=True)
+
+    try:
+        program = load_program(args.program) if args.program else None
+        config = load_stack(args.stack, args.stacks_dir) if args.stacks_dir else None
+        result = run_preview(args.stack, program=program, config=config, policy_config=args.policy_config,
+                             progress=progress)
+    except ConfigError as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (PackError, UnansweredInvoke) as err:
+        print(f"mlplat: preview failed: {err}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except Exception as err:  # the program raised: show its one line, as `pulumi up` would
+        cause = _user_error(err)
+        if cause is not None:
+            print(f"mlplat: error: {cause}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise
+
+    if args.json:
+        write_json(result, args.json)
+    if args.markdown:
+        write_markdown(result, args.markdown)
+    if args.manifests:
+        count = write_manifests(result, args.manifests)
+        progress(f"wrote {count} Kubernetes objects to {args.manifests}")
+    print(verdict_text(result) if args.quiet else plan_text(result))
+    progress(f"done in {result.seconds:.1f}s")
+    return result.exit_code
+
+
+def _user_error(err: BaseException) -> str | None:
+    """A config error or `pulumi.RunError` raised inside the program, however wrapped."""
+    import pulumi
+
+    from infra.config import ConfigError
+
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, (ConfigError, pulumi.RunError)):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""Talk to the real policy pack the way the Pulumi CLI does.
+
+The pack is started as `python -m pulumi.policy <engine> <pack-dir>`; it prints its port
+on the first line of stdout and serves `pulumirpc.Analyzer`. Resources are sent to
+`Analyze` as they register (futures, so the pack works while the program still runs),
+then all of them to `AnalyzeStack`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import queue
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import empty_pb2, json_format, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+
+from infra.config import REPO_ROOT, ConfigError
+from infra.preview.mocks import Registration
+
+PACK_DIR = REPO_ROOT / "policies"
+
+LEVELS = {
+    "advisory": analyzer_pb2.ADVISORY,
+    "mandatory": analyzer_pb2.MANDATORY,
+    "disabled": analyzer_pb2.DISABLED,
+    "remediate": analyzer_pb2.REMEDIATE,
+}
+LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
+
+
+class PackError(Exception):
+    """The policy pack could not be started or answered with an error."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    policy: str
+    level: str
+    urn: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PolicyDescription:
+    name: str
+    description: str
+    level: str
+    framework: dict[str, str]
+    config_schema: dict[str, Any]
+    stack_policy: bool
+
+
+@dataclass
+class Verdict:
+    policies: list[PolicyDescription]
+    violations: list[Violation] = field(default_factory=list)
+    advisories: list[str] = field(default_factory=list)  # e.g. "can't run during preview"
+    # Evidence: per policy, the resources it judged (not "not applicable") and those failed.
+    checked: dict[str, set[str]] = field(default_factory=dict)
+    failed: dict[str, set[str]] = field(default_factory=dict)
+
+    @property
+    def mandatory(self) -> list[Violation]:
+        return [v for v in self.violations if v.level == "mandatory"]
+
+
+def load_policy_config(path: Path | None) -> dict[str, Any]:
+    """A `--policy-pack-config` file, as the CLI reads it."""
+    if path is None or not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: line {err.lineno}: not valid JSON: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of policy names")
+    return data
+
+
+class PolicyPackProcess:
+    """A running policy pack and a client for it."""
+
+    def __init__(self, pack_dir: Path = PACK_DIR) -> None:
+        self.pack_dir = pack_dir
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
+        # The engine address is only used by the pack for logging, which we do not need.
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "pulumi.policy", "127.0.0.1:0", str(pack_dir)],
+            cwd=pack_dir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        self._channel: grpc.Channel | None = None
+        self._stub: analyzer_pb2_grpc.AnalyzerStub | None = None
+        self._ready = threading.Event()
+        self._start_error: str | None = None
+        threading.Thread(target=self._connect, daemon=True).start()
+
+    def _connect(self) -> None:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().decode().strip()
+        if not line.isdigit():
+            stderr = self._proc.stderr.read().decode() if self._proc.stderr else ""
+            last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+            self._start_error = f"policy pack in {self.pack_dir} did not start: {last[0]}"
+        else:
+            self._channel = grpc.insecure_channel(
+                f"127.0.0.1:{line}", options=[("grpc.max_receive_message_length", 256 << 20),
+                                              ("grpc.max_send_message_length", 256 << 20)]
+            )
+            self._stub = analyzer_pb2_grpc.AnalyzerStub(self._channel)
+        self._ready.set()
+
+    @property
+    def stub(self) -> analyzer_pb2_grpc.AnalyzerStub:
+        self._ready.wait(timeout=60)
+        if self._stub is None:
+            raise PackError(self._start_error or "policy pack did not start within 60 s")
+        return self._stub
+
+    def info(self) -> list[PolicyDescription]:
+        answer = self.stub.GetAnalyzerInfo(empty_pb2.Empty())
+        return [
+            PolicyDescription(
+                name=p.name,
+                description=p.description,
+                level=LEVEL_NAMES.get(p.enforcementLevel, "advisory"),
+                framework=json_format.MessageToDict(p.framework),
+                config_schema=json_format.MessageToDict(p.configSchema),
+                stack_policy=p.policy_type == analyzer_pb2.POLICY_TYPE_STACK,
+            )
+            for p in answer.policies
+        ]
+
+    def configure(self, policies: list[PolicyDescription], config: Mapping[str, Any], source: str) -> None:
+        """Apply a policy config file, filling schema defaults first as the CLI does."""
+        known = {p.name: p for p in policies}
+        for name in config:
+            if name != "all" and name not in known:
+                raise ConfigError(f"{source}: {name}: no such policy; policies: {', '.join(sorted(known))}")
+        default_level = _level(config.get("all"), source, "all")
+        request = analyzer_pb2.ConfigureAnalyzerRequest()
+        for policy in policies:
+            entry = config.get(policy.name, {})
+            if isinstance(entry, str):
+                entry = {"enforcementLevel": entry}
+            properties = {
+                key: spec["default"]
+                for key, spec in policy.config_schema.get("properties", {}).items()
+                if "default" in spec
+            }
+            for key, value in entry.items():
+                if key == "enforcementLevel":
+                    continue
+                if key not in policy.config_schema.get("properties", {}):
+                    raise ConfigError(f"{source}: {policy.name}.{key}: unknown setting; settings: "
+                                      f"{', '.join(sorted(policy.config_schema.get('properties', {}))) or 'none'}")
+                properties[key] = value
+            level = _level(entry.get("enforcementLevel"), source, policy.name) or default_level or policy.level
+            struct = struct_pb2.Struct()
+            struct.update(properties)
+            request.policyConfig[policy.name].CopyFrom(
+                analyzer_pb2.PolicyConfig(enforcementLevel=LEVELS[level], properties=struct)
+            )
+        self.stub.Configure(request)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._proc.kill()
+        self._proc.wait()
+        for stream in (self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _level(value: Any, source: str, where: str) -> str | None:
+    if value is None:
+        return None
+    if value not in LEVELS:
+        raise ConfigError(f"{source}: {where}: enforcement level {value!r} is not one of {', '.join(LEVELS)}")
+    return value
+
+
+class StreamingAnalysis:
+    """Sends each registered resource to `Analyze` as soon as it exists.
+
+    A worker thread first configures the pack (which waits for it to start), then sends
+    queued resources as futures, so start-up, configuration and analysis all overlap
+    with the program's run.
+    """
+
+    def __init__(self, pack: PolicyPackProcess, providers: Mapping[str, Registration],
+                 configure: Callable[[], list[PolicyDescription]]) -> None:
+        self.pack = pack
+        self.providers = providers  # urn -> provider registration, filled as they register
+        self.policies: list[PolicyDescription] = []
+        self._configure = configure
+        self._error: BaseException | None = None
+        self._futures: list[tuple[Registration, Any]] = []
+        self._queue: queue.SimpleQueue[Registration | None] = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._send, daemon=True)
+        self._worker.start()
+
+    def submit(self, reg: Registration) -> None:
+        self._queue.put(reg)
+
+    def _send(self) -> None:
+        try:
+            self.policies = self._configure()
+        except BaseException as err:  # re-raised in finish(), on the caller's thread
+            self._error = err
+        while (reg := self._queue.get()) is not None:
+            if self._error is None:
+                self._futures.append((reg, self.pack.stub.Analyze.future(self._analyze_request(reg))))
+
+    def _provider(self, reg: Registration) -> analyzer_pb2.AnalyzerProviderResource | None:
+        provider = self.providers.get(reg.provider_urn)
+        if provider is None:
+            return None
+        return analyzer_pb2.AnalyzerProviderResource(
+            type=provider.type, properties=provider.properties, urn=provider.urn, name=provider.name
+        )
+
+    @staticmethod
+    def _options(reg: Registration) -> analyzer_pb2.AnalyzerResourceOptions:
+        return analyzer_pb2.AnalyzerResourceOptions(
+            protect=reg.protect,
+            ignoreChanges=reg.ignore_changes,
+            deleteBeforeReplace=reg.delete_before_replace,
+            additionalSecretOutputs=reg.additional_secret_outputs,
+            parent=reg.parent,
+        )
+
+    def _analyze_request(self, reg: Registration) -> analyzer_pb2.AnalyzeRequest:
+        request = analyzer_pb2.AnalyzeRequest(
+            type=reg.type, properties=reg.properties, urn=reg.urn, name=reg.name, options=self._options(reg)
+        )
+        provider = self._provider(reg)
+        if provider is not None:
+            request.provider.CopyFrom(provider)
+        return request
+
+    def _stack_resource(self, reg: Registration) -> analyzer_pb2.AnalyzerResource:
+        resource = analyzer_pb2.AnalyzerResource(
+            type=reg.type,
+            properties=reg.properties,
+            urn=reg.urn,
+            name=reg.name,
+            options=self._options(reg),
+            parent=reg.parent,
+            dependencies=reg.dependencies,
+        )
+        provider = self._provider(reg)
+        if provider is not None:
+            resource.provider.CopyFrom(provider)
+        for key, urns in reg.property_dependencies.items():
+            resource.propertyDependencies[key].urns.extend(urns)
+        return resource
+
+    def finish(self, registrations: Iterable[Registration]) -> Verdict:
+        self._queue.put(None)
+        self._worker.join()
+        if self._error is not None:
+            raise self._error
+        policies = self.policies
+        verdict = Verdict(policies=policies)
+        resource_policies = [p.name for p in policies if not p.stack_policy]
+        for reg, future in self._futures:
+            self._collect(verdict, reg.urn, future.result(), resource_policies)
+        stack = analyzer_pb2.AnalyzeStackRequest(resources=[self._stack_resource(r) for r in registrations])
+        stack_policies = [p.name for p in policies if p.stack_policy]
+        answer = self.pack.stub.AnalyzeStack(stack)
+        for name in stack_policies:
+            # A stack policy judges every resource at once; it is "checked" for each
+            # resource it did not declare itself inapplicable to.
+            verdict.checked.setdefault(name, set())
+        self._collect(verdict, "", answer, stack_policies, stack_urns=[r.urn for r in registrations])
+        return verdict
+
+    @staticmethod
+    def _collect(verdict: Verdict, urn: str, answer: Any, names: list[str],
+                 stack_urns: list[str] | None = None) -> None:
+        not_applicable = {n.policy_name for n in answer.not_applicable}
+        for name in names:
+            if name not in not_applicable:
+                verdict.checked.setdefault(name, set()).update(stack_urns if stack_urns is not None else [urn])
+        for diag in answer.diagnostics:
+            level = LEVEL_NAMES.get(diag.enforcementLevel, "advisory")
+            target = diag.urn or urn
+            if diag.message.startswith("can't run policy"):
+                verdict.advisories.append(diag.message)
+                continue
+            verdict.violations.append(Violation(diag.policyName, level, target, diag.message))
+            verdict.failed.setdefault(diag.policyName, set()).add(target)

@@ -1,0 +1,115 @@
+"""The offline preview engine behind `mlplat preview`."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from infra.config import PROJECT, REPO_ROOT, ConfigError, PlatformConfig, load_stack
+from infra.preview.analyzer import PACK_DIR, PolicyPackProcess, StreamingAnalysis, load_policy_config
+from infra.preview.fixtures import RegionFixture
+from infra.preview.mocks import PreviewMocks, RecordingMonitor, Registration, run_program
+from infra.preview.report import PreviewResult
+
+Program = Callable[[PlatformConfig], Any]
+Progress = Callable[[str], None]
+
+
+def policy_config_path(stack: str) -> Path:
+    return REPO_ROOT / "policies" / "config" / f"{stack}.json"
+
+
+def load_program(path: Path) -> Program:
+    """A fixture program: a Python file with `def program(config)`."""
+    spec = importlib.util.spec_from_file_location(f"_mlplat_program_{path.stem}", path)
+    if spec is None or spec.loader is None or not path.exists():
+        raise ConfigError(f"{path}: no such program file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "program", None)):
+        raise ConfigError(f"{path}: defines no `program(config)` function")
+    return module.program
+
+
+def engine_errors(monitor: RecordingMonitor) -> list[str]:
+    """What the real engine would refuse that mocks let through."""
+    errors = [f"duplicate URN {urn}: the engine registers each URN once" for urn in monitor.duplicates]
+    for reg in monitor.registrations.values():
+        if reg.custom and not reg.is_provider and _package(reg.type) and not reg.provider_ref:
+            errors.append(
+                f"{reg.urn} uses a default {_package(reg.type)} provider, which the stack disables; "
+                "pass the explicit provider"
+            )
+    return errors
+
+
+def _package(resource_type: str) -> str:
+    return resource_type.split(":", 1)[0] if not resource_type.startswith("pulumi:") else ""
+
+
+def run_preview(
+    stack: str,
+    *,
+    program: Program | None = None,
+    config: PlatformConfig | None = None,
+    fixture: RegionFixture | None = None,
+    policy_config: Path | None = None,
+    pack_dir: Path = PACK_DIR,
+    progress: Progress = lambda _msg: None,
+) -> PreviewResult:
+    started = time.perf_counter()
+    if config is None:
+        progress(f"reading stacks/Pulumi.{stack}.yaml")
+        config = load_stack(stack)
+    policy_file = policy_config if policy_config is not None else policy_config_path(stack)
+    pack_settings = load_policy_config(policy_file)
+    if program is None:
+        from infra.platform import build_platform
+
+        program = build_platform
+
+    # Start the pack first: its start-up overlaps with the program's run.
+    progress(f"starting the policy pack (python -m pulumi.policy), config {_display(policy_file)}")
+    pack = PolicyPackProcess(pack_dir)
+    try:
+        providers: dict[str, Registration] = {}
+
+        def configure() -> list:
+            policies = pack.info()
+            pack.configure(policies, pack_settings, _display(policy_file))
+            return policies
+
+        analysis = StreamingAnalysis(pack, providers, configure)
+
+        def on_register(reg: Registration) -> None:
+            if reg.is_provider:
+                providers[reg.urn] = reg
+            analysis.submit(reg)
+
+        mocks = PreviewMocks(fixture or RegionFixture(config.region))
+        monitor = RecordingMonitor(mocks, on_register=on_register)
+        progress("running the program under mocks")
+        run_program(lambda: program(config), mocks, monitor, project=PROJECT, stack=stack)
+        registrations = list(monitor.registrations.values())
+        progress(f"analyzing {len(registrations)} resources")
+        verdict = analysis.finish(registrations)
+    finally:
+        pack.close()
+    return PreviewResult(
+        stack=stack,
+        region=config.region,
+        registrations=registrations,
+        verdict=verdict,
+        engine_errors=engine_errors(monitor),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,219 @@
+"""Run the real program under Pulumi's mocks and record what the engine would receive.
+
+`RecordingMonitor` sits where the resource monitor sits: it sees every
+`RegisterResourceRequest` whole (parent, provider reference, property dependencies,
+protect/retain options), which `Mocks.new_resource` alone does not show.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from google.protobuf import json_format, struct_pb2
+from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.settings import ROOT, SETTINGS
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from infra.preview.fixtures import RegionFixture
+
+# Pulumi's wire signatures (sdk/go/common/resource/sig): how secrets, unknowns and
+# resource references look inside a serialized property Struct.
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+OUTPUT_SIG = "d0e6a833031e9bbcd3f4e8bde6ca49a4"
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+
+@dataclass
+class Registration:
+    """One resource as the engine would receive it."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str
+    custom: bool
+    provider_ref: str  # "<provider urn>::<provider id>", or "" where none was given
+    properties: struct_pb2.Struct  # the inputs, serialized exactly as the SDK sent them
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    protect: bool
+    retain_on_delete: bool
+    delete_before_replace: bool = False
+    ignore_changes: list[str] = field(default_factory=list)
+    additional_secret_outputs: list[str] = field(default_factory=list)
+
+    @property
+    def provider_urn(self) -> str:
+        return self.provider_ref.rsplit("::", 1)[0] if self.provider_ref else ""
+
+    @property
+    def is_provider(self) -> bool:
+        return self.type.startswith("pulumi:providers:")
+
+    def inputs(self, mask_secrets: bool = True) -> dict[str, Any]:
+        """Plain inputs for reports: secrets masked, references shown as URNs."""
+        return plain(json_format.MessageToDict(self.properties), mask_secrets)
+
+
+def plain(value: Any, mask_secrets: bool = True) -> Any:
+    if isinstance(value, dict):
+        sig = value.get(SIG_KEY)
+        if sig == SECRET_SIG:
+            return "[secret]" if mask_secrets else plain(value.get("value"), mask_secrets)
+        if sig == RESOURCE_SIG:
+            return value.get("urn")
+        if sig == OUTPUT_SIG:
+            if value.get("secret") and mask_secrets:
+                return "[secret]"
+            return plain(value.get("value", UNKNOWN), mask_secrets)
+        return {k: plain(v, mask_secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v, mask_secrets) for v in value]
+    if value == UNKNOWN:
+        return "[unknown]"
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # the wire has only doubles; 2.0 was written as 2
+    return value
+
+
+class DuplicateUrn(Exception):
+    """The real engine rejects two resources with one URN; mocks would accept them."""
+
+
+class RecordingMonitor(MockMonitor):
+    def __init__(self, mocks: pulumi.runtime.Mocks, on_register: Callable[[Registration], None] | None = None):
+        super().__init__(mocks)
+        self.registrations: dict[str, Registration] = {}
+        self.duplicates: list[str] = []
+        self._on_register = on_register
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        # The engine leaves the root stack out of its children's type chain; mocks don't.
+        if parent.split("::")[2:3] == ["pulumi:pulumi:Stack"]:
+            parent = ""
+        return super().make_urn(parent, type_, name)
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        if request.type != "pulumi:pulumi:Stack":
+            urn = self.make_urn(request.parent, request.type, request.name)
+            if urn in self.registrations:
+                self.duplicates.append(urn)
+            reg = Registration(
+                urn=urn,
+                type=request.type,
+                name=request.name,
+                parent=request.parent,
+                custom=bool(request.custom),
+                provider_ref=request.provider,
+                properties=request.object,
+                dependencies=list(request.dependencies),
+                property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+                protect=request.protect if request.HasField("protect") else False,
+                retain_on_delete=request.retainOnDelete if request.HasField("retainOnDelete") else False,
+                delete_before_replace=bool(request.deleteBeforeReplace),
+                ignore_changes=list(request.ignoreChanges),
+                additional_secret_outputs=list(request.additionalSecretOutputs),
+            )
+            self.registrations[urn] = reg
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack" and self._on_register is not None:
+            self._on_register(self.registrations[response.urn])
+        return response
+
+
+def stable_id(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:17]
+
+
+class PreviewMocks(pulumi.runtime.Mocks):
+    """Answers invokes from the region fixture and gives every resource plausible,
+    deterministic outputs (ids, ARNs in the resource's own region)."""
+
+    def __init__(self, fixture: RegionFixture) -> None:
+        self.fixture = fixture
+        self.provider_regions: dict[str, str] = {}  # provider urn-less id -> region
+        self.invokes: list[str] = []
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        self.invokes.append(args.token)
+        return self.fixture.answer(args.token, args.args)
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
+        inputs = dict(args.inputs)
+        if args.typ.startswith("pulumi:providers:"):
+            ident = stable_id(args.typ, args.name)
+            self.provider_regions[ident] = inputs.get("region", "")
+            return ident, inputs
+        provider_id = args.provider.rsplit("::", 1)[-1] if args.provider else ""
+        region = inputs.get("region") or self.provider_regions.get(provider_id) or self.fixture.region
+        ident = stable_id(args.typ, args.name)
+        outputs = computed_outputs(args.typ, args.name, inputs, ident, region, self.fixture.account_id)
+        return outputs.pop("id", ident), {**inputs, **outputs}
+
+
+def computed_outputs(typ: str, name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    """Outputs the provider would compute, enough for the program's `apply`s."""
+    service = typ.split(":")[1].split("/")[0] if typ.startswith("aws:") else ""
+    kind = typ.rsplit(":", 1)[-1]
+    handler = _OUTPUTS.get(typ)
+    outputs: dict[str, Any] = {
+        "arn": f"arn:aws:{service}:{region}:{account}:{kind.lower()}/{ident}",
+        "tagsAll": inputs.get("tags") or {},
+    }
+    if handler is not None:
+        outputs.update(handler(name, inputs, ident, region, account))
+    return outputs
+
+
+def _bucket(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    bucket = inputs.get("bucket") or f"{name}-{ident}"
+    return {
+        "id": bucket,
+        "bucket": bucket,
+        "arn": f"arn:aws:s3:::{bucket}",
+        "bucketDomainName": f"{bucket}.s3.amazonaws.com",
+        "bucketRegionalDomainName": f"{bucket}.s3.{region}.amazonaws.com",
+        "region": region,
+    }
+
+
+def _kms_key(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    key_id = f"{ident[:8]}-{ident[8:12]}-4{ident[12:15]}-8{ident[15:17]}0-{ident[:12]}"
+    return {"id": key_id, "keyId": key_id, "arn": f"arn:aws:kms:{region}:{account}:key/{key_id}"}
+
+
+def _kms_alias(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    alias = inputs.get("name", f"alias/{name}")
+    return {"id": alias, "arn": f"arn:aws:kms:{region}:{account}:{alias}", "targetKeyArn": ""}
+
+
+# Type-specific outputs. Other components add theirs here as the program grows.
+_OUTPUTS: dict[str, Callable[[str, dict, str, str, str], dict[str, Any]]] = {
+    "aws:s3/bucket:Bucket": _bucket,
+    "aws:kms/key:Key": _kms_key,
+    "aws:kms/alias:Alias": _kms_alias,
+}
+
+
+def run_program(
+    program: Callable[[], Any],
+    mocks: pulumi.runtime.Mocks,
+    monitor: MockMonitor,
+    *,
+    project: str,
+    stack: str,
+) -> None:
+    """Run `program` as the language host would, under the given mocks and monitor,
+    and wait until every registration has been answered."""
+    ROOT.set(None)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=True, monitor=monitor)
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
+    _sync_await(run_pulumi_func(program))

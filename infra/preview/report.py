@@ -1,0 +1,250 @@
+"""Reports of an offline preview: the printed plan and verdict, JSON, Markdown and the
+rendered Kubernetes manifests."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.preview.analyzer import Verdict
+from infra.preview.mocks import Registration
+
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+@dataclass
+class PreviewResult:
+    stack: str
+    region: str
+    registrations: list[Registration]
+    verdict: Verdict
+    engine_errors: list[str]
+    seconds: float
+
+    @property
+    def by_urn(self) -> dict[str, Registration]:
+        return {r.urn: r for r in self.registrations}
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.verdict.mandatory or self.engine_errors else 0
+
+
+def resource_region(reg: Registration, by_urn: dict[str, Registration]) -> str | None:
+    """Own `region` input, else the provider's; None for components and non-AWS types."""
+    own = reg.inputs().get("region")
+    if isinstance(own, str) and own:
+        return own
+    provider = by_urn.get(reg.provider_urn)
+    if provider is not None:
+        region = provider.inputs().get("region")
+        return region if isinstance(region, str) else None
+    return None
+
+
+def policy_evidence(verdict: Verdict) -> list[dict[str, Any]]:
+    rows = []
+    for policy in verdict.policies:
+        checked = verdict.checked.get(policy.name, set())
+        failed = verdict.failed.get(policy.name, set())
+        rows.append(
+            {
+                "policy": policy.name,
+                "description": policy.description,
+                "level": policy.level,
+                "control": policy.framework,
+                "scope": "stack" if policy.stack_policy else "resource",
+                "checked": len(checked | failed),
+                "passed": len(checked - failed),
+                "failed": len(failed),
+            }
+        )
+    return rows
+
+
+def to_json(result: PreviewResult) -> dict[str, Any]:
+    by_urn = result.by_urn
+    types = Counter(r.type for r in result.registrations)
+    return {
+        "stack": result.stack,
+        "region": result.region,
+        "resources": [
+            {
+                "urn": r.urn,
+                "type": r.type,
+                "name": r.name,
+                "parent": r.parent or None,
+                "region": resource_region(r, by_urn),
+                "provider": r.provider_urn or None,
+                "protect": r.protect,
+                "retainOnDelete": r.retain_on_delete,
+                "inputs": r.inputs(mask_secrets=True),
+            }
+            for r in result.registrations
+        ],
+        "violations": [
+            {"policy": v.policy, "level": v.level, "urn": v.urn or None, "message": v.message}
+            for v in result.verdict.violations
+        ],
+        "engineErrors": result.engine_errors,
+        "advisories": result.verdict.advisories,
+        "policies": policy_evidence(result.verdict),
+        "summary": {
+            "resources": len(result.registrations),
+            "byType": dict(sorted(types.items())),
+            "mandatoryViolations": len(result.verdict.mandatory),
+            "advisoryViolations": len(result.verdict.violations) - len(result.verdict.mandatory),
+            "engineErrors": len(result.engine_errors),
+            "passed": result.exit_code == 0,
+            "seconds": round(result.seconds, 3),
+        },
+    }
+
+
+def component_tree(result: PreviewResult) -> list[str]:
+    """Indented lines: components and their children, custom resources counted by type."""
+    children: dict[str, list[Registration]] = {}
+    for reg in result.registrations:
+        children.setdefault(reg.parent, []).append(reg)
+    roots = [r for r in result.registrations if r.parent not in result.by_urn]
+    lines: list[str] = []
+
+    def walk(reg: Registration, depth: int) -> None:
+        kids = children.get(reg.urn, [])
+        lines.append(f"{'  ' * depth}{reg.type} {reg.name}")
+        counts = Counter(k.type for k in kids if not kids_of(k))
+        for kid in kids:
+            if kids_of(kid):
+                walk(kid, depth + 1)
+        for typ, n in sorted(counts.items()):
+            lines.append(f"{'  ' * (depth + 1)}{n} x {typ}")
+
+    def kids_of(reg: Registration) -> bool:
+        return bool(children.get(reg.urn)) or not reg.custom
+
+    for root in roots:
+        walk(root, 0)
+    return lines
+
+
+def plan_text(result: PreviewResult) -> str:
+    data = to_json(result)
+    summary = data["summary"]
+    lines = [f"Plan for stack {result.stack} in {result.region}: {summary['resources']} resources", ""]
+    lines += component_tree(result)
+    lines += ["", "Resources by type:"]
+    lines += [f"  {n:5d}  {t}" for t, n in summary["byType"].items()]
+    lines += ["", verdict_text(result)]
+    return "\n".join(lines)
+
+
+def verdict_text(result: PreviewResult) -> str:
+    verdict = result.verdict
+    lines = []
+    for error in result.engine_errors:
+        lines.append(f"  engine error: {error}")
+    by_policy: dict[str, list] = {}
+    for v in verdict.violations:
+        by_policy.setdefault(v.policy, []).append(v)
+    for policy, items in sorted(by_policy.items()):
+        lines.append(f"  {policy} ({items[0].level}): {len(items)} violation(s)")
+        for v in items:
+            lines.append(f"    - {v.message}" + (f"\n      {v.urn}" if v.urn else ""))
+    mandatory = len(verdict.mandatory)
+    advisory = len(verdict.violations) - mandatory
+    head = "Policy verdict: PASSED" if result.exit_code == 0 else "Policy verdict: FAILED"
+    head += f" ({mandatory} mandatory, {advisory} advisory violations, {len(verdict.policies)} policies)"
+    return "\n".join([head, *lines])
+
+
+def to_markdown(result: PreviewResult) -> str:
+    data = to_json(result)
+    summary = data["summary"]
+    status = "✅ passed" if summary["passed"] else "❌ blocked"
+    out = [
+        f"## Preview of `{result.stack}` ({result.region}): {status}",
+        "",
+        f"{summary['resources']} resources; {summary['mandatoryViolations']} mandatory and "
+        f"{summary['advisoryViolations']} advisory violations; {summary['engineErrors']} engine errors.",
+        "",
+    ]
+    if result.engine_errors:
+        out += ["### Engine errors", ""] + [f"- {e}" for e in result.engine_errors] + [""]
+    if data["violations"]:
+        out += ["### Violations", "", "| policy | level | resource | message |", "|---|---|---|---|"]
+        for v in data["violations"]:
+            out.append(f"| `{v['policy']}` | {v['level']} | `{_short(v['urn'])}` | {_cell(v['message'])} |")
+        out.append("")
+    out += ["### Evidence by policy", "", "| policy | control | level | checked | passed | failed |",
+            "|---|---|---|---:|---:|---:|"]
+    for row in data["policies"]:
+        control = row["control"]
+        ref = " ".join(x for x in (control.get("name"), control.get("reference")) if x) or "-"
+        out.append(f"| `{row['policy']}` | {_cell(ref)} | {row['level']} | {row['checked']} | "
+                   f"{row['passed']} | {row['failed']} |")
+    out += ["", "<details><summary>Resources by type</summary>", "", "| type | count |", "|---|---:|"]
+    out += [f"| `{t}` | {n} |" for t, n in summary["byType"].items()]
+    out += ["", "</details>", ""]
+    return "\n".join(out)
+
+
+def _short(urn: str | None) -> str:
+    return urn.split("::")[-1] if urn else "(stack)"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def kubernetes_objects(result: PreviewResult) -> list[dict[str, Any]]:
+    objects = []
+    for reg in result.registrations:
+        if not reg.custom or not reg.type.startswith("kubernetes:") or reg.type == HELM_RELEASE:
+            continue
+        body = reg.inputs(mask_secrets=True)
+        if "apiVersion" in body and "kind" in body:
+            objects.append(body)
+    return objects
+
+
+def helm_releases(result: PreviewResult) -> list[dict[str, Any]]:
+    return [r.inputs(mask_secrets=True) for r in result.registrations if r.type == HELM_RELEASE]
+
+
+def write_manifests(result: PreviewResult, directory: Path) -> int:
+    """One YAML file per Kubernetes object; Helm releases' chart and values under helm/."""
+    directory.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for body in kubernetes_objects(result):
+        meta = body.get("metadata") or {}
+        parts = [body["kind"], meta.get("namespace") or "", meta.get("name") or "unnamed"]
+        path = directory / (_slug("-".join(p for p in parts if p)) + ".yaml")
+        path.write_text(yaml.safe_dump(body, sort_keys=False))
+        count += 1
+    releases = helm_releases(result)
+    if releases:
+        (directory / "helm").mkdir(exist_ok=True)
+        for release in releases:
+            name = release.get("name") or release.get("chart") or "release"
+            (directory / "helm" / f"{_slug(name)}.yaml").write_text(yaml.safe_dump(release, sort_keys=False))
+    return count
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-")
+
+
+def write_json(result: PreviewResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_json(result), indent=2, sort_keys=False) + "\n")
+
+
+def write_markdown(result: PreviewResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_markdown(result))

@@ -1,0 +1,22 @@
+"""The controls the rules serve, as pulumi-policy compliance-framework records.
+
+Security teams file the preview's evidence report against these references.
+"""
+
+from pulumi_policy import PolicyComplianceFramework
+
+PDPL = "UAE PDPL (Federal Decree-Law No. 45 of 2021)"
+ISO = "ISO/IEC 27001:2022 Annex A"
+CIS_EKS = "CIS Amazon EKS Benchmark"
+
+
+def pdpl(reference: str, specification: str) -> PolicyComplianceFramework:
+    return PolicyComplianceFramework(name=PDPL, version="2021", reference=reference, specification=specification)
+
+
+def iso(reference: str, specification: str) -> PolicyComplianceFramework:
+    return PolicyComplianceFramework(name=ISO, version="2022", reference=reference, specification=specification)
+
+
+def cis_eks(reference: str, specification: str) -> PolicyComplianceFramework:
+    return PolicyComplianceFramework(name=CIS_EKS, version="1.7.0", reference=reference, specification=specification)

@@ -1,0 +1,38 @@
+"""Every real stack previews offline with zero mandatory violations, every AWS resource
+on the explicit region-pinned provider."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tests.helpers import of_type
+
+
+def test_zero_mandatory_violations(stack_preview):
+    assert stack_preview.engine_errors == []
+    assert [v.message for v in stack_preview.verdict.mandatory] == []
+    assert stack_preview.exit_code == 0
+
+
+def test_every_aws_resource_uses_the_explicit_provider(stack_preview):
+    [provider] = of_type(stack_preview, "pulumi:providers:aws")
+    assert provider.inputs()["region"] == "me-central-1"
+    aws_resources = [r for r in stack_preview.registrations if r.custom and r.type.startswith("aws:")]
+    assert aws_resources
+    for reg in aws_resources:
+        assert reg.provider_urn == provider.urn, f"{reg.urn} uses {reg.provider_ref or 'a default provider'}"
+        assert "default_" not in reg.provider_ref
+
+
+def test_provider_carries_default_tags(stack_preview):
+    import json
+
+    [provider] = of_type(stack_preview, "pulumi:providers:aws")
+    tags = json.loads(provider.inputs()["defaultTags"])["tags"]
+    assert {"environment", "owner", "data-classification", "cost-center"} <= tags.keys()
+    assert tags["environment"] == stack_preview.stack
+
+
+def test_urns_are_unique(stack_preview):
+    counts = Counter(r.urn for r in stack_preview.registrations)
+    assert [u for u, n in counts.items() if n > 1] == []

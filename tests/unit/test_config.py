@@ -1,0 +1,117 @@
+"""Typed stack config: every stack parses, every mistake is one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.config import ConfigError, load_stack, load_stack_file, parse_config
+from tests.conftest import STACKS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def raw_stack(name: str) -> dict:
+    return yaml.safe_load((REPO / "stacks" / f"Pulumi.{name}.yaml").read_text())["config"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_parses_in_region(stack):
+    config = load_stack(stack)
+    assert config.region == "me-central-1"
+    assert config.environment == stack
+    assert config.region in config.residency.allowed_regions
+
+
+def test_stack_shapes():
+    assert [p.efa for p in load_stack("dev").node_pools if p.role == "gpu"] == [False]
+    staging_gpu = [p for p in load_stack("staging").node_pools if p.role == "gpu"]
+    assert len(staging_gpu) == 1 and staging_gpu[0].efa and staging_gpu[0].min_size == 2
+    prod = {p.role: p for p in load_stack("prod").node_pools}
+    assert prod["gpu"].instance_type == "p5.48xlarge" and prod["gpu"].efa and prod["gpu"].min_size >= 2
+    assert "inference" in prod
+    assert {p.role for p in load_stack("smb").node_pools} <= {"system", "cpu"}
+
+
+def bad(mutate) -> str:
+    raw = raw_stack("dev")
+    mutate(raw)
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "stacks/Pulumi.dev.yaml", from_stack_file=True)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+def test_unknown_key_is_named():
+    message = bad(lambda raw: raw.update({"mlplat:gpuPoolz": 3}))
+    assert message == "stacks/Pulumi.dev.yaml: mlplat:gpuPoolz: unknown key; remove it or check its spelling"
+
+
+def test_unknown_nested_key_is_named():
+    message = bad(lambda raw: raw["mlplat:nodePools"][1].update({"instanceTipe": "g5.xlarge"}))
+    assert message.startswith("stacks/Pulumi.dev.yaml: mlplat:nodePools[1].instanceTipe: unknown key")
+
+
+def test_foreign_namespace_is_rejected():
+    message = bad(lambda raw: raw.update({"aws:profile": "prod"}))
+    assert "aws:profile: unknown key" in message
+
+
+def test_region_outside_allow_list():
+    message = bad(lambda raw: raw.update({"aws:region": "eu-west-1"}))
+    assert message == (
+        "stacks/Pulumi.dev.yaml: aws:region: 'eu-west-1' is outside the residency allow-list; allowed: me-central-1"
+    )
+
+
+def test_bahrain_is_not_the_uae():
+    message = bad(lambda raw: raw.update({"aws:region": "me-south-1"}))
+    assert "aws:region: 'me-south-1' is outside the residency allow-list" in message
+
+
+def test_wildcard_region_refused():
+    message = bad(lambda raw: raw.update({"mlplat:residency": {"allowedRegions": ["me-*"]}}))
+    assert "mlplat:residency" in message and "'me-*' is not allowed" in message
+
+
+def test_min_above_max():
+    def mutate(raw):
+        raw["mlplat:nodePools"][1].update({"minSize": 5, "maxSize": 2})
+
+    message = bad(mutate)
+    assert "mlplat:nodePools[1]: minSize 5 is above maxSize 2" in message
+
+
+def test_wrong_literal_lists_allowed_values():
+    message = bad(lambda raw: raw.update({"mlplat:environment": "qa"}))
+    assert "mlplat:environment: 'qa' is not allowed; allowed: 'dev', 'staging', 'prod' or 'smb'" in message
+
+
+def test_default_providers_must_be_disabled():
+    message = bad(lambda raw: raw.pop("pulumi:disable-default-providers"))
+    assert "pulumi:disable-default-providers: is required" in message
+    message = bad(lambda raw: raw.update({"pulumi:disable-default-providers": ["kubernetes"]}))
+    assert "leaves the default AWS provider on" in message
+
+
+def test_engine_json_strings_parse_like_yaml():
+    raw = {k: v for k, v in raw_stack("dev").items() if k != "pulumi:disable-default-providers"}
+    import json
+
+    as_engine = {k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in raw.items()}
+    assert parse_config(as_engine, "engine") == parse_config(raw, "yaml")
+
+
+def test_unknown_stack_lists_available(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown stack 'nosuch': .* available: dev, prod, smb, staging"):
+        load_stack("nosuch")
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text("config:\n  aws:region: [me-central-1\n")
+    with pytest.raises(ConfigError, match=r"Pulumi.x.yaml: line \d+ is not valid YAML"):
+        load_stack_file(path)
