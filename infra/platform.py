@@ -13,6 +13,11 @@ from components.keys import KeysArgs, PlatformKeys
 from infra.config import PROJECT, PlatformConfig
 
 
+# One customer-managed key per class of data, so access to one class can be granted or
+# revoked without touching the others.
+DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes")
+
+
 @dataclass(frozen=True)
 class Platform:
     aws_provider: aws.Provider
@@ -38,13 +43,13 @@ def build_platform(config: PlatformConfig) -> Platform:
     account_id = aws.get_caller_identity(opts=invoke_opts).account_id
     prefix = f"{PROJECT}-{pulumi.get_stack()}"
 
-    keys = PlatformKeys("keys", KeysArgs(prefix=prefix, data_classes=("data",)), opts=aws_opts)
+    keys = PlatformKeys("keys", KeysArgs(prefix=prefix, data_classes=DATA_CLASSES), opts=aws_opts)
     buckets = {
         purpose: RegionPinnedBucket(
             purpose,
             BucketArgs(
                 bucket_name=f"{prefix}-{purpose}-{account_id}",
-                kms_key_arn=keys.keys["data"].arn,
+                kms_key_arn=keys.keys[purpose].arn,
                 force_destroy=config.storage.force_destroy,
             ),
             opts=aws_opts,
