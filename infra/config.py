@@ -53,9 +53,24 @@ class ResidencyConfig(_Model):
         return self
 
 
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+                      2922, 3288, 3653)
+
+
 class StorageConfig(_Model):
     # Throwaway environments may turn this on so `pulumi destroy` can empty buckets.
     force_destroy: bool = False
+    log_retention_days: int = 365
+
+    @model_validator(mode="after")
+    def _retention(self) -> StorageConfig:
+        if self.log_retention_days not in LOG_RETENTION_DAYS:
+            raise ValueError(
+                f"logRetentionDays {self.log_retention_days} is not a CloudWatch retention period; "
+                f"allowed: {', '.join(map(str, LOG_RETENTION_DAYS))}"
+            )
+        return self
 
 
 class NodePoolConfig(_Model):
