@@ -17,10 +17,10 @@ $(CORE_STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e .
 	@touch $@
 
-# Everything: tests and the workloads (torch==2.13.0 is the local CPU wheel).
+# Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks.
 setup: $(FULL_STAMP)
 $(FULL_STAMP): $(CORE_STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench]'
 	@touch $@
 
 preview: setup-core
