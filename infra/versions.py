@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Kubernetes minor version of the EKS control plane; manifests are validated against it.
-KUBERNETES_VERSION = "1.31"
+KUBERNETES_VERSION = "1.34"
 
 ECR_HOST = "{account}.dkr.ecr.{region}.amazonaws.com"
 
