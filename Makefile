@@ -7,8 +7,12 @@ OUT    ?= out
 
 CORE_STAMP := $(VENV)/.core-installed
 FULL_STAMP := $(VENV)/.full-installed
+# checkov pins packages that conflict with ours (packaging, networkx, boto3): own virtualenv.
+CHECKOV_VENV  := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
+CHECKOV_PIN   := checkov==3.3.30
 
-.PHONY: setup setup-core preview test bench up clean
+.PHONY: setup setup-core preview test check bench up clean
 
 # The program, the preview and the policy pack: enough for `make preview`.
 setup-core: $(CORE_STAMP)
@@ -17,10 +21,15 @@ $(CORE_STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e .
 	@touch $@
 
-# Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks.
-setup: $(FULL_STAMP)
+# Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks,
+# and checkov in its own virtualenv.
+setup: $(FULL_STAMP) $(CHECKOV_STAMP)
 $(FULL_STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench]'
+	@touch $@
+$(CHECKOV_STAMP):
+	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check $(CHECKOV_PIN)
 	@touch $@
 
 preview: setup-core
@@ -29,6 +38,11 @@ preview: setup-core
 
 test: setup
 	$(BIN)/python -m pytest
+
+# Third-party checks of what will be applied: rendered manifests (kubernetes-validate,
+# checkov) and the GitHub workflows (schema, zizmor). `make test` runs them too.
+check: setup
+	$(BIN)/python -m pytest tests/checks tests/manifests
 
 bench: setup
 	$(BIN)/python bench/preview.py
