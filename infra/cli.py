@@ -38,12 +38,33 @@ def _parser() -> argparse.ArgumentParser:
     preview.add_argument("--program", type=Path, metavar="FILE",
                          help="run this file's program(config) instead of the platform (for fixture programs)")
     preview.add_argument("--quiet", action="store_true", help="print only the verdict")
+    diagram = sub.add_parser("diagram", help="write the architecture picture (Mermaid) from a stack's component tree")
+    diagram.add_argument("--stack", default="prod", help="stack to draw (default prod)")
+    diagram.add_argument("--output", type=Path, metavar="PATH", help="write here instead of stdout")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return _preview(args)
+    return _diagram(args) if args.command == "diagram" else _preview(args)
+
+
+def _diagram(args: argparse.Namespace) -> int:
+    from infra.config import ConfigError
+    from infra.preview.diagram import architecture_markdown
+    from infra.preview.engine import run_preview
+
+    try:
+        result = run_preview(args.stack)
+    except ConfigError as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    text = architecture_markdown(result)
+    if args.output:
+        args.output.write_text(text)
+    else:
+        print(text, end="")
+    return EXIT_OK
 
 
 def _preview(args: argparse.Namespace) -> int:
