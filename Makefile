@@ -46,6 +46,7 @@ check: setup
 
 bench: setup
 	$(BIN)/python bench/preview.py
+	$(BIN)/python bench/policy.py
 
 # The real engine: needs the Pulumi CLI, a backend login and AWS credentials.
 up:

@@ -118,7 +118,9 @@ def _user_error(err: BaseException) -> str | None:
     from infra.config import ConfigError
 
     seen: BaseException | None = err
-    while seen is not None:
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:  # chains can loop back on themselves
+        visited.add(id(seen))
         if isinstance(seen, (ConfigError, pulumi.RunError)):
             return str(seen)
         seen = seen.__cause__ or seen.__context__

@@ -8,14 +8,19 @@ Every error is one line that names the key, the bad value and what is allowed.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from components import lustre_spec
+from infra import catalog
+from infra.versions import KUBERNETES_VERSION
 
 PROJECT = "mlplat"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -58,10 +63,69 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
                       2922, 3288, 3653)
 
 
+def _positive_days(value: Any) -> Any:
+    """A lifecycle or retention period: a whole number of days, 1 or more."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{value!r} is not a positive whole number of days; allowed: 1 or more")
+    return value
+
+
+class ObjectLockConfig(_Model):
+    # GOVERNANCE: holders of s3:BypassGovernanceRetention may still delete early.
+    # COMPLIANCE: nobody can, not even the account's root user, until the days run out.
+    mode: Literal["GOVERNANCE", "COMPLIANCE"] | None = None
+    days: int | None = None
+
+    _days = field_validator("days", mode="before")(_positive_days)
+
+    @model_validator(mode="after")
+    def _complete(self) -> ObjectLockConfig:
+        if self.mode is None:
+            raise _FieldError("mode", "is missing; an Object Lock retention needs a mode; allowed: GOVERNANCE, COMPLIANCE")
+        if self.days is None:
+            raise _FieldError("days", "is missing; allowed: a whole number of days, 1 or more")
+        return self
+
+
+class LustreConfig(_Model):
+    # Off by default: scratch space costs money around the clock; stacks that train turn it on.
+    enabled: bool = False
+    storage_capacity_gib: int = Field(default=lustre_spec.SMALLEST_CAPACITY_GIB, alias="storageCapacityGiB")
+    per_unit_storage_throughput: int = 250
+
+    @field_validator("storage_capacity_gib", mode="before")
+    @classmethod
+    def _capacity(cls, value: Any) -> Any:
+        error = lustre_spec.capacity_error(value)
+        if error:
+            raise ValueError(error)
+        return value
+
+    @field_validator("per_unit_storage_throughput", mode="before")
+    @classmethod
+    def _throughput(cls, value: Any) -> Any:
+        error = lustre_spec.throughput_error(value)
+        if error:
+            raise ValueError(error)
+        return value
+
+
 class StorageConfig(_Model):
-    # Throwaway environments may turn this on so `pulumi destroy` can empty buckets.
+    # Throwaway environments may turn this on so `pulumi destroy` can empty buckets and
+    # registries; it also lifts their protection.
     force_destroy: bool = False
     log_retention_days: int = 365
+    # Object versions replaced or deleted this many days ago are removed for good.
+    noncurrent_version_days: int = 90
+    # The audit bucket is write-once: every object is locked for this long.
+    audit_object_lock: ObjectLockConfig = ObjectLockConfig(mode="GOVERNANCE", days=365)
+    lustre: LustreConfig = LustreConfig()
+    # On: objects of the data buckets can be read and written only through the VPC's S3
+    # endpoint (bucket settings stay manageable from outside). Off by default because
+    # uploads from outside the VPC (an office, a transfer service) stop working.
+    vpc_endpoint_only: bool = False
+
+    _noncurrent = field_validator("noncurrent_version_days", mode="before")(_positive_days)
 
     @model_validator(mode="after")
     def _retention(self) -> StorageConfig:
@@ -82,6 +146,32 @@ class NodePoolConfig(_Model):
     max_size: int = Field(ge=1)
     desired_size: int | None = Field(default=None, ge=0)
     efa: bool = False
+    # A cluster placement group in this zone (id, e.g. mec1-az1): the pool's nodes share a
+    # network spine. Optional, because capacity reservations and Capacity Blocks come
+    # with their own placement and forbid forcing one.
+    placement_group_zone_id: str | None = None
+    # Pin the pool to one zone without a placement group (EFA traffic stays in one subnet).
+    zone_id: str | None = None
+    capacity_reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    # The reservation is an EC2 Capacity Block for ML (its own market type and capacity type).
+    capacity_block: bool = False
+    root_volume_gib: int | None = Field(default=None, ge=20, le=16384)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _in_catalog(cls, value: str) -> str:
+        try:
+            return catalog.lookup(value).name
+        except catalog.UnknownInstanceType:
+            raise ValueError(catalog.unknown_type_message(value)) from None
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.lookup(self.instance_type)
+
+    @property
+    def pinned_zone_id(self) -> str | None:
+        return self.placement_group_zone_id or self.zone_id
 
     @model_validator(mode="after")
     def _sizes(self) -> NodePoolConfig:
@@ -95,6 +185,349 @@ class NodePoolConfig(_Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _gpu_roles(self) -> NodePoolConfig:
+        if self.role in ("gpu", "inference") and not self.instance.has_gpu:
+            raise _FieldError(
+                "instanceType",
+                f"{self.instance_type!r} has no GPU but the pool's role is {self.role!r}; "
+                "choose a GPU type (e.g. g6e.2xlarge, p5.48xlarge) or role 'cpu'",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _efa(self) -> NodePoolConfig:
+        if not self.efa:
+            return self
+        it = self.instance
+        if not it.has_efa:
+            with_efa = sorted(t.name for t in catalog.efa_types() if t.family == it.family)
+            hint = f"EFA sizes of {it.family}: {', '.join(with_efa)}" if with_efa else "e.g. p5.48xlarge"
+            raise _FieldError("efa", f"{self.instance_type!r} has no EFA interfaces; set efa: false or use an EFA type ({hint})")
+        if self.min_size < 2:
+            raise _FieldError(
+                "minSize", f"{self.min_size} is too small for an EFA pool; EFA pools run at least 2 nodes (minSize >= 2)"
+            )
+        if self.pinned_zone_id is None:
+            raise _FieldError(
+                "placementGroupZoneId",
+                "is required for an EFA pool (EFA traffic never leaves one subnet); set it to a zone id such as "
+                "mec1-az1, or set zoneId instead where a capacity reservation forbids a placement group",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _placement(self) -> NodePoolConfig:
+        if self.placement_group_zone_id and self.zone_id and self.placement_group_zone_id != self.zone_id:
+            raise _FieldError(
+                "zoneId", f"{self.zone_id!r} differs from placementGroupZoneId {self.placement_group_zone_id!r}; set one"
+            )
+        if self.capacity_block and not self.capacity_reservation_id:
+            raise _FieldError("capacityReservationId", "is required with capacityBlock: true (the Capacity Block's cr- id)")
+        if self.capacity_block and self.placement_group_zone_id:
+            raise _FieldError(
+                "placementGroupZoneId",
+                "cannot be used with a Capacity Block, which comes placed; use zoneId for the block's zone",
+            )
+        return self
+
+
+# Zone ids by region: the default network spans all of them. Zone names (me-central-1a)
+# are shuffled per account, ids are not, so the platform always speaks of ids.
+REGION_ZONE_IDS: dict[str, tuple[str, ...]] = {
+    "me-central-1": ("mec1-az1", "mec1-az2", "mec1-az3"),
+}
+
+
+class NetworkConfig(_Model):
+    vpc_cidr: str = "10.0.0.0/16"
+    # Empty: every zone of the region (REGION_ZONE_IDS).
+    zone_ids: tuple[str, ...] = ()
+    # One NAT gateway for the whole VPC instead of one per zone: cheaper, but egress
+    # stops when that zone does. For throwaway environments.
+    single_nat_gateway: bool = False
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            network = ipaddress.IPv4Network(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IPv4 network in CIDR form, e.g. 10.0.0.0/16") from None
+        if not 16 <= network.prefixlen <= 20:
+            raise ValueError(f"{value!r}: use a prefix between /16 and /20 (pods take VPC addresses)")
+        return str(network)
+
+    @field_validator("zone_ids")
+    @classmethod
+    def _zones(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value and not 2 <= len(value) <= 3:
+            raise ValueError(f"{list(value)}: list two or three zone ids (EKS needs subnets in two zones)")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{list(value)}: a zone id is listed twice")
+        return value
+
+
+class PublicEndpointConfig(_Model):
+    # Off: the API server is reachable only inside the VPC. On: also from these CIDRs.
+    enabled: bool = False
+    cidrs: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _allow_list(self) -> PublicEndpointConfig:
+        if self.enabled and not self.cidrs:
+            raise ValueError("enabled without cidrs; list the networks allowed to reach the API server")
+        if self.cidrs and not self.enabled:
+            raise ValueError("cidrs are set but enabled is false; remove them or set enabled: true")
+        for cidr in self.cidrs:
+            try:
+                network = ipaddress.ip_network(cidr)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not a CIDR, e.g. 203.0.113.0/24") from None
+            if network.prefixlen == 0:
+                raise ValueError(f"{cidr!r} opens the API server to the whole internet; list your own networks")
+            widest = 8 if network.version == 4 else 16
+            if network.prefixlen < widest:
+                raise ValueError(f"{cidr!r} is wider than /{widest}; list your own networks")
+        return self
+
+
+_ROLE_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$"
+
+
+class ClusterConfig(_Model):
+    version: str = Field(default=KUBERNETES_VERSION, pattern=r"^1\.[0-9]{2}$")
+    public_endpoint: PublicEndpointConfig = PublicEndpointConfig()
+    admin_role_arns: tuple[str, ...] = ()
+    read_only_role_arns: tuple[str, ...] = ()
+    # The control plane cannot be deleted until this is turned off in a separate update.
+    deletion_protection: bool = True
+
+    @field_validator("admin_role_arns", "read_only_role_arns")
+    @classmethod
+    def _role_arns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        import re
+
+        for arn in value:
+            if not re.match(_ROLE_ARN, arn):
+                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
+        return value
+
+
+# --- Cluster add-ons and tenants -----------------------------------------------------
+
+DEVICE_PLUGIN_MODES = ("device-plugin", "gpu-operator")
+_DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+_GROUP = r"^[A-Za-z0-9][A-Za-z0-9:._@-]{0,127}$"
+
+
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+class TelemetryConfig(_Model):
+    enabled: bool = True
+    retention_days: int = Field(default=15, ge=1, le=365)
+    prometheus_volume_gi: int = Field(default=100, ge=10, le=16384)
+    alertmanager_volume_gi: int = Field(default=10, ge=1, le=1024)
+    # Alert thresholds: GPU temperature (C) and the utilisation under which an allocated GPU
+    # counts as idle (%).
+    gpu_temperature_celsius: int = Field(default=85, ge=60, le=100)
+    gpu_idle_percent: int = Field(default=10, ge=0, le=100)
+
+
+class AddonsConfig(_Model):
+    # One switch, so the NVIDIA device plugin and the GPU Operator (which brings its own
+    # device plugin) can never both run and fight over the GPUs.
+    device_plugin_mode: Literal["device-plugin", "gpu-operator"] = "device-plugin"
+    # Each GPU is advertised this many times (CUDA time-slicing); 1: no sharing.
+    time_slicing_replicas: int = 1
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
+    telemetry: TelemetryConfig = TelemetryConfig()
+    # Where Helm fetches the charts: unset, each chart's upstream repository; `ecr`, the
+    # account's in-region ECR (oci://<account>.dkr.ecr.<region>.amazonaws.com/mlplat/charts);
+    # or any oci:// mirror.
+    chart_mirror: str | None = None
+
+    @field_validator("device_plugin_mode", mode="before")
+    @classmethod
+    def _one_mode(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            raise ValueError(
+                f"{list(value)!r}: choose one of {', '.join(map(repr, DEVICE_PLUGIN_MODES))}; the GPU Operator "
+                "brings its own device plugin, so both cannot run"
+            )
+        if _lower(value) == "both":
+            raise ValueError(
+                f"{value!r}: choose one of {', '.join(map(repr, DEVICE_PLUGIN_MODES))}; the GPU Operator "
+                "brings its own device plugin, so both cannot run"
+            )
+        return _lower(value)
+
+    @field_validator("mig_strategy", mode="before")
+    @classmethod
+    def _mig_lower(cls, value: Any) -> Any:
+        return _lower(value)
+
+    @field_validator("time_slicing_replicas")
+    @classmethod
+    def _replicas(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"{value} is below 1; use 1 (no sharing) or N > 1 to share each GPU N ways")
+        return value
+
+    @field_validator("chart_mirror")
+    @classmethod
+    def _mirror(cls, value: str | None) -> str | None:
+        if value is not None and value != "ecr" and not value.startswith("oci://"):
+            raise ValueError(f"{value!r} is not a chart mirror; use 'ecr' or an oci:// URL")
+        return value
+
+
+class TenantQuotasConfig(_Model):
+    cpu: int = Field(ge=1)  # cores
+    memory_gi: int = Field(ge=1)
+    gpu: int = Field(default=0, ge=0)  # advertised GPUs (time-sliced replicas count)
+    efa: int = Field(default=0, ge=0)  # EFA interfaces
+
+
+class TenantConfig(_Model):
+    name: str = Field(pattern=_DNS_LABEL)  # also the namespace and the ClusterQueue
+    quotas: TenantQuotasConfig
+    # Tenants in one cohort lend each other their unused quota.
+    cohort: str | None = Field(default=None, pattern=_DNS_LABEL)
+    # Kubernetes groups bound to the tenant's developer Role in its namespace...
+    groups: tuple[str, ...] = ()
+    # ...and the IAM roles mapped to those groups through EKS access entries.
+    role_arns: tuple[str, ...] = ()
+    # GPU instance types the tenant's queue may use, in order of preference; unset: all.
+    instance_types: tuple[str, ...] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        from components.tenancy_spec import RESERVED_NAMES
+
+        if value in RESERVED_NAMES or value.startswith("kube-"):
+            raise ValueError(f"{value!r} is a system namespace; pick another tenant name")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _groups(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        import re
+
+        for group in value:
+            if group.startswith("system:") or not re.match(_GROUP, group):
+                raise ValueError(f"{group!r} is not allowed as a tenant group; use letters, digits and :._@- "
+                                 "and never the system: prefix")
+        return value
+
+    @field_validator("role_arns")
+    @classmethod
+    def _role_arns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return ClusterConfig._role_arns(value)
+
+    @field_validator("instance_types")
+    @classmethod
+    def _types(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        try:
+            return tuple(catalog.lookup(v).name for v in value)
+        except catalog.UnknownInstanceType as err:
+            raise ValueError(catalog.unknown_type_message(str(err.args[0]))) from None
+
+    @model_validator(mode="after")
+    def _arns_need_groups(self) -> TenantConfig:
+        if self.role_arns and not self.groups:
+            raise _FieldError("groups", "is empty but roleArns are set; name the groups those roles are mapped to")
+        return self
+
+
+class TrainingConfig(_Model):
+    """The training job a stack runs on a GPU pool (components/training.py), with the GPU
+    node check on every node of the pool and, for multi-node EFA jobs, the all-reduce
+    bandwidth check. Stacks without a gpu pool run none of it."""
+
+    enabled: bool = True
+    name: str = Field(default="gpt2-smoke", pattern=r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+    tenant: str | None = None  # default: the first tenant with a GPU quota for the pool
+    pool: str | None = None  # default: the first pool with role gpu
+    nodes: int | None = Field(default=None, ge=1)  # default: the pool's minSize (at least 1)
+    min_nodes: int | None = Field(default=None, ge=1)  # torchrun's elastic lower bound; default: nodes
+    model: Literal["gpt2-124m", "tiny"] = "gpt2-124m"
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    compile: bool = True
+    max_steps: int = Field(default=500, ge=1)
+    micro_batch: int = Field(default=16, ge=1)  # sequences per GPU per forward pass
+    checkpoint_every: int = Field(default=100, ge=1)
+    # Token shards (workloads/train/data.py format) on the Lustre mount; unset: synthetic.
+    data_path: str | None = None
+    # The collective check fails below this all-reduce bus bandwidth; default: 3/4 of the
+    # node's network line rate in GB/s (300 for p5, NVIDIA's gate for two p5 nodes).
+    min_bus_bandwidth_gbps: float | None = Field(default=None, gt=0, alias="minBusBandwidthGBps")
+
+
+class InferenceLoadBalancerConfig(_Model):
+    # Off: Triton is reachable only inside the cluster. On: also through an internal NLB
+    # that terminates TLS with this ACM certificate (the AWS Load Balancer Controller makes it).
+    enabled: bool = False
+    certificate_arn: str | None = None
+    # Networks allowed to connect; empty: the VPC's own CIDR.
+    allowed_cidrs: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _certificate(self) -> InferenceLoadBalancerConfig:
+        if self.enabled and not self.certificate_arn:
+            raise _FieldError("certificateArn", "is required with enabled: true; the load balancer only speaks TLS")
+        for cidr in self.allowed_cidrs:
+            try:
+                network = ipaddress.ip_network(cidr)
+            except ValueError:
+                raise _FieldError("allowedCidrs", f"{cidr!r} is not a CIDR, e.g. 10.20.0.0/16") from None
+            if network.prefixlen < 8:
+                raise _FieldError("allowedCidrs", f"{cidr!r} is wider than /8; list the networks of your clients")
+        return self
+
+
+class InferenceConfig(_Model):
+    """The model a stack serves with Triton (components/inference.py): GPU replicas on the
+    inference pool, or ONNX Runtime on the CPU pool. The batching settings are the ones
+    `python -m workloads.serve export --stack <stack>` writes into the model's config.pbtxt."""
+
+    enabled: bool = True
+    device: Literal["gpu", "cpu"]
+    model_name: str = "gpt"
+    namespace: str = Field(default="inference", pattern=_DNS_LABEL)
+    pool: str | None = None  # default: the first pool with role inference (gpu) or cpu (cpu)
+    min_replicas: int = Field(default=2, ge=1)
+    max_replicas: int = Field(default=4, ge=1)
+    max_batch_size: int = 32
+    preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
+    max_queue_delay_microseconds: int = 2000
+    instance_count: int = 1  # model instances per GPU (or per replica on CPU)
+    keep_versions: int = 2  # newest versions Triton keeps loaded: the older one is the rollback
+    # Scale out when a request waits longer than this in Triton's queue, on average (GPU).
+    target_queue_microseconds: int = Field(default=50_000, ge=1)
+    # Scale out above this CPU utilisation of the replicas' requests (CPU).
+    target_cpu_percent: int = Field(default=70, ge=1, le=100)
+    cpu_per_replica: int = Field(default=2, ge=1)  # CPU serving; GPU replicas take their GPU's share
+    memory_gi_per_replica: int = Field(default=4, ge=1, alias="memoryGiPerReplica")
+    # Where the model repository lives in the models bucket: s3://<bucket>/<prefix>/<model>/...
+    repository_prefix: str = Field(default="triton", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    load_balancer: InferenceLoadBalancerConfig = InferenceLoadBalancerConfig()
+
+    @field_validator("namespace")
+    @classmethod
+    def _not_system(cls, value: str) -> str:
+        from components.tenancy_spec import RESERVED_NAMES
+
+        if value in RESERVED_NAMES or value.startswith("kube-"):
+            raise ValueError(f"{value!r} is a system namespace; pick another name")
+        return value
+
 
 class PlatformConfig(_Model):
     """Everything one stack says about itself, validated."""
@@ -106,7 +539,13 @@ class PlatformConfig(_Model):
     data_classification: Literal["public", "internal", "confidential", "restricted"] = "confidential"
     residency: ResidencyConfig = ResidencyConfig()
     storage: StorageConfig = StorageConfig()
+    network: NetworkConfig = NetworkConfig()
+    cluster: ClusterConfig = ClusterConfig()
     node_pools: tuple[NodePoolConfig, ...] = ()
+    addons: AddonsConfig = AddonsConfig()
+    tenants: tuple[TenantConfig, ...] = ()
+    training: TrainingConfig = TrainingConfig()
+    inference: InferenceConfig | None = None  # None: the stack serves no model
 
     @model_validator(mode="after")
     def _region_in_allow_list(self) -> PlatformConfig:
@@ -128,6 +567,117 @@ class PlatformConfig(_Model):
         return self
 
     @property
+    def zone_ids(self) -> tuple[str, ...]:
+        """The network's zones: configured, or every zone of the region."""
+        return self.network.zone_ids or REGION_ZONE_IDS.get(self.region, ())
+
+    @model_validator(mode="after")
+    def _zones_known(self) -> PlatformConfig:
+        if not self.zone_ids:
+            raise _KeyError(
+                f"{PROJECT}:network.zoneIds",
+                f"no default zones are known for {self.region}; list two or three zone ids of the region",
+            )
+        prefix = REGION_ZONE_IDS.get(self.region, ("",))[0].split("-az")[0]
+        for zone in self.zone_ids:
+            if prefix and not zone.startswith(f"{prefix}-az"):
+                raise _KeyError(
+                    f"{PROJECT}:network.zoneIds",
+                    f"{zone!r} is not a zone of {self.region}; allowed: {', '.join(REGION_ZONE_IDS[self.region])}",
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _pool_zones_in_network(self) -> PlatformConfig:
+        for index, pool in enumerate(self.node_pools):
+            for key, zone in (("placementGroupZoneId", pool.placement_group_zone_id), ("zoneId", pool.zone_id)):
+                if zone is not None and zone not in self.zone_ids:
+                    raise _KeyError(
+                        f"{PROJECT}:nodePools[{index}].{key}",
+                        f"{zone!r} is not one of the network's zones; allowed: {', '.join(self.zone_ids)}",
+                    )
+        return self
+
+    @property
+    def lustre_zone_id(self) -> str | None:
+        """Where Lustre scratch goes: the zone of the first GPU pool pinned to one, so
+        training traffic to the file system never crosses zones."""
+        for pool in self.node_pools:
+            if pool.role == "gpu" and pool.pinned_zone_id:
+                return pool.pinned_zone_id
+        return None
+
+    @model_validator(mode="after")
+    def _lustre_placed(self) -> PlatformConfig:
+        if self.storage.lustre.enabled and self.lustre_zone_id is None:
+            raise _KeyError(
+                f"{PROJECT}:storage.lustre.enabled",
+                "Lustre scratch goes in the GPU pool's zone, but no gpu pool is pinned to one; set "
+                "placementGroupZoneId (or zoneId) on a gpu pool, or set lustre.enabled: false",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _tenants(self) -> PlatformConfig:
+        """Unique names, IAM roles mapped once, and quotas the GPU pools can actually hold."""
+        seen: set[str] = set()
+        mapped = set(self.cluster.admin_role_arns) | set(self.cluster.read_only_role_arns)
+        gpu_types = {p.instance_type for p in self.node_pools if p.instance.has_gpu}
+        for index, tenant in enumerate(self.tenants):
+            key = f"{PROJECT}:tenants[{index}]"
+            if tenant.name in seen:
+                raise _KeyError(f"{key}.name", f"{tenant.name!r} is used twice; tenant names must be unique")
+            seen.add(tenant.name)
+            for arn in tenant.role_arns:
+                if arn in mapped:
+                    raise _KeyError(f"{key}.roleArns", f"{arn!r} already has an access entry; an IAM role maps "
+                                                       "to one set of groups only")
+                mapped.add(arn)
+            for itype in tenant.instance_types or ():
+                if itype not in gpu_types:
+                    raise _KeyError(f"{key}.instanceTypes", f"{itype!r} is not the type of any GPU pool; "
+                                    f"GPU pools run: {', '.join(sorted(gpu_types)) or 'none'}")
+            wanted = set(tenant.instance_types) if tenant.instance_types is not None else gpu_types
+            pools = [p for p in self.node_pools if p.instance_type in wanted and p.instance.has_gpu]
+            replicas = self.addons.time_slicing_replicas
+            gpus = sum(p.max_size * p.instance.gpus * replicas for p in pools)
+            if tenant.quotas.gpu > gpus:
+                sharing = f" x {replicas} time-slicing replicas" if replicas > 1 else ""
+                held = "; ".join(f"{p.name}: {p.max_size} x {p.instance_type} x {p.instance.gpus} GPU{sharing}"
+                                 for p in pools) or "no GPU pool"
+                raise _KeyError(f"{key}.quotas.gpu", f"{tenant.quotas.gpu} GPUs is more than the pools can ever "
+                                f"hold ({gpus}: {held}); lower the quota or raise a pool's maxSize")
+            efa = sum(p.max_size * p.instance.efa_interfaces for p in pools if p.efa)
+            if tenant.quotas.efa > efa:
+                held = "; ".join(f"{p.name}: {p.max_size} x {p.instance_type} x {p.instance.efa_interfaces} EFA"
+                                 for p in pools if p.efa) or "no pool attaches EFA"
+                raise _KeyError(f"{key}.quotas.efa", f"{tenant.quotas.efa} EFA interfaces is more than the pools "
+                                f"can ever hold ({efa}: {held}); lower the quota or raise a pool's maxSize")
+        return self
+
+    @model_validator(mode="after")
+    def _training_fits(self) -> PlatformConfig:
+        """The training job names a gpu pool and a tenant that may use it, and fits both."""
+        from infra.training_plan import TrainingConfigError, resolve_training
+
+        try:
+            resolve_training(self)
+        except TrainingConfigError as err:
+            raise _KeyError(f"{PROJECT}:training.{err.key}", str(err)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _inference_fits(self) -> PlatformConfig:
+        """The served model is one Triton accepts, on a pool that exists and can hold it."""
+        from infra.inference_plan import InferenceConfigError, resolve_inference
+
+        try:
+            resolve_inference(self)
+        except InferenceConfigError as err:
+            raise _KeyError(f"{PROJECT}:inference.{err.key}", str(err)) from None
+        return self
+
+    @property
     def default_tags(self) -> dict[str, str]:
         """Tags every AWS resource carries, set once on the provider."""
         return {
@@ -146,6 +696,15 @@ class _KeyError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class _FieldError(ValueError):
+    """A model validator's error about one of the model's own fields: the key path is
+    the model's location plus this field (e.g. mlplat:nodePools[1].efa)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:
@@ -211,6 +770,8 @@ def parse_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool =
         original = (first.get("ctx") or {}).get("error")
         if isinstance(original, _KeyError):
             raise ConfigError(f"{source}: {original.key}: {original}") from None
+        if isinstance(original, _FieldError):
+            raise ConfigError(f"{source}: {_key_path((*first['loc'], original.field))}: {original}") from None
         raise ConfigError(f"{source}: {_key_path(first['loc'])}: {_describe(first)}") from None
 
 

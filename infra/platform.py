@@ -8,14 +8,25 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.bucket import BucketArgs, RegionPinnedBucket
-from components.keys import KeysArgs, PlatformKeys
+from components.cluster import Cluster
+from components.inference import InferenceService
+from components.keys import PlatformKeys
+from components.network import Network
+from components.nodepool import GpuNodePool
+from components.training import TrainingJob
+from infra.cluster_services import ClusterServices, build_cluster_services, lustre_volume
+from infra.compute import build_compute
 from infra.config import PROJECT, PlatformConfig
+from infra.inference import build_inference
+from infra.preflight import pool_zones
+from infra.storage import Storage, build_keys, build_storage, export_storage, storage_names
+from infra.training import build_training
 
 
 # One customer-managed key per class of data, so access to one class can be granted or
-# revoked without touching the others.
-DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes")
+# revoked without touching the others (components/key_policy.py `data_class_uses` says
+# which services use each, and why the log classes share one).
+DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes", "images")
 
 
 @dataclass(frozen=True)
@@ -23,7 +34,16 @@ class Platform:
     aws_provider: aws.Provider
     account_id: str
     keys: PlatformKeys
-    buckets: dict[str, RegionPinnedBucket]
+    storage: Storage
+    network: Network
+    cluster: Cluster
+    node_pools: dict[str, GpuNodePool]
+    # Tenancy and add-ons; workloads depend on services.addons.workload_dependencies.
+    services: ClusterServices
+    # The training job and the GPU checks (None: the stack has no GPU pool to train on).
+    training: TrainingJob | None = None
+    # The Triton service (None: the stack serves no model).
+    inference: InferenceService | None = None
 
 
 def region_provider(config: PlatformConfig) -> aws.Provider:
@@ -41,23 +61,22 @@ def build_platform(config: PlatformConfig) -> Platform:
     aws_opts = pulumi.ResourceOptions(providers={"aws": provider})
     invoke_opts = pulumi.InvokeOptions(provider=provider)
     account_id = aws.get_caller_identity(opts=invoke_opts).account_id
-    prefix = f"{PROJECT}-{pulumi.get_stack()}"
+    prefix = f"{PROJECT}-{pulumi.get_stack()}"  # also the EKS cluster's name
+    # Before any other resource: a pool whose type its zone does not offer stops here.
+    zones_by_pool = pool_zones(config, invoke_opts)
 
-    keys = PlatformKeys("keys", KeysArgs(prefix=prefix, data_classes=DATA_CLASSES), opts=aws_opts)
-    buckets = {
-        purpose: RegionPinnedBucket(
-            purpose,
-            BucketArgs(
-                bucket_name=f"{prefix}-{purpose}-{account_id}",
-                kms_key_arn=keys.keys[purpose].arn,
-                force_destroy=config.storage.force_destroy,
-            ),
-            opts=aws_opts,
-        )
-        for purpose in ("datasets",)
-    }
+    names = storage_names(config, pulumi.get_stack(), account_id)
+    keys = build_keys(config, prefix, names, account_id, aws_opts)
+
+    compute = build_compute(config, prefix, keys.keys, zones_by_pool, provider)
+    storage = build_storage(config, prefix, names, account_id, keys, compute.network, aws_opts)
+    services = build_cluster_services(config, account_id, compute, provider, lustre_volume(config, storage))
+    training = build_training(config, account_id, prefix, compute.cluster, storage, keys.keys, services, provider)
+    inference = build_inference(config, account_id, prefix, names.buckets["models"], compute.cluster, storage,
+                                keys.keys, services, provider)
 
     pulumi.export("region", config.region)
-    pulumi.export("keys", {c: k.arn for c, k in keys.keys.items()})
-    pulumi.export("buckets", {p: b.bucket.bucket for p, b in buckets.items()})
-    return Platform(provider, account_id, keys, buckets)
+    export_storage(keys, storage)
+    pulumi.export("cluster", compute.cluster.eks.name)
+    return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
+                    services, training, inference)

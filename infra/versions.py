@@ -19,23 +19,92 @@ ECR_HOST = "{account}.dkr.ecr.{region}.amazonaws.com"
 
 @dataclass(frozen=True)
 class Image:
-    name: str  # key in IMAGES, and the mirror repository's last path segment
-    source: str  # upstream repository, for the mirroring job: never pulled by the cluster
+    name: str  # key in IMAGES, and the repository's last path segment
+    # Mirrors: the upstream repository, for the mirroring job; never pulled by the cluster.
+    # Platform images: the Dockerfile they are built from.
+    source: str
     tag: str
+    built_here: bool = False  # the platform's own image, pushed by CI rather than mirrored
 
     @property
     def repository(self) -> str:
         """The in-region ECR repository name."""
-        return f"mlplat/mirror/{self.name}"
+        return f"mlplat/{self.name}" if self.built_here else f"mlplat/mirror/{self.name}"
+
+    @property
+    def upstream(self) -> str:
+        """What the mirroring job copies from (`source:tag`); empty for platform images."""
+        return "" if self.built_here else f"{self.source}:{self.tag}"
 
 
-IMAGES: dict[str, Image] = {}
+# The platform's own images share the project's version.
+PLATFORM_IMAGE_TAG = "0.1.0"
+
+# Tags follow the charts in CHARTS: each is the image that chart version runs upstream, so
+# overriding the registry in the values changes where an image comes from, never which
+# image it is.
+IMAGES: dict[str, Image] = {
+    image.name: image
+    for image in (
+        # NVIDIA GPU stack (GPU Operator v26.3.3 and the standalone device plugin chart).
+        # GPU feature discovery ships inside the device plugin image since v0.15.
+        Image("k8s-device-plugin", "nvcr.io/nvidia/k8s-device-plugin", "v0.19.3"),
+        Image("gpu-operator", "nvcr.io/nvidia/gpu-operator", "v26.3.3"),
+        # The validator binary lives in the operator image since v25.10; the separate
+        # validator repository stopped at v25.3.x, so this mirror copies the operator image.
+        Image("gpu-operator-validator", "nvcr.io/nvidia/gpu-operator", "v26.3.3"),
+        Image("k8s-mig-manager", "nvcr.io/nvidia/cloud-native/k8s-mig-manager", "v0.14.2"),
+        Image("container-toolkit", "nvcr.io/nvidia/k8s/container-toolkit", "v1.19.1"),
+        Image("node-feature-discovery", "registry.k8s.io/nfd/node-feature-discovery", "v0.18.3"),
+        Image("dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter", "4.5.3-4.8.2-ubuntu22.04"),
+        # The chart's default pulls from an ECR registry in us-west-2: the mirror keeps the
+        # EFA plugin in-region.
+        Image("aws-efa-k8s-device-plugin", "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin",
+              "v0.5.20"),
+        # Telemetry (kube-prometheus-stack 88.x: prometheus-operator v0.93).
+        Image("prometheus", "quay.io/prometheus/prometheus", "v3.13.0"),
+        Image("alertmanager", "quay.io/prometheus/alertmanager", "v0.33.0"),
+        Image("prometheus-operator", "quay.io/prometheus-operator/prometheus-operator", "v0.93.0"),
+        Image("prometheus-config-reloader", "quay.io/prometheus-operator/prometheus-config-reloader", "v0.93.0"),
+        Image("kube-webhook-certgen", "ghcr.io/jkroepke/kube-webhook-certgen", "1.8.3"),
+        Image("node-exporter", "quay.io/prometheus/node-exporter", "v1.11.1"),
+        Image("kube-state-metrics", "registry.k8s.io/kube-state-metrics/kube-state-metrics", "v2.19.0"),
+        # prometheus-adapter chart 5.3.0 runs adapter v0.12.0 (the inference autoscaler's metrics).
+        Image("prometheus-adapter", "registry.k8s.io/prometheus-adapter/prometheus-adapter", "v0.12.0"),
+        Image("grafana", "docker.io/grafana/grafana", "13.0.2"),
+        Image("grafana-sidecar", "quay.io/kiwigrid/k8s-sidecar", "2.7.3"),
+        # Scheduling.
+        Image("kueue", "registry.k8s.io/kueue/kueue", "v0.18.2"),
+        Image("jobset", "registry.k8s.io/jobset/jobset", "v0.12.0"),
+        # FSx for Lustre CSI driver and its sidecars.
+        Image("aws-fsx-csi-driver", "public.ecr.aws/fsx-csi-driver/aws-fsx-csi-driver", "v1.8.0"),
+        Image("livenessprobe", "public.ecr.aws/csi-components/livenessprobe", "v2.18.0-eksbuild.4"),
+        Image("node-driver-registrar", "public.ecr.aws/csi-components/csi-node-driver-registrar",
+              "v2.16.0-eksbuild.4"),
+        Image("external-provisioner", "public.ecr.aws/csi-components/csi-provisioner", "v6.2.0-eksbuild.3"),
+        Image("external-resizer", "public.ecr.aws/csi-components/csi-resizer", "v2.1.0-eksbuild.4"),
+        # Serving and the base of the training image.
+        Image("tritonserver", "nvcr.io/nvidia/tritonserver", "26.01-py3"),
+        Image("pytorch", "nvcr.io/nvidia/pytorch", "26.01-py3"),
+        # The acceptance suite's per-node debug pods: a shell and chroot, nothing more.
+        Image("node-debug", "public.ecr.aws/docker/library/busybox", "1.37.0"),
+        # The platform's own images.
+        Image("training", "workloads/images/training.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True),
+        Image("serving", "workloads/images/serving.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True),
+        Image("checks", "workloads/images/checks.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True),
+    )
+}
+
+
+def registry_host(account: str, region: str) -> str:
+    return ECR_HOST.format(account=account, region=region)
 
 
 def image_uri(name: str, account: str, region: str) -> str:
-    """`<account>.dkr.ecr.<region>.amazonaws.com/mlplat/mirror/<name>:<tag>`."""
+    """`<account>.dkr.ecr.<region>.amazonaws.com/mlplat/mirror/<name>:<tag>` (platform
+    images: `.../mlplat/<name>:<tag>`)."""
     image = IMAGES[name]
-    return f"{ECR_HOST.format(account=account, region=region)}/{image.repository}:{image.tag}"
+    return f"{registry_host(account, region)}/{image.repository}:{image.tag}"
 
 
 # --- Helm charts ---------------------------------------------------------------------
@@ -48,4 +117,52 @@ class Chart:
     version: str
 
 
-CHARTS: dict[str, Chart] = {}
+# Chart versions were checked against each project's releases; images the charts run are
+# pinned separately in IMAGES (the values never fall back to a chart's upstream default).
+CHARTS: dict[str, Chart] = {
+    chart.name: chart
+    for chart in (
+        # 0.19.3 restores mofedEnabled=false by default (NVIDIA/k8s-device-plugin#1692); we set
+        # it explicitly anyway.
+        Chart("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", "0.19.3"),
+        Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.3.3"),
+        Chart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.29"),
+        Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
+        Chart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "88.3.0"),
+        Chart("prometheus-adapter", "https://prometheus-community.github.io/helm-charts", "5.3.0"),
+        Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.18.2"),
+        Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0"),
+        Chart("aws-fsx-csi-driver", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver", "1.16.0"),
+    )
+}
+
+
+# --- EKS managed add-ons -------------------------------------------------------------
+# Versions for KUBERNETES_VERSION; `aws eks describe-addon-versions --kubernetes-version
+# 1.34 --addon-name <name>` lists the newer builds. The VPC CNI must stay at 1.18.5 or
+# later: older releases do not handle `efa-only` interfaces and leave EFA nodes NotReady.
+
+VPC_CNI_MIN_FOR_EFA_ONLY = (1, 18, 5)
+
+
+@dataclass(frozen=True)
+class EksAddon:
+    name: str
+    version: str  # v<upstream>-eksbuild.<n>
+
+    @property
+    def upstream(self) -> tuple[int, ...]:
+        """`v1.20.4-eksbuild.2` -> (1, 20, 4)."""
+        return tuple(int(part) for part in self.version.lstrip("v").split("-", 1)[0].split("."))
+
+
+EKS_ADDONS: dict[str, EksAddon] = {
+    addon.name: addon
+    for addon in (
+        EksAddon("vpc-cni", "v1.20.4-eksbuild.2"),
+        EksAddon("kube-proxy", "v1.34.1-eksbuild.2"),
+        EksAddon("coredns", "v1.12.4-eksbuild.1"),
+        EksAddon("eks-pod-identity-agent", "v1.3.10-eksbuild.2"),
+        EksAddon("aws-ebs-csi-driver", "v1.54.0-eksbuild.1"),
+    )
+}

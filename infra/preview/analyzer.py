@@ -27,6 +27,9 @@ from infra.config import REPO_ROOT, ConfigError
 from infra.preview.mocks import Registration
 
 PACK_DIR = REPO_ROOT / "policies"
+# Stack policies name the resource types they judge as `scope:<type>` tags, so evidence
+# can be counted per resource for them too.
+SCOPE_TAG = "scope:"
 
 LEVELS = {
     "advisory": analyzer_pb2.ADVISORY,
@@ -57,6 +60,8 @@ class PolicyDescription:
     framework: dict[str, str]
     config_schema: dict[str, Any]
     stack_policy: bool
+    # Types a stack policy judges, from its `scope:<type>` tags; empty means every resource.
+    scope: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -138,6 +143,7 @@ class PolicyPackProcess:
                 framework=json_format.MessageToDict(p.framework),
                 config_schema=json_format.MessageToDict(p.configSchema),
                 stack_policy=p.policy_type == analyzer_pb2.POLICY_TYPE_STACK,
+                scope=frozenset(t[len(SCOPE_TAG):] for t in p.tags if t.startswith(SCOPE_TAG)),
             )
             for p in answer.policies
         ]
@@ -281,20 +287,23 @@ class StreamingAnalysis:
         stack = analyzer_pb2.AnalyzeStackRequest(resources=[self._stack_resource(r) for r in registrations])
         stack_policies = [p.name for p in policies if p.stack_policy]
         answer = self.pack.stub.AnalyzeStack(stack)
-        for name in stack_policies:
-            # A stack policy judges every resource at once; it is "checked" for each
-            # resource it did not declare itself inapplicable to.
-            verdict.checked.setdefault(name, set())
-        self._collect(verdict, "", answer, stack_policies, stack_urns=[r.urn for r in registrations])
+        stack_urns: dict[str, list[str]] = {}
+        for policy in policies:
+            if policy.stack_policy:
+                # A stack policy judges the resources of the types it declares (all of
+                # them if it declares none), unless it declared itself inapplicable.
+                verdict.checked.setdefault(policy.name, set())
+                stack_urns[policy.name] = [r.urn for r in registrations if not policy.scope or r.type in policy.scope]
+        self._collect(verdict, "", answer, stack_policies, stack_urns=stack_urns)
         return verdict
 
     @staticmethod
     def _collect(verdict: Verdict, urn: str, answer: Any, names: list[str],
-                 stack_urns: list[str] | None = None) -> None:
+                 stack_urns: dict[str, list[str]] | None = None) -> None:
         not_applicable = {n.policy_name for n in answer.not_applicable}
         for name in names:
             if name not in not_applicable:
-                verdict.checked.setdefault(name, set()).update(stack_urns if stack_urns is not None else [urn])
+                verdict.checked.setdefault(name, set()).update(stack_urns[name] if stack_urns is not None else [urn])
         for diag in answer.diagnostics:
             level = LEVEL_NAMES.get(diag.enforcementLevel, "advisory")
             target = diag.urn or urn

@@ -96,6 +96,14 @@ def _ami(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
             "arn": f"arn:aws:ec2:{fx.region}::image/ami-0123456789abcdef0", "name": "preview-ami"}
 
 
+def _prefix_list(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
+    """AWS-managed prefix lists (the S3 gateway endpoint's). The CIDRs are documentation
+    ranges (RFC 5737): the preview only needs their shape, never AWS's real address space."""
+    name = args.get("name") or f"com.amazonaws.{fx.region}.s3"
+    return {"id": "pl-0123456789abcdef0", "prefixListId": "pl-0123456789abcdef0", "name": name,
+            "cidrBlocks": ["198.51.100.0/24", "203.0.113.0/24"], "filters": None}
+
+
 _HANDLERS = {
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
     "aws:index/getRegion:getRegion": _region,
@@ -104,4 +112,5 @@ _HANDLERS = {
     "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": _instance_type_offerings,
     "aws:ssm/getParameter:getParameter": _ssm_parameter,
     "aws:ec2/getAmi:getAmi": _ami,
+    "aws:ec2/getPrefixList:getPrefixList": _prefix_list,
 }

@@ -194,11 +194,133 @@ def _kms_alias(name: str, inputs: dict, ident: str, region: str, account: str) -
     return {"id": alias, "arn": f"arn:aws:kms:{region}:{account}:{alias}", "targetKeyArn": ""}
 
 
+def _prefixed_id(prefix: str) -> Callable[[str, dict, str, str, str], dict[str, Any]]:
+    """EC2-style ids (`vpc-…`, `subnet-…`) and the matching ARN."""
+
+    def outputs(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+        kind = {"sg": "security-group", "rtb": "route-table", "igw": "internet-gateway", "nat": "natgateway",
+                "vpce": "vpc-endpoint", "fl": "vpc-flow-log", "lt": "launch-template"}.get(prefix, prefix)
+        return {"id": f"{prefix}-{ident}", "arn": f"arn:aws:ec2:{region}:{account}:{kind}/{prefix}-{ident}"}
+
+    return outputs
+
+
+def _vpc(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    return {**_prefixed_id("vpc")(name, inputs, ident, region, account),
+            "defaultSecurityGroupId": f"sg-d{ident[1:]}", "mainRouteTableId": f"rtb-m{ident[1:]}"}
+
+
+def _subnet(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    from infra.preview.fixtures import ZONES
+
+    zone_id = inputs.get("availabilityZoneId", "")
+    zone_name = dict((z_id, z_name) for z_name, z_id in ZONES.get(region, ())).get(zone_id, "")
+    return {**_prefixed_id("subnet")(name, inputs, ident, region, account), "availabilityZone": zone_name}
+
+
+def _eip(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    return {"id": f"eipalloc-{ident}", "allocationId": f"eipalloc-{ident}", "publicIp": "198.51.100.10"}
+
+
+def _log_group(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    group = inputs.get("name") or f"{name}-{ident}"
+    return {"id": group, "name": group, "arn": f"arn:aws:logs:{region}:{account}:log-group:{group}"}
+
+
+def _iam_role(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    role = inputs.get("name") or f"{name}-{ident[:7]}"
+    return {"id": role, "name": role, "arn": f"arn:aws:iam::{account}:role/{role}", "uniqueId": f"AROA{ident.upper()}"}
+
+
+def _launch_template(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    return {**_prefixed_id("lt")(name, inputs, ident, region, account), "latestVersion": 1, "defaultVersion": 1}
+
+
+def _placement_group(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    group = inputs.get("name") or f"{name}-{ident[:7]}"
+    return {"id": group, "name": group, "placementGroupId": f"pg-{ident}",
+            "arn": f"arn:aws:ec2:{region}:{account}:placement-group/{group}"}
+
+
+def _eks_cluster(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    cluster = inputs.get("name") or f"{name}-{ident[:7]}"
+    vpc_config = dict(inputs.get("vpcConfig") or {})
+    vpc_config.update({"clusterSecurityGroupId": f"sg-c{ident[1:]}", "vpcId": "vpc-preview"})
+    return {
+        "id": cluster,
+        "name": cluster,
+        "arn": f"arn:aws:eks:{region}:{account}:cluster/{cluster}",
+        "endpoint": f"https://{ident.upper()}.gr7.{region}.eks.amazonaws.com",
+        "certificateAuthority": {"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCnByZXZpZXcKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="},
+        "identities": [{"oidcs": [{"issuer": f"https://oidc.eks.{region}.amazonaws.com/id/{ident.upper()}"}]}],
+        "vpcConfig": vpc_config,
+        "platformVersion": "eks.1",
+        "status": "ACTIVE",
+        "clusterId": ident,
+    }
+
+
+def _eks_node_group(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    group = inputs.get("nodeGroupName") or name
+    cluster = inputs.get("clusterName", "")
+    return {"id": f"{cluster}:{group}", "nodeGroupName": group, "status": "ACTIVE",
+            "arn": f"arn:aws:eks:{region}:{account}:nodegroup/{cluster}/{group}/{ident}"}
+
+
+def _eks_addon(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    cluster, addon = inputs.get("clusterName", ""), inputs.get("addonName", name)
+    return {"id": f"{cluster}:{addon}", "arn": f"arn:aws:eks:{region}:{account}:addon/{cluster}/{addon}/{ident}"}
+
+
+def _ecr_repository(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    repository = inputs.get("name") or f"{name}-{ident}"
+    return {"id": repository, "name": repository, "registryId": account,
+            "arn": f"arn:aws:ecr:{region}:{account}:repository/{repository}",
+            "repositoryUrl": f"{account}.dkr.ecr.{region}.amazonaws.com/{repository}"}
+
+
+def _lustre(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    fs_id = f"fs-{ident}"
+    return {"id": fs_id, "arn": f"arn:aws:fsx:{region}:{account}:file-system/{fs_id}",
+            "dnsName": f"{fs_id}.fsx.{region}.amazonaws.com", "mountName": ident[:8]}
+
+
+def _data_repository_association(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    return {"id": f"dra-{ident}", "associationId": f"dra-{ident}",
+            "arn": f"arn:aws:fsx:{region}:{account}:association/{inputs.get('fileSystemId', '')}/dra-{ident}"}
+
+
+def _trail(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    trail = inputs.get("name") or f"{name}-{ident}"
+    arn = f"arn:aws:cloudtrail:{region}:{account}:trail/{trail}"
+    return {"id": arn, "name": trail, "arn": arn, "homeRegion": region}
+
+
 # Type-specific outputs. Other components add theirs here as the program grows.
 _OUTPUTS: dict[str, Callable[[str, dict, str, str, str], dict[str, Any]]] = {
     "aws:s3/bucket:Bucket": _bucket,
     "aws:kms/key:Key": _kms_key,
     "aws:kms/alias:Alias": _kms_alias,
+    "aws:ec2/vpc:Vpc": _vpc,
+    "aws:ec2/subnet:Subnet": _subnet,
+    "aws:ec2/securityGroup:SecurityGroup": _prefixed_id("sg"),
+    "aws:ec2/internetGateway:InternetGateway": _prefixed_id("igw"),
+    "aws:ec2/natGateway:NatGateway": _prefixed_id("nat"),
+    "aws:ec2/eip:Eip": _eip,
+    "aws:ec2/routeTable:RouteTable": _prefixed_id("rtb"),
+    "aws:ec2/vpcEndpoint:VpcEndpoint": _prefixed_id("vpce"),
+    "aws:ec2/flowLog:FlowLog": _prefixed_id("fl"),
+    "aws:ec2/launchTemplate:LaunchTemplate": _launch_template,
+    "aws:ec2/placementGroup:PlacementGroup": _placement_group,
+    "aws:cloudwatch/logGroup:LogGroup": _log_group,
+    "aws:iam/role:Role": _iam_role,
+    "aws:eks/cluster:Cluster": _eks_cluster,
+    "aws:eks/nodeGroup:NodeGroup": _eks_node_group,
+    "aws:eks/addon:Addon": _eks_addon,
+    "aws:ecr/repository:Repository": _ecr_repository,
+    "aws:fsx/lustreFileSystem:LustreFileSystem": _lustre,
+    "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": _data_repository_association,
+    "aws:cloudtrail/trail:Trail": _trail,
 }
 
 

@@ -14,6 +14,8 @@ import yaml
 
 from infra.preview.analyzer import Verdict
 from infra.preview.mocks import Registration
+from infra.preview.pools import node_pool_lines
+from infra.preview.storage_report import storage_inventory, storage_markdown
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
@@ -138,6 +140,8 @@ def plan_text(result: PreviewResult) -> str:
     summary = data["summary"]
     lines = [f"Plan for stack {result.stack} in {result.region}: {summary['resources']} resources", ""]
     lines += component_tree(result)
+    pools = node_pool_lines(result.registrations)
+    lines += ["", *pools] if pools else []
     lines += ["", "Resources by type:"]
     lines += [f"  {n:5d}  {t}" for t, n in summary["byType"].items()]
     lines += ["", verdict_text(result)]
@@ -188,6 +192,8 @@ def to_markdown(result: PreviewResult) -> str:
         ref = " ".join(x for x in (control.get("name"), control.get("reference")) if x) or "-"
         out.append(f"| `{row['policy']}` | {_cell(ref)} | {row['level']} | {row['checked']} | "
                    f"{row['passed']} | {row['failed']} |")
+    by_urn = result.by_urn
+    out += ["", *storage_markdown(storage_inventory(result.registrations, lambda r: resource_region(r, by_urn)))]
     out += ["", "<details><summary>Resources by type</summary>", "", "| type | count |", "|---|---:|"]
     out += [f"| `{t}` | {n} |" for t, n in summary["byType"].items()]
     out += ["", "</details>", ""]

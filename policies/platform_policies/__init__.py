@@ -1,11 +1,77 @@
-"""The platform's policy rules, importable without starting the pack."""
+"""The platform's policy rules, importable without starting the pack.
 
-from .residency import aws_resources_in_allowed_regions
+Grouped as the security team reads them: residency, encryption at rest, encryption in
+transit, exposure, Kubernetes guardrails, tags. Each rule names its control through its
+compliance framework; docs/policy-pack.md lists them.
+"""
+
+from .edge import no_global_edge_data_paths
+from .encryption import (
+    block_storage_encrypted_with_cmk,
+    databases_encrypted_with_cmk,
+    eks_secrets_encrypted_with_cmk,
+    file_systems_encrypted_with_cmk,
+    kms_keys_rotate,
+    logs_encrypted_with_cmk,
+    messaging_encrypted_with_cmk,
+    registries_encrypted_with_cmk,
+)
+from .exposure import eks_endpoint_private, no_public_ips_on_nodes, no_world_open_ingress
+from .kubernetes import (
+    k8s_containers_have_limits,
+    k8s_gpu_pods_use_limits_and_tolerate_taint,
+    k8s_images_from_allowed_registries,
+    k8s_images_pinned,
+    k8s_no_privileged_or_host_namespaces,
+    k8s_workloads_run_as_non_root,
+)
+from .replication import kms_keys_single_region, no_cross_region_replication
+from .residency import availability_zones_in_allowed_regions, aws_resources_in_allowed_regions
+from .s3 import s3_buckets_block_public_access, s3_buckets_encrypted_with_cmk, s3_buckets_tls_only
+from .tagging import storage_and_compute_tagged
+from .transit import elasticache_encrypted_in_transit, load_balancer_listeners_tls
 
 PACK_NAME = "mlplat-guardrails"
 
-ALL_POLICIES = [
+RESIDENCY = [
     aws_resources_in_allowed_regions,
+    availability_zones_in_allowed_regions,
+    no_cross_region_replication,
+    kms_keys_single_region,
+    no_global_edge_data_paths,
 ]
+ENCRYPTION_AT_REST = [
+    s3_buckets_encrypted_with_cmk,
+    block_storage_encrypted_with_cmk,
+    file_systems_encrypted_with_cmk,
+    eks_secrets_encrypted_with_cmk,
+    logs_encrypted_with_cmk,
+    registries_encrypted_with_cmk,
+    databases_encrypted_with_cmk,
+    messaging_encrypted_with_cmk,
+    kms_keys_rotate,
+]
+ENCRYPTION_IN_TRANSIT = [
+    s3_buckets_tls_only,
+    load_balancer_listeners_tls,
+    elasticache_encrypted_in_transit,
+]
+EXPOSURE = [
+    s3_buckets_block_public_access,
+    no_world_open_ingress,
+    eks_endpoint_private,
+    no_public_ips_on_nodes,
+]
+KUBERNETES = [
+    k8s_images_from_allowed_registries,
+    k8s_images_pinned,
+    k8s_containers_have_limits,
+    k8s_gpu_pods_use_limits_and_tolerate_taint,
+    k8s_no_privileged_or_host_namespaces,
+    k8s_workloads_run_as_non_root,
+]
+TAGS = [storage_and_compute_tagged]
+
+ALL_POLICIES = [*RESIDENCY, *ENCRYPTION_AT_REST, *ENCRYPTION_IN_TRANSIT, *EXPOSURE, *KUBERNETES, *TAGS]
 
 __all__ = ["ALL_POLICIES", "PACK_NAME"]

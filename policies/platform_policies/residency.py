@@ -1,10 +1,27 @@
-"""Data residency: every AWS resource lives in an allowed region."""
+"""Data residency: every AWS resource lives in an allowed region, and so do the zones it names."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pulumi_policy import ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
-from .common import AWS_PROVIDER_TYPE, DEFAULT_ALLOWED_REGIONS, config_value, is_aws, module_of, schema
+from .common import (
+    AWS_PROVIDER_TYPE,
+    DEFAULT_ALLOWED_REGIONS,
+    REGIONS_PROPERTY,
+    UNKNOWN,
+    Settings,
+    config_value,
+    get,
+    is_aws,
+    items,
+    module_of,
+    resource_rule,
+    schema,
+    zone_in_regions,
+)
 from .controls import pdpl
 
 # Services that are global by design: their resources have no region to pin. Route 53
@@ -83,5 +100,81 @@ aws_resources_in_allowed_regions = ResourceValidationPolicy(
     framework=pdpl("Articles 22-23", "Personal data stays in the State unless a transfer is lawful."),
     remediation_steps="Pin the resource to an allowed region through the stack's aws.Provider; do not set a "
     "resource-level `region` outside policies/config/<env>.json's allowedRegions.",
+    tags=["residency"],
+)
+
+
+# --- Availability zones -------------------------------------------------------------
+
+# Inputs that name zones, at the top level or one level down (e.g. a launch template's
+# `placement.availabilityZone`, an EFS replica's `destination.availabilityZoneName`).
+ZONE_KEYS = frozenset(
+    {
+        "availabilityZone",
+        "availabilityZoneId",
+        "availabilityZoneName",
+        "availabilityZones",
+        "availabilityZoneIds",
+        "preferredAvailabilityZones",
+        "preferredCacheClusterAzs",
+    }
+)
+
+ZONES_SCHEMA = {"allowedRegions": REGIONS_PROPERTY}
+
+
+def _zones(props: Any) -> list[tuple[str, Any]]:
+    """(path, zone) for every zone-naming input, top level and one level down."""
+    found: list[tuple[str, Any]] = []
+
+    def collect(mapping: Any, prefix: str) -> None:
+        if not isinstance(mapping, Mapping):
+            return
+        for key in ZONE_KEYS:
+            value = get(mapping, key)
+            if value is None:
+                continue
+            if isinstance(value, str) or value is UNKNOWN:
+                found.append((f"{prefix}{key}", value))
+            else:
+                found.extend((f"{prefix}{key}[{i}]", zone) for i, zone in enumerate(items(value)))
+
+    collect(props, "")
+    for key in list(props.keys()) if isinstance(props, Mapping) else []:
+        if key in ZONE_KEYS:
+            continue
+        nested = get(props, key)
+        if isinstance(nested, Mapping):
+            collect(nested, f"{key}.")
+        else:
+            for i, element in enumerate(items(nested)):
+                collect(element, f"{key}[{i}].")
+    return found
+
+
+def _check_zones(args: ResourceValidationArgs, report_violation: ReportViolation, settings: Settings) -> None:
+    zones = _zones(args.props)
+    if not zones:
+        args.not_applicable("names no availability zone")
+    allowed = list(settings["allowedRegions"])
+    for path, zone in zones:
+        if zone is UNKNOWN or zone == "":
+            continue  # chosen by the engine from this region's own zone list
+        if not isinstance(zone, str) or not zone_in_regions(zone, allowed):
+            report_violation(
+                f"{args.resource_type} '{args.name}': {path} = {zone!r} is not a zone of the allowed regions {allowed}"
+            )
+
+
+availability_zones_in_allowed_regions = resource_rule(
+    name="availability-zones-in-allowed-regions",
+    description="Availability zones (names or zone ids) named by AWS resources belong to an allowed region; "
+    "Local and Wavelength zones are outside the region.",
+    applies=lambda t: t.startswith("aws:"),
+    check=_check_zones,
+    config=ZONES_SCHEMA,
+    framework=pdpl("Articles 22-23", "Personal data stays in the State unless a transfer is lawful."),
+    remediation="Choose zones by id from the stack's own region (e.g. mec1-az1..az3 for me-central-1); never a "
+    "Local Zone or another region's zone.",
     tags=["residency"],
 )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from google.protobuf import struct_pb2
+from google.protobuf import empty_pb2, struct_pb2
 from platform_policies import ALL_POLICIES
 from pulumi.runtime.proto import analyzer_pb2
+from pulumi_policy import StackValidationPolicy
 
 from infra.preview.analyzer import PolicyPackProcess
+from tests.policy.cases import RESOURCE_CASES, STACK_CASES
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +58,69 @@ def test_configure_changes_allowed_regions(pack):
         type="pulumi:providers:aws", urn="urn:pulumi:t::p::pulumi:providers:aws::eu", name="eu",
         properties=_struct({"region": "eu-west-1"})))
     assert [d for d in answer.diagnostics if d.policyName == "aws-resources-in-allowed-regions"] == []
+
+
+# --- The whole rule table, through the pack process ---------------------------------------
+
+def _provider(props: dict | None) -> analyzer_pb2.AnalyzerProviderResource | None:
+    if props is None:
+        return None
+    return analyzer_pb2.AnalyzerProviderResource(
+        type="pulumi:providers:aws", urn="urn:pulumi:t::p::pulumi:providers:aws::p", name="p",
+        properties=_struct(props))
+
+
+def _urn(resource_type: str, name: str) -> str:
+    return f"urn:pulumi:t::p::{resource_type}::{name}"
+
+
+def test_every_rule_has_remediation_and_control_over_grpc(pack):
+    answer = pack.stub.GetAnalyzerInfo(empty_pb2.Empty())
+    assert len(answer.policies) == len(ALL_POLICIES)
+    for policy in answer.policies:
+        assert policy.remediation_steps, policy.name
+        assert policy.framework.name in (
+            "UAE PDPL (Federal Decree-Law No. 45 of 2021)", "ISO/IEC 27001:2022 Annex A", "CIS Amazon EKS Benchmark",
+        ), policy.name
+    stack = {p.name for p in ALL_POLICIES if isinstance(p, StackValidationPolicy)}
+    for policy in pack.info():
+        assert policy.stack_policy == (policy.name in stack)
+        assert bool(policy.scope) == policy.stack_policy, policy.name
+
+
+def test_resource_table_over_grpc(pack):
+    pack.configure(pack.info(), {}, "test")
+    wrong = []
+    for case in RESOURCE_CASES:
+        request = analyzer_pb2.AnalyzeRequest(type=case.type, urn=_urn(case.type, case.name), name=case.name,
+                                              properties=_struct(case.props))
+        provider = _provider(case.provider)
+        if provider is not None:
+            request.provider.CopyFrom(provider)
+        answer = pack.stub.Analyze(request)
+        mine = [d for d in answer.diagnostics if d.policyName == case.rule]
+        judged = case.rule not in {n.policy_name for n in answer.not_applicable}
+        ok = judged and (bool(mine) == case.fails) and all(d.enforcementLevel == analyzer_pb2.MANDATORY for d in mine)
+        if not ok:
+            wrong.append((case.id, judged, [d.message for d in mine]))
+    assert wrong == []
+
+
+def test_stack_table_over_grpc(pack):
+    pack.configure(pack.info(), {}, "test")
+    wrong = []
+    for case in STACK_CASES:
+        resources = []
+        for spec in case.resources:
+            resource = analyzer_pb2.AnalyzerResource(type=spec.type, urn=_urn(spec.type, spec.name), name=spec.name,
+                                                     properties=_struct(spec.props))
+            resource.provider.CopyFrom(_provider({"region": "me-central-1"}))
+            for prop, targets in spec.depends.items():
+                resource.propertyDependencies[prop].urns.extend(_urn(*t) for t in targets)
+            resources.append(resource)
+        answer = pack.stub.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=resources))
+        mine = [d.urn for d in answer.diagnostics if d.policyName == case.rule]
+        expected = [_urn(*case.culprit)] if case.fails else []
+        if mine != expected:
+            wrong.append((case.id, mine))
+    assert wrong == []

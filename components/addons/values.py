@@ -1,0 +1,410 @@
+"""Helm values of every add-on release, as plain functions of plain data.
+
+Nothing here imports Pulumi: each function takes an `AddonContext` (what the stack's
+config and the registry plan say) and returns the dict handed to the chart. Every image
+comes from the in-region mirror through `infra.versions.image_uri`; a value is never left
+to a chart's upstream default where that default would pull from outside the region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from infra.versions import CHARTS, image_uri
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+# GPU pools carry this taint, so only pods that tolerate it (GPU workloads, the GPU
+# daemons below) land on the expensive nodes.
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+# Some EFA node groups also carry this taint; the EFA plugin must tolerate it too.
+EFA_TOLERATION = {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"}
+
+# Where each add-on runs. The Pod Security level of each namespace, and why, is in
+# components/tenancy_spec.py SYSTEM_NAMESPACES.
+NAMESPACES = {
+    "nvidia-device-plugin": "nvidia-device-plugin",
+    "gpu-operator": "gpu-operator",
+    "aws-efa-k8s-device-plugin": "kube-system",
+    "kube-prometheus-stack": "monitoring",
+    "dcgm-exporter": "monitoring",
+    "kueue": "kueue-system",
+    "jobset": "jobset-system",
+    "aws-fsx-csi-driver": "kube-system",
+}
+
+# A container without limits can starve a node's daemons; every container we can reach
+# through values gets requests and limits.
+SMALL = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "256Mi"}}
+MEDIUM = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
+CONTROLLER = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+
+# The most a container needs that talks to a device or the kubelet socket: no privilege
+# escalation, no Linux capabilities.
+NO_CAPABILITIES = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@dataclass(frozen=True)
+class MirrorImage:
+    """One image of the registry plan, split the ways charts ask for it."""
+
+    uri: str  # host/mlplat/mirror/name:tag
+    registry: str  # host
+    repository: str  # mlplat/mirror/name (relative to the registry)
+    prefix: str  # host/mlplat/mirror (charts that want repository and image apart)
+    image: str  # name
+    tag: str
+
+    @property
+    def full_repository(self) -> str:
+        return f"{self.registry}/{self.repository}"
+
+
+def mirror_image(name: str, account: str, region: str) -> MirrorImage:
+    uri = image_uri(name, account, region)
+    ref, tag = uri.rsplit(":", 1)
+    registry, repository = ref.split("/", 1)
+    prefix, image = ref.rsplit("/", 1)
+    return MirrorImage(uri, registry, repository, prefix, image, tag)
+
+
+@dataclass(frozen=True)
+class AddonContext:
+    account: str
+    region: str
+    gpu_instance_types: tuple[str, ...] = ()  # every GPU pool's type, in pool order
+    efa_instance_types: tuple[str, ...] = ()  # types of the pools that attach EFA
+    device_plugin_mode: str = "device-plugin"  # or "gpu-operator"
+    time_slicing_replicas: int = 1
+    mig_strategy: str = "none"
+    storage_class: str = "gp3-encrypted"
+    prometheus_retention_days: int = 15
+    prometheus_volume_gi: int = 100
+    alertmanager_volume_gi: int = 10
+    telemetry: bool = True
+
+    def image(self, name: str) -> MirrorImage:
+        return mirror_image(name, self.account, self.region)
+
+
+# --- Chart sources -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChartSource:
+    chart: str  # a name (with `repo`) or a full oci:// reference
+    version: str
+    repo: str | None  # an https chart repository, None for OCI references
+
+
+def ecr_chart_mirror(account: str, region: str) -> str:
+    return f"oci://{account}.dkr.ecr.{region}.amazonaws.com/mlplat/charts"
+
+
+def chart_source(name: str, mirror: str | None = None) -> ChartSource:
+    """Where Helm fetches a chart: the upstream repository, or the stack's OCI mirror
+    (`<mirror>/<chart name>`, same version) when one is configured."""
+    chart = CHARTS[name]
+    if mirror:
+        return ChartSource(f"{mirror.rstrip('/')}/{chart.name}", chart.version, None)
+    if chart.repository.startswith("oci://"):
+        return ChartSource(f"{chart.repository.rstrip('/')}/{chart.name}", chart.version, None)
+    return ChartSource(chart.name, chart.version, chart.repository)
+
+
+# --- Scheduling helpers --------------------------------------------------------------
+
+
+def instance_type_affinity(instance_types: Sequence[str]) -> dict[str, Any]:
+    """Required node affinity: only nodes of these EC2 instance types."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [
+                        {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": sorted(set(instance_types))}
+                    ]}
+                ]
+            }
+        }
+    }
+
+
+# --- NVIDIA device plugin ------------------------------------------------------------
+
+
+def device_plugin_config(time_slicing_replicas: int, mig_strategy: str) -> str:
+    """The plugin's config file: MIG strategy, and time-slicing when replicas > 1."""
+    config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": mig_strategy}}
+    if time_slicing_replicas > 1:
+        config["sharing"] = {
+            "timeSlicing": {"resources": [{"name": GPU_RESOURCE, "replicas": time_slicing_replicas}]}
+        }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def nvidia_device_plugin_values(ctx: AddonContext) -> dict[str, Any]:
+    plugin = ctx.image("k8s-device-plugin")
+    nfd = ctx.image("node-feature-discovery")
+    affinity = instance_type_affinity(ctx.gpu_instance_types)
+    return {
+        "image": {"repository": plugin.full_repository, "tag": plugin.tag, "pullPolicy": "IfNotPresent"},
+        # MOFED detection mounts every /dev/infiniband/uverbs* device, which on AWS are the
+        # EFA devices the EFA plugin hands out (NVIDIA/k8s-device-plugin#1692).
+        "mofedEnabled": False,
+        "config": {"map": {"default": device_plugin_config(ctx.time_slicing_replicas, ctx.mig_strategy)},
+                   "default": "default"},
+        "tolerations": [GPU_TOLERATION],
+        "affinity": affinity,
+        "priorityClassName": "system-node-critical",
+        "resources": SMALL,
+        "securityContext": NO_CAPABILITIES,
+        # GPU feature discovery labels nodes with the GPU model, memory and sharing mode.
+        # Upstream runs it privileged to read vGPU data from the host; it stays so (see
+        # SYSTEM_NAMESPACES).
+        "gfd": {"enabled": True},
+        "nfd": {
+            "image": {"repository": nfd.full_repository, "tag": nfd.tag, "pullPolicy": "IfNotPresent"},
+            "master": {"resources": MEDIUM},
+            "gc": {"resources": SMALL},
+            "worker": {"tolerations": [GPU_TOLERATION], "affinity": affinity, "resources": SMALL},
+        },
+    }
+
+
+def gpu_operator_values(ctx: AddonContext) -> dict[str, Any]:
+    """The GPU Operator on the EKS AL2023 NVIDIA AMI: the AMI already ships the driver and
+    the container toolkit, so the operator must not install them again."""
+
+    def component(name: str) -> dict[str, Any]:
+        img = ctx.image(name)
+        return {"repository": img.prefix, "image": img.image, "version": img.tag, "imagePullPolicy": "IfNotPresent"}
+
+    nfd = ctx.image("node-feature-discovery")
+    mig = ctx.mig_strategy != "none"
+    values: dict[str, Any] = {
+        "operator": {**component("gpu-operator"), "resources": CONTROLLER},
+        "validator": component("gpu-operator-validator"),
+        "driver": {"enabled": False},
+        "toolkit": {"enabled": False},
+        "devicePlugin": {
+            **component("k8s-device-plugin"),
+            "enabled": True,
+            "env": [{"name": "MOFED_ENABLED", "value": "false"}],
+            "resources": SMALL,
+            "config": {"create": True, "name": "device-plugin-config", "default": "default",
+                       "data": {"default": device_plugin_config(ctx.time_slicing_replicas, ctx.mig_strategy)}},
+        },
+        "gfd": {**component("k8s-device-plugin"), "enabled": True},
+        "dcgm": {"enabled": False},  # the exporter's embedded host engine is enough
+        "dcgmExporter": {
+            **component("dcgm-exporter"),
+            "enabled": True,
+            "resources": MEDIUM,
+            "serviceMonitor": {"enabled": ctx.telemetry, "interval": "15s"},
+            "config": {"create": True, "name": "dcgm-exporter-metrics", "data": dcgm_metrics_csv()},
+        },
+        "migManager": {**component("k8s-mig-manager"), "enabled": mig},
+        "daemonsets": {"tolerations": [GPU_TOLERATION], "priorityClassName": "system-node-critical"},
+        "nfd": {"enabled": True},
+        "node-feature-discovery": {
+            "image": {"repository": nfd.full_repository, "tag": nfd.tag},
+            "worker": {"tolerations": [GPU_TOLERATION], "resources": SMALL},
+            "master": {"resources": MEDIUM},
+        },
+        # Components this platform does not use stay off, so no unmirrored image is pulled.
+        **{name: {"enabled": False} for name in (
+            "nodeStatusExporter", "gds", "gdrcopy", "vgpuManager", "vgpuDeviceManager", "vfioManager",
+            "sandboxDevicePlugin", "kataManager", "ccManager",
+        )},
+    }
+    if mig:
+        values["mig"] = {"strategy": ctx.mig_strategy}
+    return values
+
+
+# --- EFA device plugin ---------------------------------------------------------------
+
+
+def efa_device_plugin_values(ctx: AddonContext) -> dict[str, Any]:
+    """Scheduled only on the EFA pools' instance types: on a node without EFA devices the
+    plugin exits and the DaemonSet pod crash-loops."""
+    img = ctx.image("aws-efa-k8s-device-plugin")
+    return {
+        "image": {"repository": img.full_repository, "tag": img.tag},
+        "supportedInstanceLabels": {
+            "keys": [INSTANCE_TYPE_LABEL],
+            "values": sorted(set(ctx.efa_instance_types)),
+        },
+        "tolerations": [GPU_TOLERATION, EFA_TOLERATION],
+        "resources": SMALL,
+        "securityContext": {**NO_CAPABILITIES, "runAsNonRoot": False},
+    }
+
+
+# --- Telemetry -----------------------------------------------------------------------
+
+# DCGM fields the exporter publishes (field, Prometheus type, help). The list replaces the
+# exporter's default: the NVLink error counters, which the alerts need, are off there.
+DCGM_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in us)."),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in us)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter", "Total number of double-bit persistent ECC errors."),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors."),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink flow-control CRC errors."),
+    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink data CRC errors."),
+    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink retries."),
+    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink recovery errors."),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
+)
+
+
+def dcgm_metrics_csv() -> str:
+    return "".join(f"{name}, {kind}, {text}\n" for name, kind, text in DCGM_METRICS)
+
+
+def dcgm_exporter_values(ctx: AddonContext) -> dict[str, Any]:
+    img = ctx.image("dcgm-exporter")
+    return {
+        "image": {"repository": img.full_repository, "tag": img.tag, "pullPolicy": "IfNotPresent"},
+        "arguments": ["-f", "/etc/dcgm-exporter/default-counters.csv"],
+        "customMetrics": dcgm_metrics_csv(),
+        "serviceMonitor": {"enabled": ctx.telemetry, "interval": "15s"},
+        "tolerations": [GPU_TOLERATION],
+        "affinity": instance_type_affinity(ctx.gpu_instance_types),
+        "resources": MEDIUM,
+        # Root to open the GPU devices, but none of SYS_ADMIN that upstream adds: that is
+        # only for profiling (DCP) fields, and none of the fields above is one.
+        "securityContext": {**NO_CAPABILITIES, "runAsNonRoot": False, "runAsUser": 0},
+    }
+
+
+def _split_image(img: MirrorImage) -> dict[str, str]:
+    return {"registry": img.registry, "repository": img.repository, "tag": img.tag}
+
+
+def _volume_claim(storage_class: str, size_gi: int) -> dict[str, Any]:
+    return {"volumeClaimTemplate": {"spec": {
+        "storageClassName": storage_class,
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": f"{size_gi}Gi"}},
+    }}}
+
+
+def kube_prometheus_stack_values(ctx: AddonContext) -> dict[str, Any]:
+    """Prometheus and Alertmanager on volumes of the encrypted StorageClass. The selectors
+    are opened so the GPU rules and the DCGM/Kueue ServiceMonitors outside this release
+    are picked up."""
+    reloader = ctx.image("prometheus-config-reloader")
+    return {
+        "crds": {"enabled": True},
+        "grafana": {"enabled": False},
+        "windowsMonitoring": {"enabled": False},
+        # EKS runs the control plane; these targets cannot be scraped from inside.
+        **{name: {"enabled": False} for name in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")},
+        "prometheusOperator": {
+            "image": _split_image(ctx.image("prometheus-operator")),
+            "prometheusConfigReloader": {"image": _split_image(reloader), "resources": SMALL},
+            "admissionWebhooks": {"patch": {"image": _split_image(ctx.image("kube-webhook-certgen")),
+                                            "resources": SMALL}},
+            "resources": MEDIUM,
+        },
+        "prometheus": {"prometheusSpec": {
+            "image": _split_image(ctx.image("prometheus")),
+            "retention": f"{ctx.prometheus_retention_days}d",
+            "storageSpec": _volume_claim(ctx.storage_class, ctx.prometheus_volume_gi),
+            "ruleSelectorNilUsesHelmValues": False,
+            "serviceMonitorSelectorNilUsesHelmValues": False,
+            "podMonitorSelectorNilUsesHelmValues": False,
+            "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
+        }},
+        "alertmanager": {"alertmanagerSpec": {
+            "image": _split_image(ctx.image("alertmanager")),
+            "storage": _volume_claim(ctx.storage_class, ctx.alertmanager_volume_gi),
+            "resources": MEDIUM,
+        }},
+        "kube-state-metrics": {"image": _split_image(ctx.image("kube-state-metrics")), "resources": MEDIUM},
+        # Node metrics from every node, the tainted GPU nodes included.
+        "prometheus-node-exporter": {
+            "image": _split_image(ctx.image("node-exporter")),
+            "tolerations": [GPU_TOLERATION, EFA_TOLERATION],
+            "resources": SMALL,
+        },
+    }
+
+
+# --- Scheduling ----------------------------------------------------------------------
+
+
+def kueue_values(ctx: AddonContext) -> dict[str, Any]:
+    img = ctx.image("kueue")
+    return {
+        "controllerManager": {"manager": {
+            "image": {"repository": img.full_repository, "tag": img.tag, "pullPolicy": "IfNotPresent"},
+            "resources": CONTROLLER,
+        }},
+        # A ServiceMonitor for Kueue's queue metrics; needs the Prometheus stack's CRDs.
+        "enablePrometheus": ctx.telemetry,
+    }
+
+
+def jobset_values(ctx: AddonContext) -> dict[str, Any]:
+    img = ctx.image("jobset")
+    return {
+        "image": {"repository": img.full_repository, "tag": img.tag, "pullPolicy": "IfNotPresent"},
+        "controller": {"resources": CONTROLLER},
+    }
+
+
+# --- Storage drivers -----------------------------------------------------------------
+
+
+def fsx_csi_values(ctx: AddonContext) -> dict[str, Any]:
+    """FSx for Lustre CSI driver. Static volumes only: the controller creates no file
+    systems, so it needs no AWS permissions beyond what the node role has."""
+
+    def sidecar(name: str) -> dict[str, Any]:
+        img = ctx.image(name)
+        return {"image": {"repository": img.full_repository, "tag": img.tag, "pullPolicy": "IfNotPresent"},
+                "resources": SMALL}
+
+    driver = ctx.image("aws-fsx-csi-driver")
+    return {
+        "image": {"repository": driver.full_repository, "tag": driver.tag, "pullPolicy": "IfNotPresent"},
+        "sidecars": {
+            "livenessProbe": sidecar("livenessprobe"),
+            "nodeDriverRegistrar": sidecar("node-driver-registrar"),
+            "provisioner": sidecar("external-provisioner"),
+            "resizer": sidecar("external-resizer"),
+        },
+        # The region is set, not looked up from instance metadata: pods cannot reach IMDS.
+        "controller": {"region": ctx.region, "resources": MEDIUM},
+        "node": {
+            "region": ctx.region,
+            "resources": MEDIUM,
+            # Lustre is mounted where training runs: every node, the tainted GPU nodes too.
+            "tolerateAllTaints": False,
+            "tolerations": [GPU_TOLERATION, EFA_TOLERATION,
+                            {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+        },
+    }

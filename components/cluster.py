@@ -1,0 +1,238 @@
+"""`Cluster`: a private EKS control plane with encrypted secrets, every log type, access
+entries from config, the add-ons nodes need to join, and a Kubernetes provider built
+from it. `CoreAddons`: the add-ons that need running nodes (CoreDNS, EBS CSI) and the
+encrypted default StorageClass."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.iam import PodIdentityRole, PodIdentityRoleArgs
+from components.specs import cluster as spec
+from components.specs import iam as iam_spec
+from infra.versions import EKS_ADDONS
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    cluster_name: str  # mlplat-<stack>
+    region: str
+    version: str
+    subnet_ids: tuple[pulumi.Input[str], ...]  # private subnets, at least two zones
+    secrets_key_arn: pulumi.Input[str]  # envelope encryption of Kubernetes secrets
+    logs_key_arn: pulumi.Input[str]
+    log_retention_days: int
+    # Empty: the API server has no public endpoint at all.
+    public_access_cidrs: tuple[str, ...] = ()
+    admin_role_arns: tuple[str, ...] = ()
+    read_only_role_arns: tuple[str, ...] = ()
+    deletion_protection: bool = True
+
+
+class Cluster(pulumi.ComponentResource):
+    eks: aws.eks.Cluster
+    log_group: aws.cloudwatch.LogGroup
+    k8s_provider: k8s.Provider
+    cluster_security_group_id: pulumi.Output[str]
+    addons: dict[str, aws.eks.Addon]
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("mlplat:cluster:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        # Created before the cluster so EKS writes into our encrypted, retained group
+        # instead of creating an unencrypted one that never expires.
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane",
+            name=spec.control_plane_log_group(args.cluster_name),
+            kms_key_id=args.logs_key_arn,
+            retention_in_days=args.log_retention_days,
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )
+        role = aws.iam.Role(
+            f"{name}-control-plane",
+            name=f"{args.cluster_name}-cluster",
+            description="EKS control plane",
+            assume_role_policy=json.dumps(iam_spec.trust_policy("eks.amazonaws.com", tag_session=True)),
+            opts=child,
+        )
+        attachments = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-{arn.rsplit('/', 1)[-1]}", role=role.name, policy_arn=arn, opts=child
+            )
+            for arn in iam_spec.CLUSTER_POLICIES
+        ]
+        public = bool(args.public_access_cidrs)
+        self.eks = aws.eks.Cluster(
+            name,
+            name=args.cluster_name,
+            version=args.version,
+            role_arn=role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=list(args.subnet_ids),
+                endpoint_private_access=True,
+                endpoint_public_access=public,
+                public_access_cidrs=list(args.public_access_cidrs) if public else None,
+            ),
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                resources=["secrets"],
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=args.secrets_key_arn),
+            ),
+            enabled_cluster_log_types=list(spec.CONTROL_PLANE_LOG_TYPES),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API",
+                # The identity that runs `pulumi up` manages the cluster's Kubernetes
+                # objects through the provider below, so it keeps admin access.
+                bootstrap_cluster_creator_admin_permissions=True,
+            ),
+            # The managed add-ons below replace the self-managed ones EKS would install.
+            bootstrap_self_managed_addons=False,
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
+            deletion_protection=args.deletion_protection,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.log_group, *attachments]),
+        )
+        self.cluster_security_group_id = self.eks.vpc_config.cluster_security_group_id
+        self._access_entries(name, args)
+        self._addons(name, args)
+
+        kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data).apply(
+            lambda v: json.dumps(spec.kubeconfig(v[0], v[1], v[2], args.region))
+        )
+        self.k8s_provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=kubeconfig,
+            enable_server_side_apply=True,
+            opts=child,
+        )
+        self.register_outputs(
+            {"name": self.eks.name, "endpoint": self.eks.endpoint, "clusterSecurityGroupId": self.cluster_security_group_id}
+        )
+
+    def _access_entries(self, name: str, args: ClusterArgs) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        grants = [(arn, spec.ADMIN_POLICY, "admin") for arn in args.admin_role_arns]
+        grants += [(arn, spec.VIEW_POLICY, "view") for arn in args.read_only_role_arns]
+        for arn, policy_arn, kind in grants:
+            key = f"{name}-{kind}-{spec.principal_key(arn)}"
+            entry = aws.eks.AccessEntry(key, cluster_name=self.eks.name, principal_arn=arn, type="STANDARD", opts=child)
+            aws.eks.AccessPolicyAssociation(
+                key,
+                cluster_name=self.eks.name,
+                principal_arn=entry.principal_arn,
+                policy_arn=policy_arn,
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=child,
+            )
+
+    def _addons(self, name: str, args: ClusterArgs) -> None:
+        """The add-ons nodes need before they can become Ready."""
+        child = pulumi.ResourceOptions(parent=self)
+        self.addons = {}
+        agent = EKS_ADDONS["eks-pod-identity-agent"]
+        self.addons[agent.name] = _addon(name, self.eks, agent.name, opts=child)
+        self.addons["kube-proxy"] = _addon(name, self.eks, "kube-proxy", opts=child)
+        cni_role = PodIdentityRole(
+            f"{name}-vpc-cni",
+            PodIdentityRoleArgs(
+                role_name=f"{args.cluster_name}-vpc-cni",
+                namespace="kube-system",
+                service_account="aws-node",
+                cluster_name=None,  # the add-on owns the association
+                managed_policy_arns=(iam_spec.CNI_POLICY,),
+            ),
+            opts=child,
+        )
+        self.addons["vpc-cni"] = _addon(
+            name,
+            self.eks,
+            "vpc-cni",
+            pod_identity=[("aws-node", cni_role.role.arn)],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.addons[agent.name]]),
+        )
+
+
+def _addon(
+    prefix: str,
+    cluster: aws.eks.Cluster,
+    addon_name: str,
+    *,
+    opts: pulumi.ResourceOptions,
+    pod_identity: list[tuple[str, pulumi.Input[str]]] | None = None,
+) -> aws.eks.Addon:
+    return aws.eks.Addon(
+        f"{prefix}-{addon_name}",
+        cluster_name=cluster.name,
+        addon_name=addon_name,
+        addon_version=EKS_ADDONS[addon_name].version,
+        # Take over whatever EKS or an earlier install left; keep later manual changes
+        # visible as drift instead of silently overwriting them.
+        resolve_conflicts_on_create="OVERWRITE",
+        resolve_conflicts_on_update="PRESERVE",
+        pod_identity_associations=[
+            aws.eks.AddonPodIdentityAssociationArgs(service_account=sa, role_arn=arn) for sa, arn in pod_identity
+        ]
+        if pod_identity
+        else None,
+        opts=opts,
+    )
+
+
+@dataclass(frozen=True)
+class CoreAddonsArgs:
+    cluster_name: str
+    cluster: aws.eks.Cluster
+    volumes_key_arn: pulumi.Input[str]  # default StorageClass and the CSI driver's grants
+
+
+class CoreAddons(pulumi.ComponentResource):
+    """Add-ons that schedule pods (so wait for nodes: pass the node groups in
+    `depends_on`), and the default StorageClass. Kubernetes objects use the provider
+    given in `opts.providers`."""
+
+    addons: dict[str, aws.eks.Addon]
+    storage_class: k8s.storage.v1.StorageClass
+
+    def __init__(self, name: str, args: CoreAddonsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("mlplat:cluster:CoreAddons", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        # Children do not inherit the component's depends_on: the add-ons need it (nodes).
+        after_nodes = pulumi.ResourceOptions(parent=self, depends_on=opts.depends_on if opts else None)
+        ebs_role = PodIdentityRole(
+            f"{name}-ebs-csi",
+            PodIdentityRoleArgs(
+                role_name=f"{args.cluster_name}-ebs-csi",
+                namespace="kube-system",
+                service_account="ebs-csi-controller-sa",
+                cluster_name=None,
+                # The key ARN may still be unknown: the statements carry it as an Output.
+                statements=tuple(iam_spec.ebs_kms_statements(args.volumes_key_arn)),
+                managed_policy_arns=(iam_spec.EBS_CSI_POLICY,),
+            ),
+            opts=child,
+        )
+        self.addons = {
+            "coredns": _addon(name, args.cluster, "coredns", opts=after_nodes),
+            "aws-ebs-csi-driver": _addon(
+                name, args.cluster, "aws-ebs-csi-driver",
+                pod_identity=[("ebs-csi-controller-sa", ebs_role.role.arn)], opts=after_nodes,
+            ),
+        }
+        sc = spec.default_storage_class("")
+        self.storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-{sc['metadata']['name']}",
+            metadata=k8s.meta.v1.ObjectMetaArgs(**sc["metadata"]),
+            provisioner=sc["provisioner"],
+            parameters=pulumi.Output.from_input(args.volumes_key_arn).apply(
+                lambda arn: spec.default_storage_class(arn)["parameters"]
+            ),
+            reclaim_policy=sc["reclaim_policy"],
+            volume_binding_mode=sc["volume_binding_mode"],
+            allow_volume_expansion=sc["allow_volume_expansion"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.addons["aws-ebs-csi-driver"]]),
+        )
+        self.register_outputs({"storageClass": sc["metadata"]["name"]})

@@ -1,0 +1,144 @@
+"""`InferenceService`: Triton serving the stack's model from the models bucket, autoscaled
+(see components/inference_spec.py for what each object holds and why)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.addons.charts import helm_release
+from components.addons.objects import create as create_custom
+from components.addons.objects import resource_name
+from components.iam import PodIdentityRole, PodIdentityRoleArgs
+from components.inference_spec import (
+    ADAPTER_RELEASE,
+    ServingPlan,
+    adapter_values,
+    autoscaler,
+    deployment,
+    disruption_budget,
+    load_balancer_service,
+    namespace,
+    network_policies,
+    pod_monitor,
+    s3_statements,
+    service,
+    service_account,
+)
+from components.tenancy_spec import MONITORING_NAMESPACE
+
+# The kinds the service is made of, as their typed resources: the provider checks them
+# against the cluster's schema, and policies see the types they expect.
+_TYPED = {
+    ("v1", "Namespace"): k8s.core.v1.Namespace,
+    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
+    ("v1", "Service"): k8s.core.v1.Service,
+    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,
+    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
+    ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
+}
+
+
+def create(manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    typed = _TYPED.get((manifest["apiVersion"], manifest["kind"]))
+    if typed is None:  # the Prometheus stack's PodMonitor
+        return create_custom(manifest, opts)
+    body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
+    automount = body.pop("automountServiceAccountToken", None)
+    extra = {"automount_service_account_token": automount} if automount is not None else {}
+    return typed(resource_name(manifest), opts=opts, **body, **extra)
+
+
+@dataclass(frozen=True)
+class MetricsAdapter:
+    """prometheus-adapter, from the in-region mirror."""
+
+    image_repository: str
+    image_tag: str
+    resource_metrics: bool  # also serve the resource metrics API (CPU autoscaling)
+    chart_mirror: str | None = None
+
+
+@dataclass(frozen=True)
+class InferenceServiceArgs:
+    plan: ServingPlan
+    role_name: str  # the Pod Identity role's IAM name
+    cluster_name: pulumi.Input[str]  # where the Pod Identity association is made
+    bucket_arn: pulumi.Input[str]  # the models bucket
+    key_arn: pulumi.Input[str]  # the models key
+    repository_prefix: str  # the model repository's key prefix in the bucket
+    adapter: MetricsAdapter | None = None  # None: the cluster already serves the metric APIs
+    # The Prometheus stack (its CRDs and its Prometheus), the device plugins, the nodes.
+    depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class InferenceService(pulumi.ComponentResource):
+    """Triton's Deployment with its namespace, network policies, ServiceAccount and Pod
+    Identity role, the ClusterIP Service (and the internal TLS NLB where asked for), the
+    HorizontalPodAutoscaler with prometheus-adapter, the PodDisruptionBudget and the
+    PodMonitor. Kubernetes objects use the `kubernetes` provider of `opts.providers`, the
+    IAM role the `aws` one."""
+
+    deployment: pulumi.CustomResource
+    service: pulumi.CustomResource
+    role: PodIdentityRole
+
+    def __init__(self, name: str, args: InferenceServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("mlplat:inference:InferenceService", name, None, opts)
+        plan = args.plan
+        child = pulumi.ResourceOptions(parent=self)
+        after = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+
+        ns = create(namespace(plan), after)
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        account = service_account(plan)
+        sa = create(account, in_ns)
+        # Deny-all first, so no pod ever runs without its fences.
+        fences = [create(policy, in_ns) for policy in network_policies(plan)]
+
+        self.role = PodIdentityRole(
+            f"{name}-identity",
+            PodIdentityRoleArgs(
+                role_name=args.role_name, namespace=plan.namespace, service_account=plan.service_account,
+                cluster_name=args.cluster_name,
+                statements=tuple(
+                    pulumi.Output.all(args.bucket_arn, args.key_arn).apply(
+                        lambda a, i=i: s3_statements(a[0], args.repository_prefix, a[1])[i])
+                    for i in range(len(s3_statements("", "", "")))
+                ),
+            ),
+            opts=child,
+        )
+        # Credentials before the pods: a pod started before its Pod Identity association
+        # gets no AWS credentials until it restarts, and Triton reads S3 only at start.
+        ready: list[pulumi.Resource] = [sa, *fences]
+        if self.role.association is not None:
+            ready.append(self.role.association)
+        run = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *ready])
+        self.deployment = create(deployment(plan), run)
+        self.service = create(service(plan), in_ns)
+        balancer = load_balancer_service(plan)
+        self.load_balancer = create(balancer, in_ns) if balancer is not None else None
+        create(disruption_budget(plan), in_ns)
+
+        # The PodMonitor is the Prometheus stack's CRD: it exists once the stack is in.
+        scraped = pulumi.ResourceOptions(parent=self, depends_on=[ns, *args.depends_on])
+        create(pod_monitor(plan), scraped)
+        metrics_ready: list[pulumi.Resource] = [self.deployment]
+        if args.adapter is not None:
+            adapter = args.adapter
+            metrics_ready.append(helm_release(
+                ADAPTER_RELEASE,
+                adapter_values(adapter.image_repository, adapter.image_tag, adapter.resource_metrics),
+                adapter.chart_mirror, scraped, namespace=MONITORING_NAMESPACE,
+            ))
+        create(autoscaler(plan), pulumi.ResourceOptions(parent=self, depends_on=metrics_ready))
+        self.register_outputs({
+            "namespace": plan.namespace,
+            "service": plan.name,
+            "model": plan.model,
+            "roleArn": self.role.role.arn,
+        })

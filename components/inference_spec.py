@@ -1,0 +1,441 @@
+"""What the inference service looks like on the cluster, as plain Kubernetes manifests.
+
+Triton serves the model repository in the models bucket (read through Pod Identity, so no
+key is ever stored) with the config written by `python -m workloads.serve export`. GPU
+replicas take one GPU each on the inference pool; the smb stack's replicas run ONNX Runtime
+on its CPU pool. Replicas are spread across zones, roll with no replica unavailable, and
+scale on Triton's own queue time per request (GPU) or on CPU use, both read from the
+Prometheus stack through prometheus-adapter. Nothing here imports Pulumi;
+`components/inference.py` turns these dicts into resources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.tenancy_spec import MONITORING_NAMESPACE, pod_security_labels
+from components.training_spec import CONTAINER_SECURITY, GPU_RESOURCE, GPU_TOLERATION, POD_SECURITY, pool_affinity
+
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+# Custom metric served by prometheus-adapter (see adapter_values): microseconds a request
+# waited in Triton's scheduler queue, averaged over the last minute, per pod.
+QUEUE_METRIC = "triton_queue_time_per_request_us"
+ZONE_KEY = "topology.kubernetes.io/zone"
+HOST_KEY = "kubernetes.io/hostname"
+# EKS Pod Identity's agent answers credential requests on this link-local address.
+POD_IDENTITY_AGENT = "169.254.170.23/32"
+# TLS 1.3 and 1.2 only, forward-secret ciphers (AWS's recommended NLB policy).
+TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+NLB_CLASS = "service.k8s.aws/nlb"
+LB_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer"
+# The Prometheus that kube-prometheus-stack (release "kube-prometheus-stack") runs.
+PROMETHEUS_URL = f"http://kube-prometheus-stack-prometheus.{MONITORING_NAMESPACE}.svc"
+PROMETHEUS_PORT = 9090
+ADAPTER_RELEASE = "prometheus-adapter"
+
+
+@dataclass(frozen=True)
+class LoadBalancerPlan:
+    certificate_arn: str
+    source_cidrs: tuple[str, ...]  # who may connect (the NLB's security group)
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """Everything the manifests depend on, resolved from the stack's config."""
+
+    namespace: str
+    model: str  # the Triton model name
+    device: str  # "gpu" or "cpu"
+    pool: str  # node pool name (label mlplat.io/pool)
+    image: str  # tritonserver, from the in-region registry
+    model_repository: str  # s3://<models bucket>/<prefix>
+    region: str
+    cpu: int  # cores per replica (requests = limits)
+    memory_gi: int
+    gpus: int  # per replica
+    min_replicas: int
+    max_replicas: int
+    target_queue_us: int
+    target_cpu_percent: int
+    vpc_cidr: str
+    endpoint_cidrs: tuple[str, ...] = ()  # the S3 gateway endpoint's prefix list
+    load_balancer: LoadBalancerPlan | None = None
+    name: str = "triton"  # Deployment, Service, ServiceAccount, HPA, PDB
+    tmp_gi: int = 20  # Triton copies the S3 repository to local disk before loading it
+
+    @property
+    def service_account(self) -> str:
+        return self.name
+
+
+def labels(plan: ServingPlan) -> dict[str, str]:
+    return {"app.kubernetes.io/name": plan.name, "app.kubernetes.io/instance": plan.model,
+            "app.kubernetes.io/component": "inference", "app.kubernetes.io/part-of": "mlplat"}
+
+
+def selector(plan: ServingPlan) -> dict[str, str]:
+    return {"app.kubernetes.io/name": plan.name, "app.kubernetes.io/instance": plan.model}
+
+
+def _meta(plan: ServingPlan, name: str | None = None) -> dict[str, Any]:
+    return {"name": name or plan.name, "namespace": plan.namespace, "labels": labels(plan)}
+
+
+def namespace(plan: ServingPlan) -> dict[str, Any]:
+    """The service's own namespace, enforcing the `restricted` Pod Security level."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": plan.namespace,
+        "labels": {**pod_security_labels("restricted"), "app.kubernetes.io/part-of": "mlplat"}}}
+
+
+def service_account(plan: ServingPlan) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(plan),
+            "automountServiceAccountToken": False}
+
+
+def triton_args(plan: ServingPlan) -> list[str]:
+    """The server reads the repository once at start (control mode none): a new version or
+    a rollback reaches the pods by a rolling restart, never by files changing underneath.
+    `--disable-auto-complete-config` is today's spelling of strict model config: the
+    config.pbtxt we generated is used as written, nothing is guessed from the model."""
+    return [
+        f"--model-repository={plan.model_repository}",
+        "--model-control-mode=none",
+        "--disable-auto-complete-config",
+        "--strict-readiness=true",
+        "--exit-on-error=true",
+        f"--http-port={HTTP_PORT}",
+        f"--grpc-port={GRPC_PORT}",
+        f"--metrics-port={METRICS_PORT}",
+        "--allow-metrics=true",
+        f"--allow-gpu-metrics={'true' if plan.gpus else 'false'}",
+        "--exit-timeout-secs=30",
+    ]
+
+
+def resources(plan: ServingPlan) -> dict[str, dict[str, str]]:
+    """Requests equal to limits: Guaranteed QoS, and a replica's latency never depends on
+    a noisy neighbour's burst."""
+    amounts = {"cpu": str(plan.cpu), "memory": f"{plan.memory_gi}Gi"}
+    if plan.gpus:
+        amounts[GPU_RESOURCE] = str(plan.gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "timeoutSeconds": 5,
+            "failureThreshold": failures}
+
+
+def pod_spec(plan: ServingPlan) -> dict[str, Any]:
+    container = {
+        "name": "triton",
+        "image": plan.image,
+        "imagePullPolicy": "Always",
+        "command": ["tritonserver"],
+        "args": triton_args(plan),
+        "env": [
+            # The repository is read from the bucket's own region, through the VPC's S3
+            # endpoint; the SDK would otherwise start at us-east-1.
+            {"name": "AWS_REGION", "value": plan.region},
+            {"name": "AWS_DEFAULT_REGION", "value": plan.region},
+            {"name": "HOME", "value": "/tmp"},
+        ],
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "resources": resources(plan),
+        # Downloading and loading the model can take minutes; until then only this probe runs.
+        "startupProbe": _probe("/v2/health/live", 10, 60),
+        "livenessProbe": _probe("/v2/health/live", 10, 3),
+        # Ready only while every model is ready: the Service sends nothing to a pod still loading.
+        "readinessProbe": _probe("/v2/health/ready", 5, 3),
+        # Endpoints drop the pod before Triton stops taking requests.
+        "lifecycle": {"preStop": {"sleep": {"seconds": 10}}},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": CONTAINER_SECURITY,
+    }
+    spec: dict[str, Any] = {
+        "serviceAccountName": plan.service_account,
+        # Pod Identity mounts its own token; Triton never talks to the Kubernetes API.
+        "automountServiceAccountToken": False,
+        "securityContext": POD_SECURITY,
+        "affinity": pool_affinity(plan.pool),
+        "topologySpreadConstraints": [
+            # Zones hard, so one zone's outage leaves replicas; hosts soft, so a scale-out
+            # is never blocked by a full node.
+            {"maxSkew": 1, "topologyKey": ZONE_KEY, "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": selector(plan)}},
+            {"maxSkew": 1, "topologyKey": HOST_KEY, "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": {"matchLabels": selector(plan)}},
+        ],
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": f"{plan.tmp_gi}Gi"}}],
+        "terminationGracePeriodSeconds": 60,
+    }
+    if plan.gpus:
+        spec["tolerations"] = [GPU_TOLERATION]
+    return spec
+
+
+def deployment(plan: ServingPlan) -> dict[str, Any]:
+    """No `replicas`: the HorizontalPodAutoscaler owns the count, and a deploy must not
+    reset it to a fixed number in the middle of a busy hour."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(plan),
+        "spec": {
+            "selector": {"matchLabels": selector(plan)},
+            # A new replica must be ready before an old one goes: capacity never drops.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "minReadySeconds": 10,
+            "revisionHistoryLimit": 5,
+            "template": {"metadata": {"labels": labels(plan)}, "spec": pod_spec(plan)},
+        },
+    }
+
+
+def service(plan: ServingPlan) -> dict[str, Any]:
+    """Inside the cluster: HTTP/REST and gRPC (the smoke client speaks gRPC)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(plan),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(plan),
+            "ports": [
+                {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
+                 "appProtocol": "kubernetes.io/h2c"},
+            ],
+        },
+    }
+
+
+def load_balancer_service(plan: ServingPlan) -> dict[str, Any] | None:
+    """The internal NLB, only when the stack asks for it: TLS terminated with the stack's
+    ACM certificate (TLS 1.2+), gRPC on 443 (ALPN h2 so gRPC works through it), HTTP/REST on
+    8443, reachable only from the listed networks, straight to the pods' IPs."""
+    if plan.load_balancer is None:
+        return None
+    lb = plan.load_balancer
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {**_meta(plan, f"{plan.name}-tls"), "annotations": {
+            f"{LB_ANNOTATION}-scheme": "internal",
+            f"{LB_ANNOTATION}-nlb-target-type": "ip",
+            f"{LB_ANNOTATION}-ssl-cert": lb.certificate_arn,
+            f"{LB_ANNOTATION}-ssl-ports": "grpc-tls,https",
+            f"{LB_ANNOTATION}-ssl-negotiation-policy": TLS_POLICY,
+            f"{LB_ANNOTATION}-alpn-policy": "HTTP2Preferred",
+            f"{LB_ANNOTATION}-backend-protocol": "tcp",
+        }},
+        "spec": {
+            "type": "LoadBalancer",
+            # Only the AWS Load Balancer Controller answers this class; without it the
+            # Service stays pending rather than becoming a public classic load balancer.
+            "loadBalancerClass": NLB_CLASS,
+            "allocateLoadBalancerNodePorts": False,
+            "loadBalancerSourceRanges": list(lb.source_cidrs),
+            "selector": selector(plan),
+            "ports": [
+                {"name": "grpc-tls", "port": 443, "targetPort": "grpc", "protocol": "TCP"},
+                {"name": "https", "port": 8443, "targetPort": "http", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def autoscaler(plan: ServingPlan) -> dict[str, Any]:
+    """GPU: keep the average queue time per request under the target (Triton's own
+    measure of being short of instances). CPU: keep CPU use under the target. Out fast,
+    in slowly: a GPU node takes minutes to come back."""
+    if plan.gpus:
+        metric = {"type": "Pods", "pods": {
+            "metric": {"name": QUEUE_METRIC},
+            "target": {"type": "AverageValue", "averageValue": str(plan.target_queue_us)}}}
+    else:
+        metric = {"type": "Resource", "resource": {
+            "name": "cpu", "target": {"type": "Utilization", "averageUtilization": plan.target_cpu_percent}}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(plan),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": plan.name},
+            "minReplicas": plan.min_replicas,
+            "maxReplicas": plan.max_replicas,
+            "metrics": [metric],
+            "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": 0,
+                            "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]},
+                "scaleDown": {"stabilizationWindowSeconds": 300,
+                              "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+            },
+        },
+    }
+
+
+def disruption_budget(plan: ServingPlan) -> dict[str, Any]:
+    """Node drains and upgrades take one replica at a time; a crash-looping replica may
+    still be evicted, so a broken pod never blocks a drain."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(plan),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(plan)},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+    }
+
+
+def pod_monitor(plan: ServingPlan) -> dict[str, Any]:
+    """Prometheus scrapes Triton's metrics port; the adapter turns them into the queue metric."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _meta(plan),
+        "spec": {"selector": {"matchLabels": selector(plan)},
+                 "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}]},
+    }
+
+
+def _policy(plan: ServingPlan, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": plan.namespace}, "spec": spec}
+
+
+def _tcp(*ports: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": port} for port in ports]
+
+
+def network_policies(plan: ServingPlan) -> list[dict[str, Any]]:
+    """Deny everything, then: DNS; HTTPS to the AWS endpoints (S3 for the repository);
+    the Pod Identity agent for credentials; clients in the cluster (and the NLB, from
+    inside the VPC) on the serving ports; Prometheus on the metrics port."""
+    pods = {"podSelector": {"matchLabels": selector(plan)}}
+    client_sources: list[dict[str, Any]] = [{"namespaceSelector": {}}]
+    if plan.load_balancer is not None:
+        # The NLB sends from its own addresses in the VPC's subnets; who may reach the NLB
+        # is its security group's business (loadBalancerSourceRanges).
+        client_sources.append({"ipBlock": {"cidr": plan.vpc_cidr}})
+    return [
+        _policy(plan, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        _policy(plan, "allow-dns", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{
+            "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]}),
+        _policy(plan, "allow-aws-endpoints", {**pods, "policyTypes": ["Egress"], "egress": [{
+            "to": [{"ipBlock": {"cidr": cidr}} for cidr in (plan.vpc_cidr, *plan.endpoint_cidrs)],
+            "ports": _tcp(443)}]}),
+        _policy(plan, "allow-pod-identity", {**pods, "policyTypes": ["Egress"], "egress": [{
+            "to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}]}),
+        _policy(plan, "allow-clients", {**pods, "policyTypes": ["Ingress"], "ingress": [{
+            "from": client_sources, "ports": _tcp(HTTP_PORT, GRPC_PORT)}]}),
+        _policy(plan, "allow-prometheus", {**pods, "policyTypes": ["Ingress"], "ingress": [{
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}},
+                      "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}],
+            "ports": _tcp(METRICS_PORT)}]}),
+    ]
+
+
+def objects(plan: ServingPlan) -> list[dict[str, Any]]:
+    """Every object of the service, in the order they are applied."""
+    found = [namespace(plan), service_account(plan), *network_policies(plan), deployment(plan), service(plan)]
+    lb = load_balancer_service(plan)
+    if lb is not None:
+        found.append(lb)
+    return [*found, autoscaler(plan), disruption_budget(plan), pod_monitor(plan)]
+
+
+# --- AWS side -------------------------------------------------------------------------
+
+
+def repository_uri(bucket: str, prefix: str) -> str:
+    return f"s3://{bucket}/{prefix}"
+
+
+def s3_statements(bucket_arn: str, prefix: str, key_arn: str) -> list[dict[str, Any]]:
+    """Read-only: list the repository's prefix, read its objects, decrypt with the models
+    key. Publishing and rollback are done by CI, never by the serving pods."""
+    return [
+        {"Sid": "ListRepository", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn],
+         "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}},
+        {"Sid": "LocateBucket", "Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": [bucket_arn]},
+        {"Sid": "ReadRepository", "Effect": "Allow", "Action": ["s3:GetObject"],
+         "Resource": [f"{bucket_arn}/{prefix}/*"]},
+        {"Sid": "DecryptModels", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key_arn]},
+    ]
+
+
+# --- prometheus-adapter -----------------------------------------------------------------
+
+# Queue time per request: the queue counter's rate over the success counter's rate. The
+# divisor is held at 1 request/s or more so an idle replica reads 0, not "no data" (which
+# would freeze scaling in).
+QUEUE_QUERY = (
+    "sum by (<<.GroupBy>>) (rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) / "
+    "clamp_min(sum by (<<.GroupBy>>) (rate(nv_inference_request_success{<<.LabelMatchers>>}[1m])), 1)"
+)
+_POD_RESOURCES = {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
+
+
+def adapter_rules(resource_metrics: bool) -> dict[str, Any]:
+    rules: dict[str, Any] = {
+        # Only what the autoscalers read: the default rules would publish every series.
+        "default": False,
+        "custom": [{
+            "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
+            "resources": _POD_RESOURCES,
+            "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
+            "metricsQuery": QUEUE_QUERY,
+        }],
+    }
+    if resource_metrics:
+        # EKS has no metrics-server unless one is added: CPU autoscaling reads container CPU
+        # (cAdvisor, scraped by the Prometheus stack) through the adapter instead.
+        overrides = {"overrides": {"node": {"resource": "node"}, "namespace": {"resource": "namespace"},
+                                   "pod": {"resource": "pod"}}}
+        rules["resource"] = {
+            "cpu": {
+                "containerQuery": 'sum by (<<.GroupBy>>) (rate(container_cpu_usage_seconds_total'
+                                  '{container!="",<<.LabelMatchers>>}[3m]))',
+                "nodeQuery": "sum by (<<.GroupBy>>) (rate(container_cpu_usage_seconds_total"
+                             "{id='/',<<.LabelMatchers>>}[3m]))",
+                "resources": overrides, "containerLabel": "container",
+            },
+            "memory": {
+                "containerQuery": 'sum by (<<.GroupBy>>) (container_memory_working_set_bytes'
+                                  '{container!="",<<.LabelMatchers>>})',
+                "nodeQuery": "sum by (<<.GroupBy>>) (container_memory_working_set_bytes{id='/',<<.LabelMatchers>>})",
+                "resources": overrides, "containerLabel": "container",
+            },
+            "window": "3m",
+        }
+    return rules
+
+
+def adapter_values(image_repository: str, image_tag: str, resource_metrics: bool) -> dict[str, Any]:
+    """prometheus-adapter: the custom metrics API (and, where asked, the resource metrics
+    API) backed by the Prometheus stack. Two replicas: the API server calls it for every
+    autoscaler decision."""
+    return {
+        "image": {"repository": image_repository, "tag": image_tag, "pullPolicy": "IfNotPresent"},
+        "prometheus": {"url": PROMETHEUS_URL, "port": PROMETHEUS_PORT},
+        "replicas": 2,
+        "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}},
+        "securityContext": {**CONTAINER_SECURITY, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
+        "rules": adapter_rules(resource_metrics),
+    }
+
+
+def source_cidrs(configured: Sequence[str], vpc_cidr: str) -> tuple[str, ...]:
+    return tuple(configured) or (vpc_cidr,)

@@ -1,0 +1,79 @@
+"""FSx for Lustre facts and the scratch file system's network rules, as plain data.
+Nothing here imports Pulumi (the stack config validates against these too)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEPLOYMENT_TYPE = "PERSISTENT_2"
+LUSTRE_VERSION = "2.15"
+
+# PERSISTENT_2 on SSD: MB/s of throughput per TiB of storage.
+PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
+# PERSISTENT_2 on SSD: 1200 GiB, or a multiple of 2400 GiB.
+SMALLEST_CAPACITY_GIB = 1200
+CAPACITY_STEP_GIB = 2400
+
+# Lustre's LNET port, and the ports its servers and clients talk on.
+LUSTRE_PORTS = ((988, 988), (1018, 1023))
+
+# Where the datasets bucket appears inside the file system.
+DATASETS_PATH = "/datasets"
+# New, changed and deleted objects flow both ways between the bucket and the file system.
+REPOSITORY_EVENTS = ("NEW", "CHANGED", "DELETED")
+
+
+def capacity_allowed(gib: int) -> bool:
+    return gib == SMALLEST_CAPACITY_GIB or (gib > 0 and gib % CAPACITY_STEP_GIB == 0)
+
+
+def capacity_error(gib: object) -> str | None:
+    """None if FSx accepts this PERSISTENT_2 capacity, else why not (one line)."""
+    if isinstance(gib, bool) or not isinstance(gib, int) or not capacity_allowed(gib):
+        return (
+            f"{gib!r} GiB is not a PERSISTENT_2 capacity; allowed: {SMALLEST_CAPACITY_GIB} or a multiple of "
+            f"{CAPACITY_STEP_GIB} ({CAPACITY_STEP_GIB}, {2 * CAPACITY_STEP_GIB}, {3 * CAPACITY_STEP_GIB}, ...)"
+        )
+    return None
+
+
+def throughput_error(value: object) -> str | None:
+    """None if FSx accepts this PERSISTENT_2 per-unit throughput, else why not (one line)."""
+    if isinstance(value, bool) or value not in PERSISTENT_2_THROUGHPUTS:
+        return (
+            f"{value!r} is not a PERSISTENT_2 throughput; allowed: "
+            f"{', '.join(map(str, PERSISTENT_2_THROUGHPUTS))} (MB/s per TiB)"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    direction: str  # "ingress" or "egress", seen from the file system's security group
+    peer: str  # "nodes" (the cluster's node security group), "self", or "lustre" (the file system's group)
+    from_port: int
+    to_port: int
+
+    @property
+    def description(self) -> str:
+        ports = str(self.from_port) if self.from_port == self.to_port else f"{self.from_port}-{self.to_port}"
+        way = "from" if self.direction == "ingress" else "to"
+        who = {"nodes": "cluster nodes", "self": "the file system's own servers", "lustre": "the Lustre file system"}
+        return f"Lustre TCP {ports} {way} {who[self.peer]}"
+
+
+def file_system_rules() -> list[Rule]:
+    """Lustre ports only, only with the cluster's nodes and between the file system's own
+    servers (FSx refuses to create a file system whose group blocks the latter)."""
+    return [
+        Rule(direction, peer, low, high)
+        for direction in ("ingress", "egress")
+        for peer in ("nodes", "self")
+        for low, high in LUSTRE_PORTS
+    ]
+
+
+def client_rules() -> list[Rule]:
+    """What the nodes' group must accept from the file system: Lustre servers call back to
+    their clients on the same ports. `peer` here is the file system's group."""
+    return [Rule("ingress", "lustre", low, high) for low, high in LUSTRE_PORTS]

@@ -1,0 +1,266 @@
+"""`Network`: the platform VPC. Private subnets by zone id, NAT egress, VPC endpoints
+so AWS API traffic stays private and in-region, flow logs to an encrypted log group,
+and the security groups nodes and EFA interfaces use."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from components.specs import iam as iam_spec
+from components.specs import network as spec
+
+ALL_TRAFFIC = "-1"
+HTTPS = 443
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    prefix: str  # e.g. "mlplat-prod": names and Name tags start with it
+    region: str
+    vpc_cidr: str
+    zone_ids: tuple[str, ...]
+    logs_key_arn: pulumi.Input[str]  # CMK of the flow-log group
+    log_retention_days: int
+    single_nat_gateway: bool = False
+    cluster_name: str = ""  # subnet discovery tags for load balancers
+
+
+class Network(pulumi.ComponentResource):
+    vpc: aws.ec2.Vpc
+    subnets: dict[str, aws.ec2.Subnet]  # private, by zone id
+    public_subnets: dict[str, aws.ec2.Subnet]
+    node_security_group: aws.ec2.SecurityGroup
+    efa_security_group: aws.ec2.SecurityGroup
+    endpoint_security_group: aws.ec2.SecurityGroup
+    s3_endpoint: aws.ec2.VpcEndpoint
+    interface_endpoints: dict[str, aws.ec2.VpcEndpoint]
+    flow_log_group: aws.cloudwatch.LogGroup
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("mlplat:network:Network", name, None, opts)
+        self._name = name
+        self._args = args
+        child = pulumi.ResourceOptions(parent=self)
+        plan = spec.subnet_plan(args.vpc_cidr, args.zone_ids)
+
+        self.vpc = aws.ec2.Vpc(
+            name,
+            cidr_block=args.vpc_cidr,
+            # Both on: private endpoints resolve their service names inside the VPC, and
+            # the private API endpoint of the cluster needs them.
+            enable_dns_support=True,
+            enable_dns_hostnames=True,
+            tags={"Name": args.prefix},
+            opts=child,
+        )
+        vpc_id = self.vpc.id
+        gateway = aws.ec2.InternetGateway(name, vpc_id=vpc_id, tags={"Name": args.prefix}, opts=child)
+        public_routes = aws.ec2.RouteTable(
+            f"{name}-public",
+            vpc_id=vpc_id,
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=gateway.id)],
+            tags={"Name": f"{args.prefix}-public"},
+            opts=child,
+        )
+
+        self.subnets, self.public_subnets = {}, {}
+        nat_gateways: dict[str, aws.ec2.NatGateway] = {}
+        private_route_tables: list[aws.ec2.RouteTable] = []
+        for zone in plan:
+            cluster_tag = {f"kubernetes.io/cluster/{args.cluster_name}": "shared"} if args.cluster_name else {}
+            public = aws.ec2.Subnet(
+                f"{name}-public-{zone.zone_id}",
+                vpc_id=vpc_id,
+                cidr_block=zone.public_cidr,
+                availability_zone_id=zone.zone_id,
+                # Only the NAT gateway lives here, with its own Elastic IP: nothing gets
+                # a public address by launching into it.
+                map_public_ip_on_launch=False,
+                tags={"Name": f"{args.prefix}-public-{zone.zone_id}", "mlplat.io/tier": "public"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-{zone.zone_id}", subnet_id=public.id, route_table_id=public_routes.id, opts=child
+            )
+            self.public_subnets[zone.zone_id] = public
+            if not args.single_nat_gateway or not nat_gateways:
+                address = aws.ec2.Eip(
+                    f"{name}-nat-{zone.zone_id}", domain="vpc", tags={"Name": f"{args.prefix}-nat-{zone.zone_id}"},
+                    opts=child,
+                )
+                nat_gateways[zone.zone_id] = aws.ec2.NatGateway(
+                    f"{name}-{zone.zone_id}",
+                    allocation_id=address.id,
+                    subnet_id=public.id,
+                    tags={"Name": f"{args.prefix}-{zone.zone_id}"},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
+                )
+            nat = nat_gateways.get(zone.zone_id) or next(iter(nat_gateways.values()))
+
+            private = aws.ec2.Subnet(
+                f"{name}-private-{zone.zone_id}",
+                vpc_id=vpc_id,
+                cidr_block=zone.private_cidr,
+                availability_zone_id=zone.zone_id,
+                map_public_ip_on_launch=False,
+                tags={
+                    "Name": f"{args.prefix}-private-{zone.zone_id}",
+                    "mlplat.io/tier": "private",
+                    "kubernetes.io/role/internal-elb": "1",
+                    **cluster_tag,
+                },
+                opts=child,
+            )
+            routes = aws.ec2.RouteTable(
+                f"{name}-private-{zone.zone_id}",
+                vpc_id=vpc_id,
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
+                tags={"Name": f"{args.prefix}-private-{zone.zone_id}"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-{zone.zone_id}", subnet_id=private.id, route_table_id=routes.id, opts=child
+            )
+            self.subnets[zone.zone_id] = private
+            private_route_tables.append(routes)
+
+        self._endpoints(private_route_tables)
+        self._security_groups()
+        self._flow_logs()
+        self.register_outputs(
+            {
+                "vpcId": self.vpc.id,
+                "privateSubnetIds": {z: s.id for z, s in self.subnets.items()},
+                "nodeSecurityGroupId": self.node_security_group.id,
+                "efaSecurityGroupId": self.efa_security_group.id,
+                "s3EndpointId": self.s3_endpoint.id,
+            }
+        )
+
+    def _endpoints(self, private_route_tables: list[aws.ec2.RouteTable]) -> None:
+        name, args = self._name, self._args
+        child = pulumi.ResourceOptions(parent=self)
+        self.s3_endpoint = aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=self.vpc.id,
+            service_name=spec.endpoint_service_name(args.region, "s3"),
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[rt.id for rt in private_route_tables],
+            tags={"Name": f"{args.prefix}-s3"},
+            opts=child,
+        )
+        self.endpoint_security_group = aws.ec2.SecurityGroup(
+            f"{name}-endpoints",
+            vpc_id=self.vpc.id,
+            description="VPC interface endpoints: HTTPS from inside the VPC",
+            tags={"Name": f"{args.prefix}-endpoints"},
+            opts=child,
+        )
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-endpoints-https",
+            security_group_id=self.endpoint_security_group.id,
+            description="HTTPS from the VPC",
+            ip_protocol="tcp",
+            from_port=HTTPS,
+            to_port=HTTPS,
+            cidr_ipv4=args.vpc_cidr,
+            opts=child,
+        )
+        self.interface_endpoints = {}
+        for service in spec.INTERFACE_ENDPOINT_SERVICES:
+            self.interface_endpoints[service] = aws.ec2.VpcEndpoint(
+                f"{name}-{service.replace('.', '-')}",
+                vpc_id=self.vpc.id,
+                service_name=spec.endpoint_service_name(args.region, service),
+                vpc_endpoint_type="Interface",
+                subnet_ids=[s.id for s in self.subnets.values()],
+                security_group_ids=[self.endpoint_security_group.id],
+                private_dns_enabled=True,
+                tags={"Name": f"{args.prefix}-{service}"},
+                opts=child,
+            )
+
+    def _security_groups(self) -> None:
+        name, args = self._name, self._args
+        child = pulumi.ResourceOptions(parent=self)
+        self.node_security_group = aws.ec2.SecurityGroup(
+            f"{name}-nodes",
+            vpc_id=self.vpc.id,
+            description="Every cluster node: node-to-node traffic, egress to the VPC and HTTPS out",
+            tags={"Name": f"{args.prefix}-nodes"},
+            opts=child,
+        )
+        node_sg = self.node_security_group.id
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-nodes-from-nodes", security_group_id=node_sg, description="node to node",
+            ip_protocol=ALL_TRAFFIC, referenced_security_group_id=node_sg, opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-nodes-to-vpc", security_group_id=node_sg, description="anything inside the VPC",
+            ip_protocol=ALL_TRAFFIC, cidr_ipv4=args.vpc_cidr, opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-nodes-https-out", security_group_id=node_sg, description="HTTPS through the NAT gateway",
+            ip_protocol="tcp", from_port=HTTPS, to_port=HTTPS, cidr_ipv4="0.0.0.0/0", opts=child,
+        )
+
+        # EFA's OS-bypass traffic flows only between interfaces in a group that allows all
+        # traffic to and from itself; without both rules NCCL falls back to TCP sockets.
+        self.efa_security_group = aws.ec2.SecurityGroup(
+            f"{name}-efa",
+            vpc_id=self.vpc.id,
+            description="EFA interfaces: all traffic to and from this group only",
+            tags={"Name": f"{args.prefix}-efa"},
+            opts=child,
+        )
+        efa_sg = self.efa_security_group.id
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-efa-in", security_group_id=efa_sg, description="EFA from EFA",
+            ip_protocol=ALL_TRAFFIC, referenced_security_group_id=efa_sg, opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-efa-out", security_group_id=efa_sg, description="EFA to EFA",
+            ip_protocol=ALL_TRAFFIC, referenced_security_group_id=efa_sg, opts=child,
+        )
+
+    def _flow_logs(self) -> None:
+        name, args = self._name, self._args
+        child = pulumi.ResourceOptions(parent=self)
+        self.flow_log_group = aws.cloudwatch.LogGroup(
+            f"{name}-flow-logs",
+            name=f"/aws/vpc/{args.prefix}/flow-logs",
+            kms_key_id=args.logs_key_arn,
+            retention_in_days=args.log_retention_days,
+            # Network evidence outlives the stack that produced it.
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )
+        role = aws.iam.Role(
+            f"{name}-flow-logs",
+            name=f"{args.prefix}-flow-logs",
+            description="VPC flow logs delivery to CloudWatch Logs",
+            assume_role_policy=json.dumps(iam_spec.trust_policy("vpc-flow-logs.amazonaws.com")),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-flow-logs",
+            role=role.name,
+            policy=self.flow_log_group.arn.apply(
+                lambda arn: json.dumps(iam_spec.policy(iam_spec.flow_log_statements(arn)))
+            ),
+            opts=child,
+        )
+        aws.ec2.FlowLog(
+            f"{name}-flow-logs",
+            vpc_id=self.vpc.id,
+            traffic_type="ALL",
+            log_destination_type="cloud-watch-logs",
+            log_destination=self.flow_log_group.arn,
+            iam_role_arn=role.arn,
+            max_aggregation_interval=60,
+            tags={"Name": f"{args.prefix}-flow-logs"},
+            opts=child,
+        )

@@ -1,0 +1,66 @@
+"""IAM documents: trust policies and the few inline statements the platform grants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Managed policies a managed node group's instance role needs and nothing more: joining
+# the cluster and pulling images. The VPC CNI's network permissions go to the CNI's own
+# service account through Pod Identity, not to every pod on the node.
+NODE_POLICIES: tuple[str, ...] = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
+)
+CLUSTER_POLICIES: tuple[str, ...] = ("arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",)
+CNI_POLICY = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+
+def trust_policy(service: str, *, tag_session: bool = False) -> dict[str, Any]:
+    """Let one AWS service principal assume the role."""
+    actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else ["sts:AssumeRole"]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}],
+    }
+
+
+def pod_identity_trust_policy() -> dict[str, Any]:
+    # EKS Pod Identity requires both actions; session tags carry the cluster, namespace
+    # and service account, so policies can condition on them.
+    return trust_policy(POD_IDENTITY_PRINCIPAL, tag_session=True)
+
+
+def policy(statements: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def flow_log_statements(log_group_arn: str) -> list[dict[str, Any]]:
+    """What the VPC flow-log service needs to write into one log group, nothing else."""
+    return [
+        {
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            "Resource": [log_group_arn, f"{log_group_arn}:*"],
+        },
+        {"Effect": "Allow", "Action": ["logs:DescribeLogGroups"], "Resource": "*"},
+    ]
+
+
+def ebs_kms_statements(key_arn: str) -> list[dict[str, Any]]:
+    """The EBS CSI driver creates and attaches volumes encrypted with the volumes key."""
+    return [
+        {
+            "Effect": "Allow",
+            "Action": ["kms:CreateGrant", "kms:ListGrants", "kms:RevokeGrant"],
+            "Resource": key_arn,
+            "Condition": {"Bool": {"kms:GrantIsForAWSResource": "true"}},
+        },
+        {
+            "Effect": "Allow",
+            "Action": ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"],
+            "Resource": key_arn,
+        },
+    ]

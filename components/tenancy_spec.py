@@ -1,0 +1,274 @@
+"""What each tenant's slice of the cluster looks like, as plain Kubernetes manifests.
+
+A tenant is one team: a namespace that enforces the `restricted` Pod Security level, a
+ResourceQuota and a LimitRange, a default-deny NetworkPolicy plus the few flows the
+workloads need, and a Role bound to the team's groups (mapped from IAM by the cluster's
+access entries). The system namespaces and the Pod Security level each one needs, with
+the reason, are written down once here, in SYSTEM_NAMESPACES.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from infra.versions import KUBERNETES_VERSION
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+MONITORING_NAMESPACE = "monitoring"
+PSA = "pod-security.kubernetes.io"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str  # team, namespace and ClusterQueue name
+    cpu: int  # cores
+    memory_gi: int
+    gpu: int  # advertised nvidia.com/gpu (time-sliced replicas count as GPUs)
+    efa: int
+    cohort: str | None = None  # tenants in one cohort borrow each other's unused quota
+    groups: tuple[str, ...] = ()  # Kubernetes groups bound to the developer Role
+    role_arns: tuple[str, ...] = ()  # IAM roles mapped to `groups` by EKS access entries
+    instance_types: tuple[str, ...] | None = None  # GPU flavors the team may use; None: all
+
+
+def tenants_from_config(configured: Iterable[Any]) -> tuple[Tenant, ...]:
+    return tuple(
+        Tenant(
+            name=t.name, cpu=t.quotas.cpu, memory_gi=t.quotas.memory_gi, gpu=t.quotas.gpu, efa=t.quotas.efa,
+            cohort=t.cohort, groups=tuple(t.groups), role_arns=tuple(t.role_arns),
+            instance_types=tuple(t.instance_types) if t.instance_types is not None else None,
+        )
+        for t in configured
+    )
+
+
+# --- System namespaces ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SystemNamespace:
+    name: str
+    level: str  # Pod Security level enforced
+    reason: str
+    managed: bool = True  # False: EKS owns it; we neither create nor relabel it
+
+
+# Every exception to `restricted`, with what needs it. Tenant namespaces are always
+# `restricted`; nothing here is reachable from a tenant's Role.
+SYSTEM_NAMESPACES: dict[str, SystemNamespace] = {ns.name: ns for ns in (
+    SystemNamespace(
+        "kube-system", "privileged",
+        "EKS-owned. The EFA device plugin (hostNetwork; hostPath /dev/infiniband and the kubelet "
+        "device-plugin socket), the FSx CSI node plugin (privileged, to mount Lustre on the host) and "
+        "the EKS add-ons (VPC CNI, kube-proxy, EBS CSI node) run here.",
+        managed=False,
+    ),
+    SystemNamespace(
+        "nvidia-device-plugin", "privileged",
+        "The NVIDIA device plugin writes its socket to the kubelet's device-plugin directory "
+        "(hostPath); GPU feature discovery runs privileged to read GPU data from the host; the NFD "
+        "worker reads /sys and /proc of the host.",
+    ),
+    SystemNamespace(
+        "gpu-operator", "privileged",
+        "The GPU Operator's operands (device plugin, feature discovery, DCGM exporter, validator, MIG "
+        "manager) need hostPath mounts and privileged containers to manage the GPUs.",
+    ),
+    SystemNamespace(
+        MONITORING_NAMESPACE, "privileged",
+        "The node exporter uses hostNetwork, hostPID and hostPath /proc and /sys; the DCGM exporter "
+        "runs as root and reads the kubelet pod-resources socket (hostPath) to name the pod per GPU.",
+    ),
+    SystemNamespace("kueue-system", "restricted", "Kueue's controller needs no host access."),
+    SystemNamespace("jobset-system", "restricted", "JobSet's controller needs no host access."),
+)}
+
+RESERVED_NAMES = frozenset(SYSTEM_NAMESPACES) | {"default", "kube-public", "kube-node-lease"}
+
+
+def pod_security_labels(level: str) -> dict[str, str]:
+    # Pinned to the control plane's version, so a Kubernetes upgrade cannot silently
+    # change what `restricted` allows.
+    version = f"v{KUBERNETES_VERSION}"
+    labels = {}
+    for mode in ("enforce", "audit", "warn"):
+        labels[f"{PSA}/{mode}"] = level
+        labels[f"{PSA}/{mode}-version"] = version
+    return labels
+
+
+def system_namespace(ns: SystemNamespace) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {
+            "name": ns.name,
+            "labels": {**pod_security_labels(ns.level), "app.kubernetes.io/part-of": "mlplat"},
+            "annotations": {"mlplat.io/pod-security-reason": ns.reason},
+        },
+    }
+
+
+# --- Tenant objects ------------------------------------------------------------------
+
+
+def tenant_namespace(tenant: Tenant) -> dict[str, Any]:
+    labels = {**pod_security_labels("restricted"), "mlplat.io/tenant": tenant.name,
+              "app.kubernetes.io/part-of": "mlplat"}
+    if tenant.cohort:
+        labels["mlplat.io/cohort"] = tenant.cohort
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant.name, "labels": labels}}
+
+
+def quota_ceiling(tenant: Tenant, everyone: Sequence[Tenant]) -> Tenant:
+    """The most a tenant's pods can ever use: its own quota, plus what it may borrow from
+    the rest of its cohort through Kueue."""
+    group = [t for t in everyone if t.name == tenant.name or (tenant.cohort and t.cohort == tenant.cohort)]
+    return Tenant(
+        name=tenant.name,
+        cpu=sum(t.cpu for t in group),
+        memory_gi=sum(t.memory_gi for t in group),
+        gpu=sum(t.gpu for t in group),
+        efa=sum(t.efa for t in group),
+        cohort=tenant.cohort,
+    )
+
+
+def resource_quota(tenant: Tenant, everyone: Sequence[Tenant]) -> dict[str, Any]:
+    """A hard backstop under Kueue: pods that bypass the queue still cannot take more than
+    the tenant could get by borrowing; nothing is exposed through a load balancer or node
+    port."""
+    ceiling = quota_ceiling(tenant, everyone)
+    return {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "tenant-quota", "namespace": tenant.name},
+        "spec": {"hard": {
+            "requests.cpu": str(ceiling.cpu),
+            "requests.memory": f"{ceiling.memory_gi}Gi",
+            f"requests.{GPU_RESOURCE}": str(ceiling.gpu),
+            f"requests.{EFA_RESOURCE}": str(ceiling.efa),
+            "persistentvolumeclaims": "50",
+            "services.loadbalancers": "0",
+            "services.nodeports": "0",
+        }},
+    }
+
+
+def limit_range(tenant: Tenant) -> dict[str, Any]:
+    """Defaults for containers that state no resources, so none runs unbounded."""
+    return {
+        "apiVersion": "v1", "kind": "LimitRange",
+        "metadata": {"name": "container-defaults", "namespace": tenant.name},
+        "spec": {"limits": [{
+            "type": "Container",
+            "default": {"cpu": "1", "memory": "2Gi"},
+            "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
+        }]},
+    }
+
+
+def _policy(tenant: Tenant, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": tenant.name}, "spec": spec}
+
+
+def _namespace_selector(name: str) -> dict[str, Any]:
+    return {"matchLabels": {"kubernetes.io/metadata.name": name}}
+
+
+def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
+    """Default deny both ways, then: DNS, traffic inside the namespace (the training
+    rendezvous and NCCL's socket bootstrap use many ports) and scraping by Prometheus.
+    EFA traffic bypasses the kernel and needs no rule."""
+    return [
+        _policy(tenant, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        _policy(tenant, "allow-dns", {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [{
+                "to": [{"namespaceSelector": _namespace_selector("kube-system"),
+                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            }],
+        }),
+        _policy(tenant, "allow-same-namespace", {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {}}]}],
+            "egress": [{"to": [{"podSelector": {}}]}],
+        }),
+        _policy(tenant, "allow-prometheus-scrape", {
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{
+                "namespaceSelector": _namespace_selector(MONITORING_NAMESPACE),
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+            }]}],
+        }),
+    ]
+
+
+def endpoint_policy(tenant: Tenant, endpoint_cidrs: Sequence[str]) -> dict[str, Any]:
+    """HTTPS to the AWS APIs the VPC reaches privately: the interface endpoints inside the
+    VPC's CIDR and the S3 gateway endpoint's prefix list."""
+    return _policy(tenant, "allow-vpc-endpoints", {
+        "podSelector": {},
+        "policyTypes": ["Egress"],
+        "egress": [{
+            "to": [{"ipBlock": {"cidr": cidr}} for cidr in endpoint_cidrs],
+            "ports": [{"protocol": "TCP", "port": 443}],
+        }],
+    })
+
+
+READ = ["get", "list", "watch"]
+WRITE = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+# What a team member may do in the team's namespace: run and inspect workloads, never
+# change the fences (quota, limits, network policies, RBAC) around them.
+DEVELOPER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods", "services", "configmaps", "secrets", "persistentvolumeclaims",
+                                      "serviceaccounts"], "verbs": WRITE},
+    {"apiGroups": [""], "resources": ["pods/log", "events", "resourcequotas", "limitranges"], "verbs": READ},
+    {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["create"]},
+    {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": WRITE},
+    {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "replicasets"], "verbs": WRITE},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": WRITE},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloads"], "verbs": READ},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": READ},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": READ},
+]
+
+
+def developer_role(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "tenant-developer", "namespace": tenant.name},
+        "rules": DEVELOPER_RULES,
+    }
+
+
+def developer_binding(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "tenant-developers", "namespace": tenant.name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-developer"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}
+                     for group in tenant.groups],
+    }
+
+
+def tenant_objects(
+    tenant: Tenant, everyone: Sequence[Tenant], endpoint_cidrs: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Everything in a tenant's namespace except the namespace itself. The endpoint policy
+    is added where the CIDRs are known (the component adds it once the VPC exists)."""
+    objects = [resource_quota(tenant, everyone), limit_range(tenant), *network_policies(tenant),
+               developer_role(tenant)]
+    if tenant.groups:
+        objects.append(developer_binding(tenant))
+    if endpoint_cidrs:
+        objects.append(endpoint_policy(tenant, endpoint_cidrs))
+    return objects

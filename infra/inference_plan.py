@@ -1,0 +1,139 @@
+"""Which inference service a stack runs: the `mlplat:inference` section resolved against the
+stack's pools and tenants. Pure: the config validator calls `resolve_inference`, so a model
+Triton would refuse, GPUs asked for on a CPU-only stack or more replicas than the pool can
+ever hold are one-line config errors before anything is registered.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from workloads.serve.spec import ServeSpecError, check_serving, gpu_refusal
+
+# What a GPU replica leaves to the node: a fifth of the CPU and a quarter of the memory go
+# to the kubelet, the system and the platform's daemon sets (as for training pods).
+NODE_CPU_SHARE = 0.8
+NODE_MEMORY_SHARE = 0.75
+_ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:([a-z0-9-]+):[0-9]{12}:certificate/[0-9a-f-]{36}$")
+
+
+class InferenceConfigError(ValueError):
+    """A problem with one key under `mlplat:inference`."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class ResolvedInference:
+    settings: Any  # infra.config.InferenceConfig
+    pool: Any  # infra.config.NodePoolConfig the replicas run on
+    cpu: int  # cores per replica (requests = limits)
+    memory_gi: int
+    gpus: int  # per replica: 1 on GPU, 0 on CPU
+
+    @property
+    def device(self) -> str:
+        return self.settings.device
+
+    @property
+    def instance(self) -> Any:
+        return self.pool.instance
+
+
+def replica_size(settings: Any, instance: Any) -> tuple[int, int, int]:
+    """(cores, GiB, GPUs) of one replica. On GPU, one GPU and that GPU's share of the node;
+    on CPU, what the stack asks for."""
+    if settings.device == "gpu":
+        per_gpu = max(1, instance.gpus)
+        return (max(1, math.floor(instance.vcpus * NODE_CPU_SHARE / per_gpu)),
+                max(1, math.floor(instance.memory_gib * NODE_MEMORY_SHARE / per_gpu)), 1)
+    return settings.cpu_per_replica, settings.memory_gi_per_replica, 0
+
+
+def resolve_inference(config: Any) -> ResolvedInference | None:
+    """The service `config` asks for, or None where the stack serves nothing. Raises
+    InferenceConfigError naming the key at fault."""
+    settings = getattr(config, "inference", None)
+    if settings is None or not settings.enabled:
+        return None
+    roles = [pool.role for pool in config.node_pools]
+    refusal = gpu_refusal(config.environment, roles)
+    try:
+        check_serving(
+            model_name=settings.model_name,
+            device=settings.device,
+            max_batch_size=settings.max_batch_size,
+            preferred_batch_sizes=settings.preferred_batch_sizes,
+            max_queue_delay_microseconds=settings.max_queue_delay_microseconds,
+            instance_count=settings.instance_count,
+            keep_versions=settings.keep_versions,
+            gpu_allowed=not refusal,
+            gpu_refusal=refusal,
+        )
+    except ServeSpecError as err:
+        raise InferenceConfigError(err.key, str(err)) from None
+
+    if not config.addons.telemetry.enabled:
+        raise InferenceConfigError(
+            "enabled", "the autoscaler reads Triton's queue time (or CPU use) from the Prometheus stack, which "
+                       "this stack turns off; set mlplat:addons.telemetry.enabled: true")
+
+    role = "inference" if settings.device == "gpu" else "cpu"
+    candidates = [pool for pool in config.node_pools if pool.role == role]
+    if settings.pool is None:
+        if not candidates:
+            raise InferenceConfigError(
+                "device", f"'{settings.device}' serving needs a node pool with role {role!r}; this stack has none")
+        pool = candidates[0]
+    else:
+        pool = next((p for p in candidates if p.name == settings.pool), None)
+        if pool is None:
+            allowed = ", ".join(p.name for p in candidates) or "none"
+            raise InferenceConfigError(
+                "pool", f"{settings.pool!r} is not a node pool with role {role!r}; allowed: {allowed}")
+
+    tenants = {tenant.name for tenant in config.tenants}
+    if settings.namespace in tenants:
+        raise InferenceConfigError(
+            "namespace", f"{settings.namespace!r} is a tenant's namespace; the inference service gets its own "
+                         "(its quota forbids the load balancer and its policies the clients)")
+    if settings.min_replicas > settings.max_replicas:
+        raise InferenceConfigError(
+            "minReplicas", f"{settings.min_replicas} is above maxReplicas {settings.max_replicas}")
+
+    cpu, memory_gi, gpus = replica_size(settings, pool.instance)
+    usable_cpu = math.floor(pool.instance.vcpus * NODE_CPU_SHARE)
+    usable_memory = math.floor(pool.instance.memory_gib * NODE_MEMORY_SHARE)
+    if cpu > usable_cpu or memory_gi > usable_memory:
+        raise InferenceConfigError(
+            "cpuPerReplica" if cpu > usable_cpu else "memoryGiPerReplica",
+            f"a replica of {cpu} cores and {memory_gi} GiB does not fit a {pool.instance_type} node "
+            f"(at most {usable_cpu} cores and {usable_memory} GiB are left to pods)")
+    per_node = min(usable_cpu // cpu, usable_memory // memory_gi)
+    if gpus:
+        per_node = min(per_node, pool.instance.gpus)
+    capacity = per_node * pool.max_size
+    if settings.max_replicas > capacity:
+        raise InferenceConfigError(
+            "maxReplicas", f"{settings.max_replicas} replicas can never all run: pool {pool.name!r} holds at most "
+                           f"{capacity} ({pool.max_size} x {pool.instance_type}, {per_node} per node)")
+
+    balancer = settings.load_balancer
+    if balancer.enabled:
+        match = _ACM_ARN.match(balancer.certificate_arn or "")
+        if match is None:
+            raise InferenceConfigError(
+                "loadBalancer.certificateArn",
+                f"{balancer.certificate_arn!r} is not an ACM certificate ARN "
+                "(arn:aws:acm:<region>:<account>:certificate/<id>); the load balancer only speaks TLS")
+        if match.group(1) != config.region:
+            raise InferenceConfigError(
+                "loadBalancer.certificateArn",
+                f"the certificate is in {match.group(1)}, not {config.region}; a load balancer takes certificates "
+                "from its own region")
+    return ResolvedInference(settings=settings, pool=pool, cpu=cpu, memory_gi=memory_gi, gpus=gpus)

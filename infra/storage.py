@@ -1,0 +1,171 @@
+"""Keys, buckets, Lustre scratch, registries, volumes, logs and the audit trail for one
+stack: the storage half of `build_platform`.
+
+Keys come first (the network and the cluster encrypt with them); everything else after
+the network exists, because Lustre and the optional VPC-endpoint restriction need it.
+Every name a key or bucket policy mentions is computed up front by `storage_names`, so
+the policies never wait on a resource.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components.audit import AuditTrail, AuditTrailArgs
+from components.bucket import BucketArgs, ObjectLock, RegionPinnedBucket
+from components.bucket_policy import TrailDelivery, bucket_name
+from components.key_policy import DATA_BUCKETS, StorageNames, data_class_uses
+from components.keys import KeysArgs, PlatformKeys
+from components.logs import WorkloadLogs, WorkloadLogsArgs
+from components.lustre import LustreArgs, LustreScratch
+from components.lustre_spec import DATASETS_PATH
+from components.network import Network
+from components.registry import ImageRegistry, RegistryArgs
+from components.volumes import VolumeEncryption, VolumeEncryptionArgs
+from infra.config import PROJECT, PlatformConfig
+from infra.versions import IMAGES
+
+# Which key encrypts which bucket.
+BUCKET_KEYS = {"datasets": "datasets", "models": "models", "checkpoints": "checkpoints",
+               "audit": "logs", "access-logs": "logs"}
+
+
+def storage_names(config: PlatformConfig, stack: str, account_id: str) -> StorageNames:
+    return StorageNames(
+        buckets={p: bucket_name(PROJECT, stack, p, account_id, config.region) for p in BUCKET_KEYS},
+        trail=f"{PROJECT}-{stack}-audit",
+        lustre=config.storage.lustre.enabled,
+    )
+
+
+def build_keys(config: PlatformConfig, prefix: str, names: StorageNames, account_id: str,
+               opts: pulumi.ResourceOptions) -> PlatformKeys:
+    return PlatformKeys(
+        "keys",
+        KeysArgs(prefix=prefix, account_id=account_id, region=config.region, uses=data_class_uses(names)),
+        opts=opts,
+    )
+
+
+@dataclass(frozen=True)
+class Storage:
+    buckets: dict[str, RegionPinnedBucket]
+    registry: ImageRegistry
+    trail: AuditTrail
+    volumes: VolumeEncryption
+    workload_logs: WorkloadLogs
+    lustre: LustreScratch | None
+
+
+def build_storage(
+    config: PlatformConfig,
+    prefix: str,
+    names: StorageNames,
+    account_id: str,
+    keys: PlatformKeys,
+    network: Network,
+    opts: pulumi.ResourceOptions,
+) -> Storage:
+    storage = config.storage
+    key = {c: k.arn for c, k in keys.keys.items()}
+    trail_arn = f"arn:aws:cloudtrail:{config.region}:{account_id}:trail/{names.trail}"
+
+    def bucket(purpose: str, **extra) -> RegionPinnedBucket:
+        return RegionPinnedBucket(
+            purpose,
+            BucketArgs(
+                bucket_name=names.buckets[purpose],
+                kms_key_arn=key[BUCKET_KEYS[purpose]],
+                account_id=account_id,
+                force_destroy=storage.force_destroy,
+                noncurrent_version_days=storage.noncurrent_version_days,
+                **extra,
+            ),
+            opts=opts,
+        )
+
+    # S3 refuses to deliver access logs into an Object Lock bucket, so they get a bucket
+    # of their own, kept as long as the CloudWatch logs.
+    access_logs = bucket(
+        "access-logs",
+        expire_after_days=storage.log_retention_days,
+        log_delivery_sources=tuple(names.buckets[p] for p in (*DATA_BUCKETS, "audit")),
+    )
+    lock = storage.audit_object_lock
+    audit = bucket(
+        "audit",
+        object_lock=ObjectLock(mode=lock.mode, days=lock.days),
+        trail=TrailDelivery(trail_arn=trail_arn, account=account_id),
+        access_log_bucket=access_logs,
+        access_log_prefix="audit/",
+    )
+    endpoint = network.s3_endpoint.id if storage.vpc_endpoint_only else None
+    buckets = {
+        purpose: bucket(purpose, access_log_bucket=access_logs, access_log_prefix=f"{purpose}/",
+                        vpc_endpoint_id=endpoint)
+        for purpose in DATA_BUCKETS
+    }
+    buckets.update({"audit": audit, "access-logs": access_logs})
+
+    trail = AuditTrail(
+        "audit",
+        AuditTrailArgs(
+            trail_name=names.trail,
+            bucket_name=audit.bucket.bucket,
+            kms_key_arn=key["logs"],
+            data_buckets=tuple(names.buckets[p] for p in DATA_BUCKETS),
+            bucket_policy=audit.policy,
+        ),
+        opts=opts,
+    )
+    registry = ImageRegistry(
+        "registry", RegistryArgs(images=IMAGES, kms_key_arn=key["images"], force_delete=storage.force_destroy),
+        opts=opts,
+    )
+    volumes = VolumeEncryption("ebs", VolumeEncryptionArgs(kms_key_arn=key["volumes"]), opts=opts)
+    workload_logs = WorkloadLogs(
+        "workload-logs",
+        WorkloadLogsArgs(prefix=prefix, kms_key_arn=key["logs"], retention_days=storage.log_retention_days,
+                         force_destroy=storage.force_destroy),
+        opts=opts,
+    )
+    lustre = None
+    zone = config.lustre_zone_id
+    if storage.lustre.enabled and zone is not None:
+        lustre = LustreScratch(
+            "lustre",
+            LustreArgs(
+                prefix=prefix,
+                vpc_id=network.vpc.id,
+                subnet_id=network.subnets[zone].id,
+                node_security_group_id=network.node_security_group.id,
+                kms_key_arn=key["datasets"],
+                datasets_bucket=names.buckets["datasets"],
+                storage_capacity_gib=storage.lustre.storage_capacity_gib,
+                per_unit_storage_throughput=storage.lustre.per_unit_storage_throughput,
+                logs_kms_key_arn=key["logs"],
+                log_retention_days=storage.log_retention_days,
+                force_destroy=storage.force_destroy,
+            ),
+            # The association reads the bucket under its key policy and bucket policy.
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[buckets["datasets"]])),
+        )
+    return Storage(buckets, registry, trail, volumes, workload_logs, lustre)
+
+
+def export_storage(keys: PlatformKeys, storage: Storage) -> None:
+    """Stack outputs, so workloads and people can find every key, bucket, file system,
+    repository and log group."""
+    pulumi.export("keys", {c: k.arn for c, k in keys.keys.items()})
+    pulumi.export("keyAliases", {c: a.name for c, a in keys.aliases.items()})
+    pulumi.export("buckets", {p: b.bucket.bucket for p, b in storage.buckets.items()})
+    pulumi.export("repositories", {n: r.repository_url for n, r in storage.registry.repositories.items()})
+    pulumi.export("auditTrail", storage.trail.trail.arn)
+    pulumi.export("workloadLogGroup", storage.workload_logs.log_group.name)
+    pulumi.export("ebsDefaultKey", storage.volumes.default_key.key_arn)
+    if storage.lustre is not None:
+        fs = storage.lustre.file_system
+        pulumi.export("lustre", {"fileSystemId": fs.id, "dnsName": fs.dns_name, "mountName": fs.mount_name,
+                                 "path": DATASETS_PATH})

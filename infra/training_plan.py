@@ -1,0 +1,130 @@
+"""Which training job a stack runs: the `mlplat:training` section resolved against the
+stack's pools, tenants and storage. Pure: the config validator calls `resolve_training`, so
+a job that could never be admitted (too big for the tenant's quota, multi-node without a
+shared file system) is a one-line config error before anything is registered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from components.training_spec import EFA_RESOURCE, GPU_RESOURCE, default_min_busbw_gbps, pod_resources
+
+
+class TrainingConfigError(ValueError):
+    """A problem with one key under `mlplat:training`."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class ResolvedTraining:
+    settings: Any  # infra.config.TrainingConfig
+    pool: Any  # infra.config.NodePoolConfig
+    tenant: Any  # infra.config.TenantConfig
+    nodes: int
+    min_nodes: int
+    lustre: bool  # the job's directory is on the Lustre scratch file system
+    min_busbw_gbps: float
+    collective_check: bool  # multi-node on EFA: the all-reduce check runs
+
+    @property
+    def instance(self):
+        return self.pool.instance
+
+
+def _tenant_allows(tenant: Any, instance_type: str) -> bool:
+    return tenant.quotas.gpu > 0 and (tenant.instance_types is None or instance_type in tenant.instance_types)
+
+
+def _ceiling(tenant: Any, tenants: tuple[Any, ...]) -> dict[str, float]:
+    """What the tenant can ever be admitted: its quota plus its cohort's (Kueue lends)."""
+    group = [t for t in tenants if t.name == tenant.name or (tenant.cohort and t.cohort == tenant.cohort)]
+    return {
+        "cpu": sum(t.quotas.cpu for t in group),
+        "memory": sum(t.quotas.memory_gi for t in group),
+        GPU_RESOURCE: sum(t.quotas.gpu for t in group),
+        EFA_RESOURCE: sum(t.quotas.efa for t in group),
+    }
+
+
+def job_requests(instance: Any, efa: bool, nodes: int) -> dict[str, float]:
+    """What the job's pods ask of the queue in total (cpu in cores, memory in GiB)."""
+    per_pod = pod_resources(instance, efa)["requests"]
+    return {
+        "cpu": nodes * float(per_pod["cpu"]),
+        "memory": nodes * float(per_pod["memory"].removesuffix("Gi")),
+        GPU_RESOURCE: nodes * float(per_pod[GPU_RESOURCE]),
+        EFA_RESOURCE: nodes * float(per_pod.get(EFA_RESOURCE, 0)),
+    }
+
+
+_QUOTA_KEYS = {"cpu": "cpu", "memory": "memoryGi", GPU_RESOURCE: "gpu", EFA_RESOURCE: "efa"}
+
+
+def resolve_training(config: Any) -> ResolvedTraining | None:
+    """The job `config` asks for, or None where the stack runs none (turned off, or no
+    GPU pool). Raises TrainingConfigError naming the key at fault."""
+    settings = config.training
+    gpu_pools = [p for p in config.node_pools if p.role == "gpu"]
+    if not settings.enabled or not gpu_pools:
+        return None
+    if settings.pool is None:
+        pool = gpu_pools[0]
+    else:
+        pool = next((p for p in gpu_pools if p.name == settings.pool), None)
+        if pool is None:
+            raise TrainingConfigError(
+                "pool", f"{settings.pool!r} is not a gpu pool; allowed: {', '.join(p.name for p in gpu_pools)}"
+            )
+    if settings.tenant is None:
+        tenant = next((t for t in config.tenants if _tenant_allows(t, pool.instance_type)), None)
+        if tenant is None:
+            raise TrainingConfigError(
+                "tenant", f"no tenant has a GPU quota for pool {pool.name!r} ({pool.instance_type}); add one to "
+                "mlplat:tenants or set training.enabled: false"
+            )
+    else:
+        tenant = next((t for t in config.tenants if t.name == settings.tenant), None)
+        if tenant is None:
+            raise TrainingConfigError(
+                "tenant", f"{settings.tenant!r} is not a tenant; allowed: "
+                f"{', '.join(t.name for t in config.tenants) or 'none'}"
+            )
+        if not _tenant_allows(tenant, pool.instance_type):
+            raise TrainingConfigError(
+                "tenant", f"{tenant.name!r} may not use {pool.instance_type} GPUs (pool {pool.name!r}); give it a "
+                "gpu quota and the type in its instanceTypes, or pick another tenant"
+            )
+
+    nodes = settings.nodes if settings.nodes is not None else max(1, pool.min_size)
+    if nodes > pool.max_size:
+        raise TrainingConfigError("nodes", f"{nodes} is more than pool {pool.name!r} holds (maxSize {pool.max_size})")
+    min_nodes = settings.min_nodes if settings.min_nodes is not None else nodes
+    if min_nodes > nodes:
+        raise TrainingConfigError("minNodes", f"{min_nodes} is above nodes {nodes}; set minNodes <= nodes")
+    lustre = config.storage.lustre.enabled
+    if nodes > 1 and not lustre:
+        raise TrainingConfigError(
+            "nodes", f"{nodes} nodes need a shared file system for checkpoints; set storage.lustre.enabled: true "
+            "or run on 1 node"
+        )
+    if settings.data_path is not None and not settings.data_path.startswith("/"):
+        raise TrainingConfigError("dataPath", f"{settings.data_path!r} is not an absolute path, e.g. /fsx/datasets/tokens")
+
+    wanted = job_requests(pool.instance, pool.efa, nodes)
+    ceiling = _ceiling(tenant, config.tenants)
+    for resource, amount in wanted.items():
+        if amount > ceiling[resource]:
+            unit = "Gi" if resource == "memory" else ""
+            raise TrainingConfigError(
+                "nodes", f"{nodes} x {pool.instance_type} ask for {amount:g}{unit} {resource}, more than tenant "
+                f"{tenant.name!r} can be admitted ({ceiling[resource]:g}{unit}, quotas.{_QUOTA_KEYS[resource]} with "
+                "its cohort); lower nodes or raise the quota"
+            )
+    threshold = settings.min_bus_bandwidth_gbps or default_min_busbw_gbps(pool.instance)
+    return ResolvedTraining(settings, pool, tenant, nodes, min_nodes, lustre, threshold,
+                            collective_check=pool.efa and nodes >= 2)

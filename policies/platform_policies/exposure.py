@@ -1,0 +1,174 @@
+"""Exposure: nothing reachable from the internet except TLS on 443 at a load balancer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulumi_policy import PolicyResource, ReportViolation, ResourceValidationArgs, StackValidationArgs
+
+from .common import UNKNOWN, Settings, aws_types, flag, get, is_world_open, items, resource_rule, stack_rule
+from .controls import cis_eks, iso
+
+SECURITY_GROUPS = aws_types("ec2/securityGroup:SecurityGroup", "ec2/defaultSecurityGroup:DefaultSecurityGroup")
+SG_RULES = aws_types("ec2/securityGroupRule:SecurityGroupRule")
+INGRESS_RULES = aws_types("vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+LOAD_BALANCERS = aws_types("lb/loadBalancer:LoadBalancer", "alb/loadBalancer:LoadBalancer",
+                           "elb/loadBalancer:LoadBalancer")
+
+ALL_PROTOCOLS = ("-1", "all")
+
+
+def _number(value: Any) -> int | None:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _ports(protocol: Any, low: Any, high: Any) -> str:
+    if str(protocol).lower() in ALL_PROTOCOLS:
+        return "all ports"
+    low, high = _number(low), _number(high)
+    return f"{protocol} {low}" if low == high else f"{protocol} {low}-{high}"
+
+
+def _https_only(protocol: Any, low: Any, high: Any) -> bool:
+    return str(protocol).lower() in ("tcp", "6") and _number(low) == 443 and _number(high) == 443
+
+
+def _open_cidrs(*values: Any) -> list[str]:
+    cidrs: list[Any] = []
+    for value in values:
+        cidrs.extend([value] if isinstance(value, str) else items(value))
+    return [c for c in cidrs if is_world_open(c)]
+
+
+def _target(rule: PolicyResource, groups: dict[str, PolicyResource]) -> PolicyResource | None:
+    for dependency in rule.property_dependencies.get("securityGroupId", []):
+        if dependency.urn in groups:
+            return dependency
+    return None
+
+
+def _check_ingress(args: StackValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    groups = {r.urn: r for r in args.resources if r.resource_type in SECURITY_GROUPS}
+    fronting_lbs = {
+        dependency.urn
+        for lb in args.resources if lb.resource_type in LOAD_BALANCERS
+        for dependency in lb.property_dependencies.get("securityGroups", [])
+    }
+
+    def judge(owner: PolicyResource, group: PolicyResource | None, path: str, protocol: Any, low: Any, high: Any,
+              *cidrs: Any) -> None:
+        open_to = _open_cidrs(*cidrs)
+        if not open_to:
+            return
+        if _https_only(protocol, low, high) and group is not None and group.urn in fronting_lbs:
+            return  # TLS on 443 to a load balancer: the one way in
+        where = f"{owner.resource_type} '{owner.name}'"
+        report(f"{where}: {path} allows {_ports(protocol, low, high)} from {', '.join(open_to)}; only TCP 443 to a "
+               "load balancer's security group may be open to the internet", owner.urn)
+
+    for resource in args.resources:
+        props = resource.props
+        if resource.resource_type in SECURITY_GROUPS:
+            for i, rule in enumerate(items(get(props, "ingress"))):
+                judge(resource, resource, f"ingress[{i}]", get(rule, "protocol"), get(rule, "fromPort"),
+                      get(rule, "toPort"), get(rule, "cidrBlocks"), get(rule, "ipv6CidrBlocks"))
+        elif resource.resource_type in SG_RULES and get(props, "type") == "ingress":
+            judge(resource, _target(resource, groups), "rule", get(props, "protocol"), get(props, "fromPort"),
+                  get(props, "toPort"), get(props, "cidrBlocks"), get(props, "ipv6CidrBlocks"))
+        elif resource.resource_type in INGRESS_RULES:
+            judge(resource, _target(resource, groups), "rule", get(props, "ipProtocol"), get(props, "fromPort"),
+                  get(props, "toPort"), get(props, "cidrIpv4"), get(props, "cidrIpv6"))
+
+
+no_world_open_ingress = stack_rule(
+    name="no-world-open-ingress",
+    description="No security-group ingress from 0.0.0.0/0, ::/0 (or any range broader than /8, IPv6 /16), except "
+    "TCP 443 to a load balancer's security group.",
+    scope=SECURITY_GROUPS | SG_RULES | INGRESS_RULES,
+    check=_check_ingress,
+    framework=iso("A.8.20", "Networks security: networks and network devices are secured and controlled."),
+    remediation="Allow ingress from the VPC CIDR, a prefix list or another security group; expose services only "
+    "through a load balancer listening on 443.",
+    tags=["exposure"],
+)
+
+
+EKS_CLUSTERS = aws_types("eks/cluster:Cluster")
+
+
+def _check_endpoint(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    where = f"{args.resource_type} '{args.name}'"
+    vpc = get(args.props, "vpcConfig")
+    private = flag(get(vpc, "endpointPrivateAccess")) if vpc is not None else None
+    public = flag(get(vpc, "endpointPublicAccess")) if vpc is not None else None
+    if private is not True and private is not UNKNOWN:
+        report(f"{where}: vpcConfig.endpointPrivateAccess is not true; nodes would reach the API server over the "
+               "internet")
+    if public is False or public is UNKNOWN:
+        return
+    # AWS's default is a public endpoint open to 0.0.0.0/0.
+    cidrs = get(vpc, "publicAccessCidrs") if vpc is not None else None
+    if cidrs is UNKNOWN:
+        return
+    listed = [c for c in items(cidrs) if isinstance(c, str)]
+    open_to = [c for c in listed if is_world_open(c)] or ([] if listed else ["0.0.0.0/0 (the default)"])
+    if open_to:
+        report(f"{where}: the public API endpoint is open to {', '.join(open_to)}; set endpointPublicAccess=false "
+               "or list only your own CIDRs in publicAccessCidrs")
+
+
+eks_endpoint_private = resource_rule(
+    name="eks-endpoint-private",
+    description="The EKS API endpoint is private; a public endpoint is allowed only when limited to CIDRs that "
+    "are not world-open.",
+    applies=EKS_CLUSTERS,
+    check=_check_endpoint,
+    framework=cis_eks("5.4.2", "Ensure clusters are created with Private Endpoint Enabled and Public Access "
+                      "Disabled"),
+    remediation="Set vpc_config endpoint_private_access=True and endpoint_public_access=False (reach the API "
+    "from inside the VPC, e.g. through SSM or a VPN).",
+    tags=["exposure", "kubernetes"],
+)
+
+
+LAUNCH_TEMPLATES = aws_types("ec2/launchTemplate:LaunchTemplate")
+INSTANCES = aws_types("ec2/instance:Instance")
+SUBNETS = aws_types("ec2/subnet:Subnet", "ec2/defaultSubnet:DefaultSubnet")
+NODE_GROUPS = aws_types("eks/nodeGroup:NodeGroup")
+
+
+def _check_public_ips(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    kind, props = args.resource_type, args.props
+    where = f"{kind} '{args.name}'"
+    if kind in LAUNCH_TEMPLATES:
+        for i, interface in enumerate(items(get(props, "networkInterfaces"))):
+            if flag(get(interface, "associatePublicIpAddress")) is True:
+                report(f"{where}: networkInterfaces[{i}].associatePublicIpAddress is \"true\"")
+    elif kind in INSTANCES:
+        if flag(get(props, "associatePublicIpAddress")) is True:
+            report(f"{where}: associatePublicIpAddress is true")
+    elif kind in SUBNETS:
+        default = kind.endswith("DefaultSubnet")  # AWS maps public IPs in default subnets unless told not to
+        mapped = flag(get(props, "mapPublicIpOnLaunch"))
+        if mapped is True or (default and mapped is None):
+            report(f"{where}: mapPublicIpOnLaunch gives every instance launched here a public IP")
+    elif kind in NODE_GROUPS:
+        access = get(props, "remoteAccess")
+        if access is not None and not items(get(access, "sourceSecurityGroupIds")):
+            report(f"{where}: remoteAccess without sourceSecurityGroupIds opens SSH (22) to 0.0.0.0/0")
+
+
+no_public_ips_on_nodes = resource_rule(
+    name="no-public-ips-on-nodes",
+    description="Nodes get no public IP: no public-IP network interfaces in launch templates or instances, no "
+    "subnets that map public IPs on launch, no node-group SSH open to the internet.",
+    applies=LAUNCH_TEMPLATES | INSTANCES | SUBNETS | NODE_GROUPS,
+    check=_check_public_ips,
+    framework=cis_eks("5.4.3", "Ensure clusters are created with Private Nodes"),
+    remediation="Place nodes in private subnets (mapPublicIpOnLaunch=false) and leave associatePublicIpAddress "
+    "\"false\"; reach nodes through SSM Session Manager, not SSH.",
+    tags=["exposure"],
+)

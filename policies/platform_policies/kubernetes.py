@@ -1,0 +1,336 @@
+"""Kubernetes guardrails: where images come from, how they are pinned, what pods may ask
+of the node (limits, GPUs, privilege, host namespaces, root)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pulumi_policy import ReportViolation, ResourceValidationArgs
+
+from .common import DEFAULT_ALLOWED_REGIONS, UNKNOWN, Settings, flag, get, is_kubernetes, items, resource_rule
+from .controls import cis_eks, iso
+from .workloads import (
+    HELM_RELEASE,
+    ImageRef,
+    containers,
+    helm_flags,
+    helm_images,
+    helm_root_requests,
+    parse_image,
+    pin_problem,
+    pod_images,
+    pod_specs,
+    registry_allowed,
+    workload,
+)
+
+HELM_TYPES = frozenset({HELM_RELEASE, "kubernetes:helm.sh/v4:Chart"})
+
+
+def kubernetes_object(resource_type: str) -> bool:
+    return is_kubernetes(resource_type)
+
+
+def _images(args: ResourceValidationArgs) -> list[tuple[str, ImageRef]]:
+    if args.resource_type in HELM_TYPES:
+        return helm_images(get(args.props, "values"))
+    found = []
+    for spec_path, spec in pod_specs(args.props):
+        for path, image in pod_images(spec):
+            if isinstance(image, str) and image:
+                found.append((f"{spec_path}.{path}", parse_image(image)))
+    return found
+
+
+def _label(args: ResourceValidationArgs) -> str:
+    return str(workload(args.resource_type, args.props, args.name))
+
+
+# --- Registries -------------------------------------------------------------------------
+
+REGISTRY_SCHEMA = {
+    "allowedRegistries": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1},
+        "default": [f"*.dkr.ecr.{region}.amazonaws.com" for region in DEFAULT_ALLOWED_REGIONS],
+        "description": "Registries images may come from: a host, optionally with a repository prefix; `*` stands for "
+        "one DNS label (the account id in an ECR host). Default: the in-region ECR.",
+    },
+}
+
+
+def _check_registries(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    images = _images(args)
+    if not images:
+        args.not_applicable("names no container image")
+    allowed = list(settings["allowedRegistries"])
+    for path, image in images:
+        if not registry_allowed(image, allowed):
+            report(f"{_label(args)}: {path} pulls {image.raw} from {image.host}, which is not an allowed registry "
+                   f"{allowed}")
+
+
+k8s_images_from_allowed_registries = resource_rule(
+    name="k8s-images-from-allowed-registries",
+    description="Containers and Helm values pull images only from the allowed registries (by default the stack's "
+    "in-region ECR), so no pod pulls code from outside the region.",
+    applies=kubernetes_object,
+    check=_check_registries,
+    config=REGISTRY_SCHEMA,
+    framework=cis_eks("5.1.4", "Minimize Container Registries to only those approved"),
+    remediation="Mirror the image into the in-region ECR (infra/versions.py IMAGES) and reference it through "
+    "image_uri(); set every chart's image registry/repository to the mirror.",
+    tags=["kubernetes", "residency"],
+)
+
+
+# --- Pinned images ----------------------------------------------------------------------
+
+
+def _check_pinned(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    images = _images(args)
+    if not images:
+        args.not_applicable("names no container image")
+    for path, image in images:
+        problem = pin_problem(image)
+        if problem:
+            report(f"{_label(args)}: {path} {image.raw} {problem}; pin a version tag or a digest")
+
+
+k8s_images_pinned = resource_rule(
+    name="k8s-images-pinned",
+    description="Images are pinned by a version tag or a digest, never :latest or an untagged reference.",
+    applies=kubernetes_object,
+    check=_check_pinned,
+    framework=iso("A.8.32", "Change management: what runs changes only through a reviewed change."),
+    remediation="Reference images as <registry>/<repository>:<version> or @sha256:<digest>.",
+    tags=["kubernetes"],
+)
+
+
+# --- Resource limits --------------------------------------------------------------------
+
+LIMITS_SCHEMA = {
+    "requiredLimits": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1},
+        "default": ["cpu", "memory"],
+        "description": "Resources every container (init containers included) must set a limit for.",
+    },
+}
+
+
+def _pod_specs_or_skip(args: ResourceValidationArgs) -> list[tuple[str, Any]]:
+    if args.resource_type in HELM_TYPES:
+        args.not_applicable("Helm release: its pod specs are rendered by the chart")
+    specs = pod_specs(args.props)
+    if not specs:
+        args.not_applicable("no pod spec")
+    return specs
+
+
+def _check_limits(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    required = list(settings["requiredLimits"])
+    for spec_path, spec in _pod_specs_or_skip(args):
+        for path, container in containers(spec):
+            if path.startswith("ephemeralContainers"):
+                continue  # the API forbids resources on ephemeral containers
+            limits = get(container, "resources", "limits")
+            if limits is UNKNOWN:
+                continue
+            missing = [r for r in required if not isinstance(limits, Mapping) or get(limits, r) in (None, "")]
+            if missing:
+                report(f"{_label(args)}: {spec_path}.{path} ({get(container, 'name')}) has no {' or '.join(missing)} "
+                       "limit")
+
+
+k8s_containers_have_limits = resource_rule(
+    name="k8s-containers-have-limits",
+    description="Every container has CPU and memory limits, so no pod can starve its node's daemons.",
+    applies=kubernetes_object,
+    check=_check_limits,
+    config=LIMITS_SCHEMA,
+    framework=iso("A.8.6", "Capacity management: use of resources is monitored and adjusted."),
+    remediation="Set resources.limits (and requests) for cpu and memory on every container and init container.",
+    tags=["kubernetes"],
+)
+
+
+# --- GPU pods ---------------------------------------------------------------------------
+
+GPU_SCHEMA = {
+    "gpuResource": {"type": "string", "default": "nvidia.com/gpu",
+                    "description": "The extended resource GPU pods ask for."},
+    "gpuTaintKey": {"type": "string", "default": "nvidia.com/gpu",
+                    "description": "The taint GPU node pools carry (components/specs/nodepool.py)."},
+    "gpuTaintEffect": {"type": "string", "default": "NoSchedule", "description": "The GPU taint's effect."},
+}
+
+
+def tolerates(tolerations: Any, key: str, effect: str) -> bool:
+    for toleration in items(tolerations):
+        if not isinstance(toleration, Mapping):
+            continue
+        their_key = get(toleration, "key")
+        their_effect = get(toleration, "effect")
+        operator = get(toleration, "operator") or "Equal"
+        if their_effect not in (None, "", effect):
+            continue
+        if their_key in (None, "") and operator == "Exists":
+            return True  # tolerates every taint
+        if their_key == key:
+            return True  # Exists, or Equal to the taint's value: either way this key is tolerated
+    return False
+
+
+def _check_gpu(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    gpu = settings["gpuResource"]
+    judged = False
+    for spec_path, spec in _pod_specs_or_skip(args):
+        gpu_containers = [
+            (path, c) for path, c in containers(spec)
+            if get(c, "resources", "limits", gpu) is not None or get(c, "resources", "requests", gpu) is not None
+        ]
+        if not gpu_containers:
+            continue
+        judged = True
+        for path, container in gpu_containers:
+            limit = get(container, "resources", "limits", gpu)
+            request = get(container, "resources", "requests", gpu)
+            where = f"{_label(args)}: {spec_path}.{path} ({get(container, 'name')})"
+            if limit is None:
+                report(f"{where} requests {gpu} without a limit; GPUs are asked for as limits")
+            elif request is not None and str(request) != str(limit):
+                report(f"{where}: {gpu} request {request} differs from its limit {limit}; set only the limit")
+        if not tolerates(get(spec, "tolerations"), settings["gpuTaintKey"], settings["gpuTaintEffect"]):
+            report(f"{_label(args)}: {spec_path} asks for {gpu} but does not tolerate the "
+                   f"{settings['gpuTaintKey']}:{settings['gpuTaintEffect']} taint, so it can never be scheduled on "
+                   "a GPU node")
+    if not judged:
+        args.not_applicable(f"no container asks for {gpu}")
+
+
+k8s_gpu_pods_use_limits_and_tolerate_taint = resource_rule(
+    name="k8s-gpu-pods-use-limits-and-tolerate-taint",
+    description="Pods that use GPUs ask for nvidia.com/gpu as limits (a request, if any, equal to the limit) and "
+    "tolerate the GPU node taint.",
+    applies=kubernetes_object,
+    check=_check_gpu,
+    config=GPU_SCHEMA,
+    framework=iso("A.8.6", "Capacity management: scarce GPU capacity is allotted only to pods that declare it."),
+    remediation="Put nvidia.com/gpu under resources.limits and add the toleration {key: nvidia.com/gpu, operator: "
+    "Exists, effect: NoSchedule}.",
+    tags=["kubernetes"],
+)
+
+
+# --- Privilege and host namespaces ------------------------------------------------------
+
+ALLOW_LIST_PROPERTY = {
+    "type": "array",
+    "default": [],
+    "description": "System workloads (e.g. device-plugin and node-agent daemon sets) this rule does not judge, "
+    "each with the reason a reviewer accepted. kind is the object's kind, or Release for a Helm release.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "minLength": 1},
+            "namespace": {"type": "string", "minLength": 1},
+            "name": {"type": "string", "minLength": 1},
+            "reason": {"type": "string", "minLength": 1},
+        },
+        "required": ["kind", "namespace", "name", "reason"],
+        "additionalProperties": False,
+    },
+}
+HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
+
+
+def _allow_listed(args: ResourceValidationArgs, entries: Any) -> None:
+    this = workload(args.resource_type, args.props, args.name)
+    for entry in entries or []:
+        if isinstance(entry, Mapping) and this.matches(entry):
+            args.not_applicable(f"allow-listed system workload {this}: {entry.get('reason')}")
+
+
+def _check_privileged(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    if args.resource_type in HELM_TYPES:
+        flags = helm_flags(get(args.props, "values"), frozenset({"privileged", *HOST_NAMESPACES}))
+        if not isinstance(get(args.props, "values"), Mapping):
+            args.not_applicable("Helm release without values")
+        _allow_listed(args, settings["allowedSystemWorkloads"])
+        for path in flags:
+            report(f"{_label(args)}: {path} is true")
+        return
+    specs = pod_specs(args.props)
+    if not specs:
+        args.not_applicable("no pod spec")
+    _allow_listed(args, settings["allowedSystemWorkloads"])
+    for spec_path, spec in specs:
+        for field in HOST_NAMESPACES:
+            if flag(get(spec, field)) is True:
+                report(f"{_label(args)}: {spec_path}.{field} is true; the pod shares the node's namespace")
+        for path, container in containers(spec):
+            if flag(get(container, "securityContext", "privileged")) is True:
+                report(f"{_label(args)}: {spec_path}.{path} ({get(container, 'name')}) is privileged")
+
+
+k8s_no_privileged_or_host_namespaces = resource_rule(
+    name="k8s-no-privileged-or-host-namespaces",
+    description="No privileged containers and no host network, PID or IPC namespaces, except the system workloads "
+    "allow-listed (with reasons) in the stack's policy config.",
+    applies=kubernetes_object,
+    check=_check_privileged,
+    config={"allowedSystemWorkloads": ALLOW_LIST_PROPERTY},
+    framework=cis_eks("4.2.1", "Minimize the admission of privileged containers (and 4.2.2-4.2.4: host PID, IPC "
+                      "and network namespaces)"),
+    remediation="Drop privileged/hostNetwork/hostPID/hostIPC; if a node daemon truly needs them, add it to "
+    "allowedSystemWorkloads in policies/config/<env>.json with the reason.",
+    tags=["kubernetes"],
+)
+
+
+# --- Non-root ---------------------------------------------------------------------------
+
+
+def _check_non_root(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    if args.resource_type in HELM_TYPES:
+        # The chart renders the pods; what the values ask for explicitly is judged here.
+        values = get(args.props, "values")
+        if not isinstance(values, Mapping):
+            args.not_applicable("Helm release without values")
+        _allow_listed(args, settings["exemptSystemWorkloads"])
+        for path in helm_root_requests(values):
+            report(f"{_label(args)}: {path} asks to run as root")
+        return
+    specs = _pod_specs_or_skip(args)
+    _allow_listed(args, settings["exemptSystemWorkloads"])
+    for spec_path, spec in specs:
+        pod_level = flag(get(spec, "securityContext", "runAsNonRoot"))
+        pod_user = get(spec, "securityContext", "runAsUser")
+        for path, container in containers(spec):
+            where = f"{_label(args)}: {spec_path}.{path} ({get(container, 'name')})"
+            own = flag(get(container, "securityContext", "runAsNonRoot"))
+            effective = own if own is not None else pod_level
+            if effective is not True and effective is not UNKNOWN:
+                report(f"{where} may run as root: set securityContext.runAsNonRoot=true on the pod or container")
+                continue
+            user = get(container, "securityContext", "runAsUser")
+            user = pod_user if user is None else user
+            if user is not UNKNOWN and user is not None and str(user).split(".")[0] == "0":
+                report(f"{where} sets runAsUser 0 (root)")
+
+
+k8s_workloads_run_as_non_root = resource_rule(
+    name="k8s-workloads-run-as-non-root",
+    description="Workload pods set runAsNonRoot (and never runAsUser 0), and Helm values never ask for root; "
+    "allow-listed system workloads excepted.",
+    applies=kubernetes_object,
+    check=_check_non_root,
+    config={"exemptSystemWorkloads": ALLOW_LIST_PROPERTY},
+    framework=cis_eks("4.2", "Pod Security Standards: the restricted profile requires runAsNonRoot"),
+    remediation="Build images with a non-root USER and set securityContext.runAsNonRoot=true (and a non-zero "
+    "runAsUser) in the pod template.",
+    tags=["kubernetes"],
+)

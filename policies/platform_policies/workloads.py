@@ -1,0 +1,216 @@
+"""Reading Kubernetes objects and Helm values: pod specs, containers, image references.
+
+Pulumi sends a Kubernetes object's inputs as the object itself (apiVersion, kind,
+metadata, spec); custom resources (JobSet, LeaderWorkerSet, ...) embed pod templates at
+different depths, so pod specs are found by shape: a mapping with a `containers` list.
+A Helm release sends its chart values, where images appear in a few common shapes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .common import UNKNOWN, get, items
+
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    namespace: str
+    name: str
+
+    def matches(self, entry: Mapping[str, Any]) -> bool:
+        """An allow-list entry {kind, namespace, name}; name may be a glob."""
+        return (
+            entry.get("kind") == self.kind
+            and entry.get("namespace", "default") == self.namespace
+            and fnmatch.fnmatchcase(self.name, str(entry.get("name", "")))
+        )
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def workload(resource_type: str, props: Any, resource_name: str) -> Workload:
+    if resource_type == HELM_RELEASE:
+        name = get(props, "name")
+        namespace = get(props, "namespace")
+        return Workload("Release", namespace if isinstance(namespace, str) and namespace else "default",
+                        name if isinstance(name, str) and name else resource_name)
+    kind = get(props, "kind")
+    name = get(props, "metadata", "name")
+    namespace = get(props, "metadata", "namespace")
+    return Workload(
+        kind if isinstance(kind, str) else resource_type.rsplit(":", 1)[-1],
+        namespace if isinstance(namespace, str) and namespace else "default",
+        name if isinstance(name, str) and name else resource_name,
+    )
+
+
+def pod_specs(props: Any) -> list[tuple[str, Any]]:
+    """(path, pod spec) for every pod spec in an object, however deep its template."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, Mapping):
+            if isinstance(get(value, "containers"), (list, tuple)) or _is_list(get(value, "containers")):
+                found.append((path, value))
+                return
+            for key in value:
+                walk(get(value, key), f"{path}.{key}")
+        elif _is_list(value):
+            for i, element in enumerate(items(value)):
+                walk(element, f"{path}[{i}]")
+
+    for root in ("spec", "template"):
+        walk(get(props, root), root)
+    return found
+
+
+def _is_list(value: Any) -> bool:
+    return value is not None and value is not UNKNOWN and not isinstance(value, (str, bytes, Mapping)) \
+        and hasattr(value, "__len__")
+
+
+def containers(spec: Any) -> Iterator[tuple[str, Any]]:
+    for group in CONTAINER_LISTS:
+        for i, container in enumerate(items(get(spec, group))):
+            if isinstance(container, Mapping):
+                yield f"{group}[{i}]", container
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image reference split the way a container runtime reads it."""
+
+    raw: str
+    host: str  # docker.io where the reference names none
+    path: str
+    tag: str | None
+    digest: str | None
+    # False where a Helm value leaves the tag to the chart (its appVersion, pinned by the
+    # chart version), so a missing tag is not `latest`.
+    tag_required: bool = True
+
+
+def parse_image(ref: str, *, tag_required: bool = True) -> ImageRef:
+    rest, _, digest = ref.partition("@")
+    first, sep, remainder = rest.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        host, path = first.lower(), remainder
+    else:
+        host, path = "docker.io", rest
+    tag = None
+    last = path.rsplit("/", 1)[-1]
+    if ":" in last:
+        path, tag = path.rsplit(":", 1)
+    return ImageRef(ref, host, path, tag or None, digest or None, tag_required)
+
+
+def pod_images(spec: Any) -> Iterator[tuple[str, Any]]:
+    for path, container in containers(spec):
+        yield f"{path}.image", get(container, "image")
+
+
+def helm_images(values: Any, path: str = "values") -> list[tuple[str, ImageRef]]:
+    """Images named in Helm values: {registry?, repository, tag?|version?|digest?,
+    image?} mappings (the GPU Operator puts the name in `image` beside `repository`), and
+    plain `image: host/repo:tag` strings."""
+    found: list[tuple[str, ImageRef]] = []
+    if isinstance(values, Mapping):
+        repository = get(values, "repository")
+        if isinstance(repository, str) and repository and "://" not in repository:
+            ref = repository
+            registry = get(values, "registry")
+            if isinstance(registry, str) and registry:
+                ref = f"{registry.rstrip('/')}/{ref}"
+            image = get(values, "image")
+            if isinstance(image, str) and image:
+                ref = f"{ref.rstrip('/')}/{image}"
+            tag = get(values, "tag")
+            if not isinstance(tag, str) or not tag:
+                version = get(values, "version")
+                tag = version if isinstance(version, str) else None
+            digest = get(values, "digest")
+            full = ref + (f":{tag}" if tag else "") + (f"@{digest}" if isinstance(digest, str) and digest else "")
+            found.append((path, parse_image(full, tag_required=False)))
+        for key in values:
+            child = get(values, key)
+            if key == "image" and isinstance(child, str) and child and not isinstance(repository, str):
+                found.append((f"{path}.image", parse_image(child)))
+            elif isinstance(child, Mapping) or _is_list(child):
+                found.extend(helm_images(child, f"{path}.{key}"))
+    elif _is_list(values):
+        for i, element in enumerate(items(values)):
+            found.extend(helm_images(element, f"{path}[{i}]"))
+    return found
+
+
+def helm_flags(values: Any, keys: frozenset[str], path: str = "values") -> list[str]:
+    """Paths of `keys` set to true anywhere in Helm values (e.g. hostNetwork: true)."""
+    found: list[str] = []
+    if isinstance(values, Mapping):
+        for key in values:
+            child = get(values, key)
+            if key in keys and (child is True or (isinstance(child, str) and child.lower() == "true")):
+                found.append(f"{path}.{key}")
+            elif isinstance(child, Mapping) or _is_list(child):
+                found.extend(helm_flags(child, keys, f"{path}.{key}"))
+    elif _is_list(values):
+        for i, element in enumerate(items(values)):
+            found.extend(helm_flags(element, keys, f"{path}[{i}]"))
+    return found
+
+
+def helm_root_requests(values: Any, path: str = "values") -> list[str]:
+    """Paths in Helm values that ask for root: runAsNonRoot false or runAsUser 0."""
+    found: list[str] = []
+    if isinstance(values, Mapping):
+        for key in values:
+            child = get(values, key)
+            if key == "runAsNonRoot" and (child is False or (isinstance(child, str) and child.lower() == "false")):
+                found.append(f"{path}.runAsNonRoot")
+            elif key == "runAsUser" and str(child).split(".")[0] == "0":
+                found.append(f"{path}.runAsUser")
+            elif isinstance(child, Mapping) or _is_list(child):
+                found.extend(helm_root_requests(child, f"{path}.{key}"))
+    elif _is_list(values):
+        for i, element in enumerate(items(values)):
+            found.extend(helm_root_requests(element, f"{path}[{i}]"))
+    return found
+
+
+def registry_allowed(image: ImageRef, patterns: list[str]) -> bool:
+    """`pattern` is a registry host, optionally with a repository prefix; `*` stands
+    for one DNS label (an account id in `*.dkr.ecr.me-central-1.amazonaws.com`)."""
+    for pattern in patterns:
+        host_pattern, _, prefix = pattern.partition("/")
+        host_re = re.escape(host_pattern.lower()).replace(r"\*", r"[^./]+")
+        if not re.fullmatch(host_re, image.host):
+            continue
+        prefix = prefix.strip("/")
+        if not prefix or image.path == prefix or image.path.startswith(prefix + "/"):
+            return True
+    return False
+
+
+VERSION_TAG = re.compile(r".*[0-9].*")
+
+
+def pin_problem(image: ImageRef) -> str | None:
+    if image.digest:
+        return None
+    if image.tag is None:
+        return None if not image.tag_required else "has no tag, so it means :latest"
+    if image.tag.lower() == "latest":
+        return "uses the moving tag :latest"
+    if not VERSION_TAG.fullmatch(image.tag):
+        return f"uses the tag :{image.tag}, which names no version"
+    return None

@@ -1,0 +1,128 @@
+"""`Cluster` and `CoreAddons` under mocks: endpoint, encryption, logs, access, add-ons,
+and the Kubernetes provider every Kubernetes resource uses."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pytest
+
+from components.cluster import Cluster, ClusterArgs, CoreAddons, CoreAddonsArgs
+from infra.versions import EKS_ADDONS
+from tests.component.recorder import opts, record
+
+SECRETS_KEY = "arn:aws:kms:me-central-1:111122223333:key/cluster"
+LOGS_KEY = "arn:aws:kms:me-central-1:111122223333:key/logs"
+VOLUMES_KEY = "arn:aws:kms:me-central-1:111122223333:key/volumes"
+ADMIN = "arn:aws:iam::111122223333:role/platform-admin"
+VIEWER = "arn:aws:iam::111122223333:role/auditor"
+
+
+def build(public_cidrs: tuple[str, ...] = ()):
+    def program(provider):
+        cluster = Cluster("cluster", ClusterArgs(
+            cluster_name="mlplat-test", region="me-central-1", version="1.34",
+            subnet_ids=("subnet-a", "subnet-b", "subnet-c"), secrets_key_arn=SECRETS_KEY, logs_key_arn=LOGS_KEY,
+            log_retention_days=365, public_access_cidrs=public_cidrs, admin_role_arns=(ADMIN,),
+            read_only_role_arns=(VIEWER,)), opts=opts(provider))
+        CoreAddons("core-addons", CoreAddonsArgs(cluster_name="mlplat-test", cluster=cluster.eks,
+                                                 volumes_key_arn=VOLUMES_KEY),
+                   opts=pulumi.ResourceOptions(providers={"aws": provider, "kubernetes": cluster.k8s_provider},
+                                               depends_on=[cluster.addons["vpc-cni"]]))
+
+    return record(program)
+
+
+@pytest.fixture(scope="module")
+def rec():
+    return build()
+
+
+def eks(rec):
+    return rec.one("aws:eks/cluster:Cluster")
+
+
+def test_private_endpoint_only(rec):
+    vpc = eks(rec).inputs()["vpcConfig"]
+    assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is False
+    assert "publicAccessCidrs" not in vpc
+    assert vpc["subnetIds"] == ["subnet-a", "subnet-b", "subnet-c"]
+
+
+def test_public_endpoint_only_with_allow_list():
+    vpc = eks(build(("203.0.113.0/24",))).inputs()["vpcConfig"]
+    assert vpc["endpointPublicAccess"] is True and vpc["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_secrets_envelope_encrypted_with_cluster_key(rec):
+    config = eks(rec).inputs()["encryptionConfig"]
+    assert config["resources"] == ["secrets"] and config["provider"]["keyArn"] == SECRETS_KEY
+
+
+def test_every_log_type_into_encrypted_group_created_first(rec):
+    inputs = eks(rec).inputs()
+    assert inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    group = rec.one("aws:cloudwatch/logGroup:LogGroup")
+    assert group.inputs()["name"] == "/aws/eks/mlplat-test/cluster"
+    assert group.inputs()["kmsKeyId"] == LOGS_KEY and group.inputs()["retentionInDays"] == 365
+    assert group.urn in eks(rec).dependencies
+
+
+def test_cluster_settings(rec):
+    inputs = eks(rec).inputs()
+    assert inputs["name"] == "mlplat-test" and inputs["version"] == "1.34"
+    assert inputs["accessConfig"]["authenticationMode"] == "API"
+    assert inputs["bootstrapSelfManagedAddons"] is False
+    assert inputs["upgradePolicy"]["supportType"] == "STANDARD"
+    assert inputs["deletionProtection"] is True
+
+
+def test_access_entries_from_config(rec):
+    entries = {r.inputs()["principalArn"] for r in rec.of_type("aws:eks/accessEntry:AccessEntry")}
+    assert entries == {ADMIN, VIEWER}
+    associations = {(r.name.split("-")[1], r.inputs()["policyArn"].rsplit("/", 1)[-1], r.inputs()["accessScope"]["type"])
+                    for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")}
+    assert associations == {("admin", "AmazonEKSClusterAdminPolicy", "cluster"), ("view", "AmazonEKSViewPolicy", "cluster")}
+
+
+def test_addons_pinned_from_versions(rec):
+    addons = {r.inputs()["addonName"]: r for r in rec.of_type("aws:eks/addon:Addon")}
+    assert set(addons) == set(EKS_ADDONS)
+    for name, addon in addons.items():
+        assert addon.inputs()["addonVersion"] == EKS_ADDONS[name].version
+
+
+def test_cni_and_ebs_csi_credentials_come_from_pod_identity(rec):
+    addons = {r.inputs()["addonName"]: r for r in rec.of_type("aws:eks/addon:Addon")}
+    for addon, service_account in (("vpc-cni", "aws-node"), ("aws-ebs-csi-driver", "ebs-csi-controller-sa")):
+        [association] = addons[addon].inputs()["podIdentityAssociations"]
+        assert association["serviceAccount"] == service_account
+        role = rec.by_urn(addons[addon].property_dependencies["podIdentityAssociations"][0])
+        assert "pods.eks.amazonaws.com" in role.inputs()["assumeRolePolicy"]
+    agent = addons["eks-pod-identity-agent"].urn
+    assert agent in addons["vpc-cni"].dependencies
+
+
+def test_post_node_addons_wait(rec):
+    addons = {r.inputs()["addonName"]: r for r in rec.of_type("aws:eks/addon:Addon")}
+    cni = addons["vpc-cni"].urn
+    assert cni in addons["coredns"].dependencies and cni in addons["aws-ebs-csi-driver"].dependencies
+
+
+def test_kubernetes_provider_from_the_cluster(rec):
+    [provider] = rec.of_type("pulumi:providers:kubernetes")
+    kubeconfig = json.loads(provider.inputs()["kubeconfig"])
+    assert kubeconfig["clusters"][0]["cluster"]["server"].endswith(".eks.amazonaws.com")
+    assert kubeconfig["users"][0]["user"]["exec"]["command"] == "aws"
+    assert eks(rec).urn in provider.property_dependencies["kubeconfig"]
+
+
+def test_default_storage_class_encrypted_on_the_cluster_provider(rec):
+    [provider] = rec.of_type("pulumi:providers:kubernetes")
+    sc = rec.one("kubernetes:storage.k8s.io/v1:StorageClass")
+    assert sc.provider_urn == provider.urn
+    inputs = sc.inputs()
+    assert inputs["parameters"]["kmsKeyId"] == VOLUMES_KEY and inputs["parameters"]["encrypted"] == "true"
+    assert inputs["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
+    assert inputs["reclaimPolicy"] == "Retain"

@@ -1,0 +1,360 @@
+"""`InferenceService` under mocks: the Deployment, Services, HPA and PDB as the engine
+receives them, GPU and CPU; the Pod Identity role; providers and parents; the rendered
+objects pass `kubernetes-validate --strict`; and the stacks serve what their config asks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import kubernetes_validate
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+
+from components.inference import InferenceService, InferenceServiceArgs, MetricsAdapter
+from components.inference_spec import (
+    NLB_CLASS,
+    QUEUE_METRIC,
+    TLS_POLICY,
+    LoadBalancerPlan,
+    ServingPlan,
+)
+from infra.config import load_stack
+from infra.storage import storage_names
+from infra.versions import IMAGES, KUBERNETES_VERSION, image_uri, registry_host
+from tests.component.recorder import Recording, record
+from tests.conftest import preview
+from tests.helpers import of_type
+
+ACCOUNT, REGION = "111122223333", "me-central-1"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SERVICE = "kubernetes:core/v1:Service"
+HPA = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
+PDB = "kubernetes:policy/v1:PodDisruptionBudget"
+POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+CERT = "arn:aws:acm:me-central-1:111122223333:certificate/12345678-90ab-cdef-1234-567890abcdef"
+MODELS_ARN, KEY_ARN = "arn:aws:s3:::mlplat-test-models", "arn:aws:kms:me-central-1:111122223333:key/m"
+
+GPU_PLAN = ServingPlan(
+    namespace="inference", model="gpt", device="gpu", pool="inference",
+    image=image_uri("tritonserver", ACCOUNT, REGION), model_repository="s3://mlplat-test-models/triton",
+    region=REGION, cpu=6, memory_gi=48, gpus=1, min_replicas=2, max_replicas=8, target_queue_us=50_000,
+    target_cpu_percent=70, vpc_cidr="10.0.0.0/16", endpoint_cidrs=("3.5.212.0/23",),
+    load_balancer=LoadBalancerPlan(CERT, ("10.20.0.0/16",)),
+)
+CPU_PLAN = replace(GPU_PLAN, device="cpu", pool="cpu", cpu=2, memory_gi=4, gpus=0, max_replicas=6,
+                   load_balancer=None)
+
+
+def build(plan: ServingPlan) -> Recording:
+    def program(aws_provider):
+        cluster = k8s.Provider("cluster-k8s", kubeconfig="{}")
+        prometheus = k8s.core.v1.ConfigMap("prometheus-stand-in", metadata={"name": "p", "namespace": "monitoring"},
+                                           opts=pulumi.ResourceOptions(provider=cluster))
+        image = IMAGES["prometheus-adapter"]
+        InferenceService("inference-gpt", InferenceServiceArgs(
+            plan=plan, role_name="mlplat-test-inference-gpt", cluster_name="mlplat-test", bucket_arn=MODELS_ARN,
+            key_arn=KEY_ARN, repository_prefix="triton",
+            adapter=MetricsAdapter(f"{registry_host(ACCOUNT, REGION)}/{image.repository}", image.tag,
+                                   resource_metrics=plan.device == "cpu"),
+            depends_on=(prometheus,),
+        ), opts=pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster}))
+
+    return record(program)
+
+
+@pytest.fixture(scope="module")
+def gpu() -> Recording:
+    return build(GPU_PLAN)
+
+
+@pytest.fixture(scope="module")
+def cpu() -> Recording:
+    return build(CPU_PLAN)
+
+
+def obj(rec: Recording, resource_type: str, name: str = "triton") -> dict:
+    [found] = [r for r in rec.of_type(resource_type) if r.inputs()["metadata"]["name"] == name]
+    return found.inputs()
+
+
+def pod(rec: Recording) -> dict:
+    return obj(rec, DEPLOYMENT)["spec"]["template"]["spec"]
+
+
+def container(rec: Recording) -> dict:
+    [triton] = pod(rec)["containers"]
+    return triton
+
+
+# --- the Deployment ----------------------------------------------------------------------
+
+
+def test_triton_reads_the_bucket_repository_with_strict_config(gpu):
+    main = container(gpu)
+    assert main["image"] == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/mirror/tritonserver:" \
+                            f"{IMAGES['tritonserver'].tag}"
+    assert main["command"] == ["tritonserver"]
+    args = main["args"]
+    for flag in ("--model-repository=s3://mlplat-test-models/triton", "--model-control-mode=none",
+                 "--disable-auto-complete-config", "--metrics-port=8002", "--allow-metrics=true",
+                 "--allow-gpu-metrics=true"):
+        assert flag in args
+    env = {e["name"]: e["value"] for e in main["env"]}
+    assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
+    assert {p["name"]: p["containerPort"] for p in main["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+
+
+def test_health_probes_are_tritons_endpoints(gpu):
+    main = container(gpu)
+    assert main["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert main["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    # Loading a model from S3 takes minutes: the startup probe allows ten.
+    startup = main["startupProbe"]
+    assert startup["httpGet"]["path"] == "/v2/health/live"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
+
+
+def test_gpu_replicas_take_one_gpu_on_the_inference_pool(gpu):
+    spec = pod(gpu)
+    resources = container(gpu)["resources"]
+    assert resources["limits"] == resources["requests"] == {"cpu": "6", "memory": "48Gi", "nvidia.com/gpu": "1"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true",
+                                    "effect": "NoSchedule"}]
+    [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "mlplat.io/pool", "operator": "In", "values": ["inference"]}]
+
+
+def test_cpu_replicas_ask_for_no_gpu_and_tolerate_nothing(cpu):
+    spec = pod(cpu)
+    assert container(cpu)["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
+    assert "tolerations" not in spec
+    assert "--allow-gpu-metrics=false" in container(cpu)["args"]
+    [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"][0]["values"] == ["cpu"]
+
+
+def test_rolling_updates_never_lose_a_replica_and_spread_across_zones(gpu):
+    deployment = obj(gpu, DEPLOYMENT)
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    # The autoscaler owns the replica count; the program never sets it.
+    assert "replicas" not in deployment["spec"]
+    zone, host = pod(gpu)["topologySpreadConstraints"]
+    assert (zone["topologyKey"], zone["whenUnsatisfiable"], zone["maxSkew"]) == (
+        "topology.kubernetes.io/zone", "DoNotSchedule", 1)
+    assert (host["topologyKey"], host["whenUnsatisfiable"]) == ("kubernetes.io/hostname", "ScheduleAnyway")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert zone["labelSelector"]["matchLabels"] == selector
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_restricted_security_context(gpu):
+    spec, main = pod(gpu), container(gpu)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "triton"
+    sc = main["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True
+    # Triton writes only where it copies the repository to, a bounded scratch volume.
+    assert main["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert spec["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "20Gi"}}]
+
+
+# --- Services ----------------------------------------------------------------------------
+
+
+def test_cluster_ip_service_selects_the_pods(gpu):
+    svc = obj(gpu, SERVICE)
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert svc["spec"]["selector"] == obj(gpu, DEPLOYMENT)["spec"]["selector"]["matchLabels"]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
+        ("http", 8000, "http"), ("grpc", 8001, "grpc")]
+
+
+def test_internal_tls_load_balancer_only_when_configured(gpu, cpu):
+    lb = obj(gpu, SERVICE, "triton-tls")
+    notes = lb["metadata"]["annotations"]
+    prefix = "service.beta.kubernetes.io/aws-load-balancer"
+    assert notes[f"{prefix}-scheme"] == "internal"
+    assert notes[f"{prefix}-ssl-cert"] == CERT
+    assert notes[f"{prefix}-ssl-negotiation-policy"] == TLS_POLICY == "ELBSecurityPolicy-TLS13-1-2-2021-06"
+    assert notes[f"{prefix}-ssl-ports"] == "grpc-tls,https"
+    assert notes[f"{prefix}-alpn-policy"] == "HTTP2Preferred"
+    spec = lb["spec"]
+    assert (spec["type"], spec["loadBalancerClass"]) == ("LoadBalancer", NLB_CLASS)
+    assert spec["loadBalancerSourceRanges"] == ["10.20.0.0/16"]
+    # Every listener is TLS.
+    assert {p["name"] for p in spec["ports"]} == set(notes[f"{prefix}-ssl-ports"].split(","))
+    assert [r.inputs()["metadata"]["name"] for r in cpu.of_type(SERVICE)] == ["triton"]
+
+
+# --- autoscaling and disruption ------------------------------------------------------------
+
+
+def test_gpu_autoscaler_follows_tritons_queue_time(gpu):
+    hpa = obj(gpu, HPA)["spec"]
+    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "triton"}
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 8)
+    assert hpa["metrics"] == [{"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC},
+                                                        "target": {"type": "AverageValue", "averageValue": "50000"}}}]
+    assert hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"] > hpa["behavior"]["scaleUp"][
+        "stabilizationWindowSeconds"]
+
+
+def test_cpu_autoscaler_follows_cpu_use(cpu):
+    hpa = obj(cpu, HPA)["spec"]
+    assert hpa["metrics"] == [{"type": "Resource", "resource": {
+        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]
+
+
+def adapter_values(rec: Recording) -> dict:
+    [release] = rec.of_type(RELEASE)
+    inputs = release.inputs()
+    assert (inputs["name"], inputs["namespace"], inputs["chart"]) == (
+        "prometheus-adapter", "monitoring", "prometheus-adapter")
+    return inputs["values"]
+
+
+def test_the_adapter_serves_the_metric_the_autoscaler_reads(gpu, cpu):
+    gpu_rules = adapter_values(gpu)["rules"]
+    [rule] = gpu_rules["custom"]
+    assert rule["name"]["as"] == QUEUE_METRIC
+    assert "nv_inference_queue_duration_us" in rule["metricsQuery"]
+    assert "nv_inference_request_success" in rule["metricsQuery"]
+    assert gpu_rules["default"] is False and "resource" not in gpu_rules
+    # CPU autoscaling needs the resource metrics API, which EKS lacks without metrics-server.
+    assert "container_cpu_usage_seconds_total" in adapter_values(cpu)["rules"]["resource"]["cpu"]["containerQuery"]
+    image = adapter_values(gpu)["image"]
+    assert f"{image['repository']}:{image['tag']}" == image_uri("prometheus-adapter", ACCOUNT, REGION)
+
+
+def test_autoscaler_waits_for_its_metrics(gpu):
+    [hpa] = gpu.of_type(HPA)
+    [release] = gpu.of_type(RELEASE)
+    [deployment] = gpu.of_type(DEPLOYMENT)
+    assert {release.urn, deployment.urn} <= set(hpa.dependencies)
+
+
+def test_disruption_budget_takes_one_replica_at_a_time(gpu):
+    pdb = obj(gpu, PDB)["spec"]
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["selector"]["matchLabels"] == obj(gpu, DEPLOYMENT)["spec"]["selector"]["matchLabels"]
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+# --- fences and credentials ------------------------------------------------------------------
+
+
+def test_network_policies_deny_by_default_and_open_only_the_serving_ports(gpu):
+    policies = {r.inputs()["metadata"]["name"]: r.inputs()["spec"] for r in gpu.of_type(POLICY)}
+    assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    [clients] = policies["allow-clients"]["ingress"]
+    assert clients["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]
+    # With the NLB on, its own addresses in the VPC may reach the pods.
+    assert {"ipBlock": {"cidr": "10.0.0.0/16"}} in clients["from"]
+    [scrape] = policies["allow-prometheus"]["ingress"]
+    assert scrape["ports"] == [{"protocol": "TCP", "port": 8002}]
+    [identity] = policies["allow-pod-identity"]["egress"]
+    assert identity["to"] == [{"ipBlock": {"cidr": "169.254.170.23/32"}}]
+    [aws_apis] = policies["allow-aws-endpoints"]["egress"]
+    assert aws_apis["ports"] == [{"protocol": "TCP", "port": 443}]
+    assert [b["ipBlock"]["cidr"] for b in aws_apis["to"]] == ["10.0.0.0/16", "3.5.212.0/23"]
+
+
+def test_pod_identity_reads_only_the_repository(gpu):
+    role = gpu.one("aws:iam/role:Role")
+    trust = json.loads(role.inputs()["assumeRolePolicy"])
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    association = gpu.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs()
+    assert (association["namespace"], association["serviceAccount"]) == ("inference", "triton")
+    policy = json.loads(gpu.one("aws:iam/rolePolicy:RolePolicy").inputs()["policy"])
+    actions = {a for s in policy["Statement"] for a in s["Action"]}
+    assert actions == {"s3:ListBucket", "s3:GetBucketLocation", "s3:GetObject", "kms:Decrypt"}
+    read = next(s for s in policy["Statement"] if s["Action"] == ["s3:GetObject"])
+    assert read["Resource"] == [f"{MODELS_ARN}/triton/*"]
+
+
+def test_pods_start_after_their_credentials(gpu):
+    [deployment] = gpu.of_type(DEPLOYMENT)
+    association = gpu.one("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert association.urn in deployment.dependencies
+
+
+def test_children_are_parented_and_on_the_right_providers(gpu):
+    [component] = gpu.of_type("mlplat:inference:InferenceService")
+    [k8s_provider] = gpu.of_type("pulumi:providers:kubernetes")
+    [aws_provider] = gpu.of_type("pulumi:providers:aws")
+    inside = [r for r in gpu.registrations if r.custom and not r.is_provider and r.name != "prometheus-stand-in"]
+    assert len(inside) >= 15
+    for reg in inside:
+        chain, parent = [], reg.parent
+        while parent:
+            chain.append(parent)
+            parent = gpu.by_urn(parent).parent if any(r.urn == parent for r in gpu.registrations) else ""
+        assert component.urn in chain, reg.urn
+        expected = k8s_provider if reg.type.startswith("kubernetes:") else aws_provider
+        assert reg.provider_urn == expected.urn, reg.urn
+
+
+# --- schema -----------------------------------------------------------------------------------
+
+
+def kubernetes_objects(rec: Recording) -> list[dict]:
+    """The Kubernetes objects as the engine received them (typed resources carry their
+    apiVersion and kind among their inputs)."""
+    found = []
+    for reg in rec.registrations:
+        if reg.custom and reg.type.startswith("kubernetes:") and "helm.sh" not in reg.type \
+                and reg.name != "prometheus-stand-in":
+            body = reg.inputs()
+            assert {"apiVersion", "kind", "metadata"} <= set(body), reg.urn
+            found.append(body)
+    return found
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_rendered_objects_pass_strict_schema_validation(device, gpu, cpu):
+    rec = gpu if device == "gpu" else cpu
+    objects = [o for o in kubernetes_objects(rec) if o["kind"] != "PodMonitor"]
+    assert {o["kind"] for o in objects} >= {"Namespace", "ServiceAccount", "NetworkPolicy", "Deployment", "Service",
+                                            "HorizontalPodAutoscaler", "PodDisruptionBudget"}
+    for manifest in objects:
+        kubernetes_validate.validate(manifest, f"{KUBERNETES_VERSION}.0", strict=True)
+
+
+def test_the_schema_check_would_catch_a_typo(gpu):
+    [deployment] = [o for o in kubernetes_objects(gpu) if o["kind"] == "Deployment"]
+    deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavaliable"] = 0
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, f"{KUBERNETES_VERSION}.0", strict=True)
+
+
+# --- the stacks -----------------------------------------------------------------------------
+
+
+def service_of(stack: str) -> list:
+    return of_type(preview(stack), "mlplat:inference:InferenceService")
+
+
+def test_prod_serves_on_gpus_and_smb_on_cpus():
+    prod = preview("prod")
+    [deployment] = [r for r in of_type(prod, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]
+    [triton] = deployment.inputs()["spec"]["template"]["spec"]["containers"]
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    bucket = storage_names(load_stack("prod"), "prod", ACCOUNT).buckets["models"]
+    assert f"--model-repository=s3://{bucket}/triton" in triton["args"]
+    assert any(r.inputs().get("bucket") == bucket for r in of_type(prod, "aws:s3/bucket:Bucket"))
+    smb = preview("smb")
+    [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]
+    [triton] = deployment.inputs()["spec"]["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" not in triton["resources"]["limits"]
+    assert not any("nvidia.com/gpu" in json.dumps(r.inputs()) for r in of_type(smb, DEPLOYMENT))
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging"])
+def test_stacks_without_an_inference_section_serve_nothing(stack):
+    assert service_of(stack) == []

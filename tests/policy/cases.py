@@ -1,0 +1,230 @@
+"""One passing and one failing resource (or small stack) for every rule of the pack.
+
+The same table drives the direct calls (tests/policy/test_rule_table.py) and the pack
+process over gRPC (tests/policy/test_pack_grpc.py), so both prove every rule both ways.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+KEY_ARN = "arn:aws:kms:me-central-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+ECR = "111122223333.dkr.ecr.me-central-1.amazonaws.com"
+TAGS = {"data-classification": "restricted", "owner": "ml-platform"}
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: str
+    type: str
+    props: dict[str, Any]
+    fails: bool
+    name: str = "r"
+    provider: dict[str, Any] | None = field(default_factory=lambda: {"region": "me-central-1"})
+
+    @property
+    def id(self) -> str:
+        return f"{self.rule}:{'fail' if self.fails else 'pass'}:{self.name}"
+
+
+def _pod(container: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"containers": [container], **spec}
+
+
+def deployment(pod_spec: dict[str, Any], name: str = "app", namespace: str = "team-a") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+                                                                          "spec": pod_spec}},
+    }
+
+
+GOOD_CONTAINER = {
+    "name": "app",
+    "image": f"{ECR}/mlplat/serve:1.4.2",
+    "resources": {"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}},
+    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+}
+GOOD_POD = _pod(GOOD_CONTAINER, securityContext={"runAsNonRoot": True})
+GPU_CONTAINER = {**GOOD_CONTAINER, "resources": {"limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 8}}}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+HELM = "kubernetes:helm.sh/v3:Release"
+
+RESOURCE_CASES: list[Case] = [
+    # --- residency
+    Case("aws-resources-in-allowed-regions", "aws:s3/bucket:Bucket", {"bucket": "b"}, False),
+    Case("aws-resources-in-allowed-regions", "aws:s3/bucket:Bucket", {"bucket": "b", "region": "eu-west-1"}, True),
+    Case("availability-zones-in-allowed-regions", "aws:ec2/subnet:Subnet", {"availabilityZoneId": "mec1-az2"}, False),
+    Case("availability-zones-in-allowed-regions", "aws:ec2/subnet:Subnet", {"availabilityZoneId": "mes1-az1"}, True),
+    Case("no-cross-region-replication", "aws:dynamodb/table:Table",
+         {"replicas": [{"regionName": "me-central-1"}]}, False),
+    Case("no-cross-region-replication", "aws:dynamodb/table:Table", {"replicas": [{"regionName": "eu-west-1"}]}, True),
+    Case("kms-keys-single-region", "aws:kms/key:Key", {"multiRegion": False, "enableKeyRotation": True}, False),
+    Case("kms-keys-single-region", "aws:kms/key:Key", {"multiRegion": True, "enableKeyRotation": True}, True),
+    Case("no-global-edge-data-paths", "aws:cloudfront/distribution:Distribution",
+         {"origins": [{"domainName": "api-123.me-central-1.elb.amazonaws.com", "originId": "api"}]}, False),
+    Case("no-global-edge-data-paths", "aws:cloudfront/distribution:Distribution",
+         {"origins": [{"domainName": "data.s3.me-central-1.amazonaws.com", "originId": "data"}]}, True),
+    # --- encryption at rest
+    Case("block-storage-encrypted-with-cmk", "aws:ebs/volume:Volume",
+         {"encrypted": True, "kmsKeyId": KEY_ARN, "size": 100, "tags": TAGS}, False),
+    Case("block-storage-encrypted-with-cmk", "aws:ebs/volume:Volume", {"encrypted": True, "size": 100}, True),
+    Case("file-systems-encrypted-with-cmk", "aws:fsx/lustreFileSystem:LustreFileSystem",
+         {"deploymentType": "PERSISTENT_2", "kmsKeyId": KEY_ARN}, False),
+    Case("file-systems-encrypted-with-cmk", "aws:fsx/lustreFileSystem:LustreFileSystem",
+         {"deploymentType": "SCRATCH_2"}, True),
+    Case("eks-secrets-encrypted-with-cmk", "aws:eks/cluster:Cluster",
+         {"encryptionConfig": {"resources": ["secrets"], "provider": {"keyArn": KEY_ARN}},
+          "vpcConfig": {"endpointPrivateAccess": True, "endpointPublicAccess": False}}, False),
+    Case("eks-secrets-encrypted-with-cmk", "aws:eks/cluster:Cluster",
+         {"vpcConfig": {"endpointPrivateAccess": True, "endpointPublicAccess": False}}, True),
+    Case("logs-encrypted-with-cmk", "aws:cloudwatch/logGroup:LogGroup", {"kmsKeyId": KEY_ARN}, False),
+    Case("logs-encrypted-with-cmk", "aws:cloudwatch/logGroup:LogGroup", {"retentionInDays": 365}, True),
+    Case("registries-encrypted-with-cmk", "aws:ecr/repository:Repository",
+         {"encryptionConfigurations": [{"encryptionType": "KMS", "kmsKey": KEY_ARN}]}, False),
+    Case("registries-encrypted-with-cmk", "aws:ecr/repository:Repository",
+         {"encryptionConfigurations": [{"encryptionType": "AES256"}]}, True),
+    Case("databases-encrypted-with-cmk", "aws:rds/instance:Instance",
+         {"storageEncrypted": True, "kmsKeyId": KEY_ARN, "instanceClass": "db.r7g.large"}, False),
+    Case("databases-encrypted-with-cmk", "aws:rds/instance:Instance",
+         {"storageEncrypted": True, "kmsKeyId": "alias/aws/rds", "instanceClass": "db.r7g.large"}, True),
+    Case("messaging-encrypted-with-cmk", "aws:sqs/queue:Queue", {"kmsMasterKeyId": KEY_ARN}, False),
+    Case("messaging-encrypted-with-cmk", "aws:sqs/queue:Queue", {"sqsManagedSseEnabled": True}, True),
+    Case("kms-keys-rotate", "aws:kms/key:Key", {"enableKeyRotation": True}, False),
+    Case("kms-keys-rotate", "aws:kms/key:Key", {"enableKeyRotation": False}, True),
+    # --- encryption in transit
+    Case("load-balancer-listeners-tls", "aws:lb/listener:Listener",
+         {"protocol": "HTTPS", "port": 443, "sslPolicy": "ELBSecurityPolicy-TLS13-1-2-2021-06"}, False),
+    Case("load-balancer-listeners-tls", "aws:lb/listener:Listener",
+         {"protocol": "HTTPS", "port": 443, "sslPolicy": "ELBSecurityPolicy-2016-08"}, True),
+    Case("elasticache-encrypted-in-transit", "aws:elasticache/replicationGroup:ReplicationGroup",
+         {"transitEncryptionEnabled": True, "atRestEncryptionEnabled": True, "kmsKeyId": KEY_ARN}, False),
+    Case("elasticache-encrypted-in-transit", "aws:elasticache/replicationGroup:ReplicationGroup",
+         {"transitEncryptionEnabled": False, "atRestEncryptionEnabled": True, "kmsKeyId": KEY_ARN}, True),
+    # --- exposure
+    Case("eks-endpoint-private", "aws:eks/cluster:Cluster",
+         {"vpcConfig": {"endpointPrivateAccess": True, "endpointPublicAccess": False}}, False),
+    Case("eks-endpoint-private", "aws:eks/cluster:Cluster",
+         {"vpcConfig": {"endpointPrivateAccess": True, "endpointPublicAccess": True,
+                        "publicAccessCidrs": ["0.0.0.0/0"]}}, True),
+    Case("no-public-ips-on-nodes", "aws:ec2/launchTemplate:LaunchTemplate",
+         {"networkInterfaces": [{"associatePublicIpAddress": "false", "interfaceType": "efa"}]}, False),
+    Case("no-public-ips-on-nodes", "aws:ec2/launchTemplate:LaunchTemplate",
+         {"networkInterfaces": [{"associatePublicIpAddress": "true"}]}, True),
+    # --- Kubernetes
+    Case("k8s-images-from-allowed-registries", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-images-from-allowed-registries", DEPLOYMENT,
+         deployment(_pod({**GOOD_CONTAINER, "image": "docker.io/library/nginx:1.27"})), True, provider=None),
+    Case("k8s-images-pinned", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-images-pinned", DEPLOYMENT,
+         deployment(_pod({**GOOD_CONTAINER, "image": f"{ECR}/mlplat/serve:latest"})), True, provider=None),
+    Case("k8s-containers-have-limits", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-containers-have-limits", DEPLOYMENT,
+         deployment(_pod({**GOOD_CONTAINER, "resources": {"requests": {"cpu": "1"}}})), True, provider=None),
+    Case("k8s-gpu-pods-use-limits-and-tolerate-taint", DEPLOYMENT,
+         deployment(_pod(GPU_CONTAINER, tolerations=[GPU_TOLERATION])), False, provider=None),
+    Case("k8s-gpu-pods-use-limits-and-tolerate-taint", DEPLOYMENT, deployment(_pod(GPU_CONTAINER)), True,
+         provider=None),
+    Case("k8s-no-privileged-or-host-namespaces", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-no-privileged-or-host-namespaces", DEPLOYMENT, deployment({**GOOD_POD, "hostNetwork": True}), True,
+         provider=None),
+    Case("k8s-workloads-run-as-non-root", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-workloads-run-as-non-root", DEPLOYMENT,
+         deployment(_pod({**GOOD_CONTAINER, "securityContext": {}})), True, provider=None),
+    # --- tags
+    Case("storage-and-compute-tagged", "aws:efs/fileSystem:FileSystem", {"encrypted": True, "kmsKeyId": KEY_ARN},
+         False, provider={"region": "me-central-1", "defaultTags": json.dumps({"tags": TAGS})}),
+    Case("storage-and-compute-tagged", "aws:efs/fileSystem:FileSystem",
+         {"encrypted": True, "kmsKeyId": KEY_ARN, "tags": {"owner": "ml-platform"}}, True),
+]
+
+
+@dataclass(frozen=True)
+class StackResource:
+    type: str
+    name: str
+    props: dict[str, Any]
+    # property -> (type, name) of the other resources in the same case it depends on
+    depends: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StackCase:
+    rule: str
+    resources: list[StackResource]
+    fails: bool
+    # (type, name) of the resource the violation is reported on, when the case fails
+    culprit: tuple[str, str] | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.rule}:{'fail' if self.fails else 'pass'}"
+
+
+BUCKET = "aws:s3/bucket:Bucket"
+SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+PAB = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
+SG = "aws:ec2/securityGroup:SecurityGroup"
+INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+LB = "aws:lb/loadBalancer:LoadBalancer"
+
+
+def sse(algorithm: str = "aws:kms", key: str | None = KEY_ARN) -> dict[str, Any]:
+    default: dict[str, Any] = {"sseAlgorithm": algorithm}
+    if key is not None:
+        default["kmsMasterKeyId"] = key
+    return {"bucket": "data", "rules": [{"applyServerSideEncryptionByDefault": default, "bucketKeyEnabled": True}]}
+
+
+def tls_policy(bucket: str = "data", secure: str = "false") -> dict[str, Any]:
+    arn = f"arn:aws:s3:::{bucket}"
+    return {"bucket": bucket, "policy": json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+        "Resource": [arn, f"{arn}/*"], "Condition": {"Bool": {"aws:SecureTransport": secure}}}]})}
+
+
+def access_block(**overrides: bool) -> dict[str, Any]:
+    flags = {"blockPublicAcls": True, "blockPublicPolicy": True, "ignorePublicAcls": True,
+             "restrictPublicBuckets": True, **overrides}
+    return {"bucket": "data", **flags}
+
+
+def ingress(port: int, cidr: str = "0.0.0.0/0") -> dict[str, Any]:
+    return {"ipProtocol": "tcp", "fromPort": port, "toPort": port, "cidrIpv4": cidr, "securityGroupId": "sg-1"}
+
+
+DATA_BUCKET = StackResource(BUCKET, "data", {"bucket": "data"})
+
+STACK_CASES: list[StackCase] = [
+    StackCase("s3-buckets-encrypted-with-cmk",
+              [DATA_BUCKET, StackResource(SSE, "data", sse(), {"bucket": [(BUCKET, "data")]})], False),
+    StackCase("s3-buckets-encrypted-with-cmk",
+              [DATA_BUCKET, StackResource(SSE, "data", sse("AES256", None), {"bucket": [(BUCKET, "data")]})], True,
+              culprit=(SSE, "data")),
+    StackCase("s3-buckets-tls-only", [DATA_BUCKET, StackResource(POLICY, "data", tls_policy(), {"bucket": [(BUCKET, "data")]})],
+              False),
+    StackCase("s3-buckets-tls-only",
+              [DATA_BUCKET, StackResource(POLICY, "data", tls_policy(secure="true"), {"bucket": [(BUCKET, "data")]})], True,
+              culprit=(BUCKET, "data")),
+    StackCase("s3-buckets-block-public-access",
+              [DATA_BUCKET, StackResource(PAB, "data", access_block(), {"bucket": [(BUCKET, "data")]})], False),
+    StackCase("s3-buckets-block-public-access",
+              [DATA_BUCKET, StackResource(PAB, "data", access_block(restrictPublicBuckets=False),
+                                          {"bucket": [(BUCKET, "data")]})], True, culprit=(PAB, "data")),
+    StackCase("no-world-open-ingress",
+              [StackResource(SG, "alb", {"vpcId": "vpc-1"}),
+               StackResource(LB, "alb", {"loadBalancerType": "application", "internal": False},
+                             {"securityGroups": [(SG, "alb")]}),
+               StackResource(INGRESS, "https", ingress(443), {"securityGroupId": [(SG, "alb")]})], False),
+    StackCase("no-world-open-ingress",
+              [StackResource(SG, "nodes", {"vpcId": "vpc-1"}),
+               StackResource(INGRESS, "ssh", ingress(22), {"securityGroupId": [(SG, "nodes")]})], True, culprit=(INGRESS, "ssh")),
+]

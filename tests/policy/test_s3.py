@@ -1,0 +1,101 @@
+"""Bucket rules judged across the stack, linked through property dependencies or names."""
+
+from __future__ import annotations
+
+import json
+
+from platform_policies.s3 import (
+    denies_insecure_transport,
+    s3_buckets_block_public_access,
+    s3_buckets_encrypted_with_cmk,
+    s3_buckets_tls_only,
+)
+
+from tests.policy.cases import BUCKET, PAB, POLICY, SSE, access_block, sse, tls_policy
+from tests.policy.harness import check_stack, stack_resource
+
+
+def _bucket(name: str = "data", **props):
+    return stack_resource(BUCKET, {"bucket": name, **props}, name)
+
+
+def _linked(kind: str, props: dict, bucket, by_dependency: bool = True):
+    resource = stack_resource(kind, props, bucket.name)
+    if by_dependency:
+        resource.property_dependencies["bucket"] = [bucket]
+    return resource
+
+
+def test_bucket_without_encryption_configuration():
+    bucket = _bucket()
+    [(message, urn)] = check_stack(s3_buckets_encrypted_with_cmk, [bucket])
+    assert urn == bucket.urn
+    assert message.startswith("aws:s3/bucket:Bucket 'data' has no SSE-KMS configuration")
+
+
+def test_configuration_linked_by_name_when_no_dependency_is_recorded():
+    bucket = _bucket()
+    assert check_stack(s3_buckets_encrypted_with_cmk, [bucket, _linked(SSE, sse(), bucket, False)]) == []
+
+
+def test_configuration_linked_by_dependency_when_the_name_is_unknown():
+    bucket = stack_resource(BUCKET, {"bucketPrefix": "data-"}, "data")
+    config = _linked(SSE, {**sse(), "bucket": "resolved-later"}, bucket)
+    assert check_stack(s3_buckets_encrypted_with_cmk, [bucket, config]) == []
+
+
+def test_aws_managed_key_is_not_customer_managed():
+    bucket = _bucket()
+    config = _linked(SSE, sse(key="alias/aws/s3"), bucket)
+    [(message, urn)] = check_stack(s3_buckets_encrypted_with_cmk, [bucket, config])
+    assert urn == config.urn and "alias/aws/s3 is AWS-managed" in message
+
+
+def test_inline_and_orphan_configurations():
+    inline = _bucket(serverSideEncryptionConfiguration={"rule": {"applyServerSideEncryptionByDefault": {
+        "sseAlgorithm": "AES256"}}})
+    [(message, _)] = check_stack(s3_buckets_encrypted_with_cmk, [inline])
+    assert "SSE-S3" in message
+    orphan = stack_resource(SSE, sse("AES256", None), "elsewhere")
+    assert [u for _, u in check_stack(s3_buckets_encrypted_with_cmk, [orphan])] == [orphan.urn]
+
+
+def test_tls_policy_document():
+    assert denies_insecure_transport(json.loads(tls_policy()["policy"]))
+    document = json.loads(tls_policy()["policy"])
+    document["Statement"][0]["Resource"] = ["arn:aws:s3:::data"]  # bucket only: object reads stay open
+    assert not denies_insecure_transport(document)
+    document["Statement"][0]["Resource"] = "arn:aws:s3:::data/*"
+    document["Statement"][0]["Condition"] = {"Bool": {"aws:SecureTransport": False}}
+    assert denies_insecure_transport(document)
+    document["Statement"][0]["Effect"] = "Allow"
+    assert not denies_insecure_transport(document)
+
+
+def test_bucket_without_tls_policy():
+    bucket = _bucket()
+    [(message, urn)] = check_stack(s3_buckets_tls_only, [bucket])
+    assert urn == bucket.urn and "aws:SecureTransport=false" in message
+    assert check_stack(s3_buckets_tls_only, [bucket, _linked(POLICY, tls_policy(), bucket)]) == []
+    assert check_stack(s3_buckets_tls_only, [_bucket(policy=tls_policy()["policy"])]) == []
+
+
+def test_public_access():
+    bucket = _bucket()
+    [(message, _)] = check_stack(s3_buckets_block_public_access, [bucket])
+    assert "has no BucketPublicAccessBlock" in message
+    assert check_stack(s3_buckets_block_public_access, [bucket, _linked(PAB, access_block(), bucket)]) == []
+    public = _bucket("web", acl="public-read")
+    found = check_stack(s3_buckets_block_public_access, [public, _linked(PAB, access_block(), public)])
+    assert [m for m, _ in found] == ["aws:s3/bucket:Bucket 'web': acl 'public-read' grants public access"]
+    account = stack_resource("aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock",
+                             {"blockPublicAcls": True, "blockPublicPolicy": False, "ignorePublicAcls": True,
+                              "restrictPublicBuckets": True}, "account")
+    found = check_stack(s3_buckets_block_public_access, [account])
+    assert [m for m, _ in found] == [
+        "aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock 'account': blockPublicPolicy must be true"]
+
+
+def test_exempted_bucket_is_not_reported():
+    config = {"exemptions": [{"name": "logs", "type": BUCKET, "reason": "reviewed exception, ticket SEC-123"}]}
+    assert check_stack(s3_buckets_encrypted_with_cmk, [_bucket("logs")], config) == []

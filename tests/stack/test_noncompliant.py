@@ -1,0 +1,70 @@
+"""Deliberately non-compliant programs, previewed offline as a user would with
+`mlplat preview --stack dev --program FILE`: each is blocked (exit 1) by exactly the rule
+it breaks, and the JSON report names that rule for the offending resource."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from platform_policies import ALL_POLICIES
+
+from infra.cli import main
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "fixtures" / "programs"
+
+# fixture program -> the one rule it breaks
+EXPECTED = {
+    "bucket_outside_region.py": "aws-resources-in-allowed-regions",
+    "az_outside_region.py": "availability-zones-in-allowed-regions",
+    "dynamodb_replica_abroad.py": "no-cross-region-replication",
+    "multi_region_key.py": "kms-keys-single-region",
+    "transfer_acceleration.py": "no-global-edge-data-paths",
+    "bucket_sse_s3.py": "s3-buckets-encrypted-with-cmk",
+    "unencrypted_volume.py": "block-storage-encrypted-with-cmk",
+    "lustre_scratch.py": "file-systems-encrypted-with-cmk",
+    "eks_secrets_plain.py": "eks-secrets-encrypted-with-cmk",
+    "log_group_plain.py": "logs-encrypted-with-cmk",
+    "ecr_aes256.py": "registries-encrypted-with-cmk",
+    "dynamodb_default_key.py": "databases-encrypted-with-cmk",
+    "sqs_managed_sse.py": "messaging-encrypted-with-cmk",
+    "key_without_rotation.py": "kms-keys-rotate",
+    "bucket_without_tls_policy.py": "s3-buckets-tls-only",
+    "http_listener.py": "load-balancer-listeners-tls",
+    "cache_plaintext.py": "elasticache-encrypted-in-transit",
+    "bucket_public_access.py": "s3-buckets-block-public-access",
+    "ssh_from_anywhere.py": "no-world-open-ingress",
+    "public_eks_endpoint.py": "eks-endpoint-private",
+    "public_subnet_nodes.py": "no-public-ips-on-nodes",
+    "image_from_docker_hub.py": "k8s-images-from-allowed-registries",
+    "image_latest.py": "k8s-images-pinned",
+    "container_without_limits.py": "k8s-containers-have-limits",
+    "gpu_pod_without_toleration.py": "k8s-gpu-pods-use-limits-and-tolerate-taint",
+    "privileged_daemonset.py": "k8s-no-privileged-or-host-namespaces",
+    "root_workload.py": "k8s-workloads-run-as-non-root",
+    "untagged_volume.py": "storage-and-compute-tagged",
+}
+
+
+def test_every_rule_has_a_fixture_and_every_fixture_an_expectation():
+    assert sorted(set(EXPECTED.values())) == sorted(p.name for p in ALL_POLICIES)
+    programs = {p.name for p in PROGRAMS.glob("*.py") if not p.name.startswith("_")}
+    # default_provider.py is an engine error, covered in test_preview_cli.py
+    assert programs - {"default_provider.py"} == set(EXPECTED)
+
+
+@pytest.mark.parametrize(("program", "rule"), sorted(EXPECTED.items()))
+def test_fixture_is_blocked_by_its_rule(program, rule, tmp_path, capsys):
+    report_path = tmp_path / "report.json"
+    code = main(["preview", "--stack", "dev", "--program", str(PROGRAMS / program), "--json", str(report_path),
+                 "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    report = json.loads(report_path.read_text())
+    assert report["engineErrors"] == []
+    assert {v["policy"] for v in report["violations"]} == {rule}, report["violations"]
+    assert all(v["level"] == "mandatory" and v["urn"] for v in report["violations"])
+    assert f"{rule} (mandatory):" in out
+    evidence = {row["policy"]: row for row in report["policies"]}
+    assert evidence[rule]["failed"] >= 1

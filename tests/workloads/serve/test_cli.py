@@ -1,0 +1,123 @@
+"""`python -m workloads.serve`: bad input is one line and exit 2; export publishes a
+parity-checked version that Triton's config parser accepts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workloads.serve.cli import main
+from workloads.serve.triton_config import parse
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workloads.serve", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--model-name", "gpt 2"],
+     "--model-name: model name 'gpt 2' is not servable: use 1-128 letters, digits, '_', '-' or '.', starting "
+     "with a letter or digit (it is a directory and a URL path segment)"),
+    (["--model-name", "gpt", "--max-batch-size", "16", "--preferred-batch-sizes", "8", "32"],
+     "--preferred-batch-sizes: preferred batch size 32 is above the max batch size 16; use sizes from 1 to 16"),
+    (["--model-name", "gpt", "--max-queue-delay-us", "-100"],
+     "--max-queue-delay-us: max queue delay -100 us is below zero; use 0 or more microseconds"),
+    (["--model-name", "gpt", "--stack", "smb", "--device", "gpu"],
+     "--device: 'gpu' is not available: the smb stack is CPU-only; use 'cpu' (ONNX Runtime on the CPU pool)"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, line):
+    done = run_cli("config", "--vocab-size", "256", *args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"python -m workloads.serve config: error: {line}\n"
+    assert done.stdout == ""
+
+
+def test_export_refuses_bad_settings_before_loading_anything(tmp_path):
+    done = run_cli("export", "--checkpoint", str(tmp_path / "none"), "--repository", str(tmp_path / "repo"),
+                   "--model-name", "gpt", "--stack", "smb", "--device", "gpu")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.endswith("error: --device: 'gpu' is not available: the smb stack is CPU-only; use 'cpu' "
+                                "(ONNX Runtime on the CPU pool)\n")
+    assert not (tmp_path / "repo").exists()
+
+
+def test_missing_checkpoint_is_bad_input(tmp_path, capsys):
+    code = main(["export", "--checkpoint", str(tmp_path), "--repository", str(tmp_path / "repo"),
+                 "--model-name", "gpt"])
+    assert code == 2
+    assert capsys.readouterr().err == (f"python -m workloads.serve export: error: --checkpoint {tmp_path}: "
+                                       f"no complete checkpoint in {tmp_path}\n")
+
+
+def test_export_publishes_versions_and_rolls_back(checkpoint_root, tmp_path, capsys):
+    repo = tmp_path / "repo"
+    args = ["export", "--checkpoint", str(checkpoint_root), "--repository", str(repo), "--model-name", "gpt",
+            "--device", "cpu", "--preferred-batch-sizes", "4", "8", "--max-batch-size", "8",
+            "--max-queue-delay-us", "500", "--keep-versions", "2"]
+    assert main(args) == 0
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"published gpt version 1 to {repo} (ONNX Runtime vs PyTorch max |diff| ")
+    assert out[1].startswith(f"published gpt version 2 to {repo}")
+    assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["1", "2", "config.pbtxt"]
+    assert (repo / "gpt/2/model.onnx").stat().st_size > 100_000
+    config = parse((repo / "gpt/config.pbtxt").read_text())
+    assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert list(config.output[0].dims) == [-1, 256]
+
+    assert main(["check", str(repo / "gpt/config.pbtxt")]) == 0
+    assert capsys.readouterr().out == f"{repo}/gpt/config.pbtxt: ok (gpt, max batch 8)\n"
+
+    assert main(["rollback", "--repository", str(repo), "--model-name", "gpt"]) == 0
+    assert capsys.readouterr().out.startswith("removed gpt version 2; version 1 is now the newest.")
+    assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["1", "config.pbtxt"]
+
+
+def test_check_rejects_a_typo_and_a_bad_batch(tmp_path, capsys):
+    path = tmp_path / "gpt" / "config.pbtxt"
+    path.parent.mkdir()
+    assert main(["config", "--vocab-size", "256", "--model-name", "gpt", "--out", str(path)]) == 0
+    good = path.read_text()
+    path.write_text(good.replace("preferred_batch_size: 32", "prefered_batch_size: 32"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m workloads.serve check: error: {path}: ") and err.count("\n") == 1
+    assert 'has no field named "prefered_batch_size"' in err
+    path.write_text(good.replace("preferred_batch_size: 32", "preferred_batch_size: 33"))
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err == (f"python -m workloads.serve check: error: {path}: preferred batch size 33 "
+                                       "is above the max batch size 32; use sizes from 1 to 32\n")
+
+
+def test_the_stack_is_the_source_of_the_batching_settings(capsys):
+    """`--stack` reads mlplat:inference, so the cluster's Triton and the exported config agree."""
+    from infra.config import load_stack
+
+    assert main(["config", "--vocab-size", "256", "--stack", "prod"]) == 0
+    prod = parse(capsys.readouterr().out)
+    settings = load_stack("prod").inference
+    assert prod.name == settings.model_name and prod.max_batch_size == settings.max_batch_size
+    assert list(prod.dynamic_batching.preferred_batch_size) == list(settings.preferred_batch_sizes)
+    assert prod.dynamic_batching.max_queue_delay_microseconds == settings.max_queue_delay_microseconds
+    assert prod.version_policy.latest.num_versions == settings.keep_versions
+    assert prod.instance_group[0].kind == prod.instance_group[0].KIND_GPU
+    assert "intra_op_thread_count" not in prod.parameters
+
+    assert main(["config", "--vocab-size", "256", "--stack", "smb"]) == 0
+    smb = parse(capsys.readouterr().out)
+    assert smb.instance_group[0].kind == smb.instance_group[0].KIND_CPU
+    # Each CPU replica has cpuPerReplica cores, shared by its instances; ONNX Runtime is held to them.
+    settings = load_stack("smb").inference
+    assert smb.instance_group[0].count == settings.instance_count
+    assert smb.parameters["intra_op_thread_count"].string_value == str(
+        max(1, settings.cpu_per_replica // settings.instance_count))
+    # A flag still wins over the stack, and is checked like the stack's value.
+    assert main(["config", "--vocab-size", "256", "--stack", "smb", "--max-queue-delay-us", "-1"]) == 2
+    assert capsys.readouterr().err.endswith("--max-queue-delay-us: max queue delay -1 us is below zero; use 0 or "
+                                            "more microseconds\n")

@@ -1,0 +1,86 @@
+"""config.pbtxt goes through Triton's own ModelConfig protobuf and back unchanged."""
+
+from __future__ import annotations
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from workloads.serve.spec import ModelSpec, ServeSpecError
+from workloads.serve.triton_config import build_model_config, check_model_config, parse, render, round_trip
+
+
+def gpu_spec(**changes) -> ModelSpec:
+    return ModelSpec(**{"name": "gpt", "vocab_size": 50304, "device": "gpu", "max_batch_size": 64,
+                        "preferred_batch_sizes": (16, 32, 64), "max_queue_delay_microseconds": 1500,
+                        "instance_count": 2, "keep_versions": 3, **changes})
+
+
+def test_round_trip_is_exact_and_says_what_we_meant():
+    text = round_trip(gpu_spec())
+    config = parse(text)
+    assert config == build_model_config(gpu_spec())
+    assert (config.name, config.backend, config.max_batch_size) == ("gpt", "onnxruntime", 64)
+    assert list(config.dynamic_batching.preferred_batch_size) == [16, 32, 64]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 1500
+    assert config.version_policy.WhichOneof("policy_choice") == "latest"
+    assert config.version_policy.latest.num_versions == 3
+    [group] = config.instance_group
+    assert (group.kind, group.count) == (mc.ModelInstanceGroup.KIND_GPU, 2)
+    [inp], [out] = config.input, config.output
+    # The batch axis is implicit (max_batch_size > 0); sequence stays dynamic.
+    assert (inp.name, inp.data_type, list(inp.dims)) == ("input_ids", mc.TYPE_INT64, [-1])
+    assert (out.name, out.data_type, list(out.dims)) == ("logits", mc.TYPE_FP32, [-1, 50304])
+
+
+def test_cpu_config_uses_cpu_instances():
+    config = parse(round_trip(gpu_spec(device="cpu", instance_count=1)))
+    assert [g.kind for g in config.instance_group] == [mc.ModelInstanceGroup.KIND_CPU]
+
+
+def test_cpu_threads_become_the_onnxruntime_parameter():
+    config = parse(round_trip(gpu_spec(device="cpu", instance_count=1, intra_op_threads=2)))
+    assert config.parameters["intra_op_thread_count"].string_value == "2"
+    assert "intra_op_thread_count" not in parse(round_trip(gpu_spec())).parameters
+
+
+def test_typo_fails_at_parse_with_its_place():
+    text = round_trip(gpu_spec()).replace("max_batch_size", "max_batch_sise")
+    with pytest.raises(ServeSpecError) as err:
+        parse(text, "repo/gpt/config.pbtxt")
+    line = text.splitlines().index("max_batch_sise: 64") + 1
+    assert str(err.value) == (f'repo/gpt/config.pbtxt: {line}:1 : Message type "inference.ModelConfig" '
+                              'has no field named "max_batch_sise".')
+
+
+def test_bad_enum_and_negative_delay_fail_at_parse():
+    text = round_trip(gpu_spec())
+    with pytest.raises(ServeSpecError, match="KIND_TPU"):
+        parse(text.replace("KIND_GPU", "KIND_TPU"))
+    # The delay is an unsigned field: a negative value cannot even be parsed.
+    with pytest.raises(ServeSpecError, match="max_queue_delay_microseconds"):
+        parse(text.replace("max_queue_delay_microseconds: 1500", "max_queue_delay_microseconds: -5"))
+
+
+def hand_edited(edit) -> mc.ModelConfig:
+    config = build_model_config(gpu_spec())
+    edit(config)
+    return parse(render(config))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.dynamic_batching.preferred_batch_size.append(128),
+     "preferred batch size 128 is above the max batch size 64; use sizes from 1 to 64"),
+    (lambda c: c.ClearField("instance_group"), "gpt: config has no instance group"),
+    (lambda c: c.ClearField("version_policy"), "gpt: config has no version policy"),
+    (lambda c: setattr(c, "name", "my gpt"), "config name 'my gpt' does not match its directory 'gpt'"),
+    (lambda c: c.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1),
+     "gpt: instance groups must all be KIND_GPU or all KIND_CPU"),
+])
+def test_hand_edited_configs_are_checked_as_triton_would(edit, message):
+    with pytest.raises(ServeSpecError) as err:
+        check_model_config(hand_edited(edit), directory="gpt")
+    assert str(err.value) == message
+
+
+def test_generated_config_passes_the_check():
+    check_model_config(parse(round_trip(gpu_spec())), directory="gpt")

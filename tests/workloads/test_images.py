@@ -1,0 +1,87 @@
+"""The workload Dockerfiles: pinned bases and versions, EFA without the kernel module,
+non-root users, and COPY sources that exist."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from infra.versions import IMAGES
+
+REPO = Path(__file__).resolve().parents[2]
+OURS = REPO / "workloads" / "images"
+TRAINING, CHECKS = OURS / "training.Dockerfile", OURS / "checks.Dockerfile"
+DOCKERFILES = [TRAINING, CHECKS]
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", "\n".join(l for l in path.read_text().splitlines() if not l.lstrip().startswith("#")))
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in text.splitlines() if line.strip()]
+
+
+def test_the_registry_plan_names_these_dockerfiles():
+    built = {i.name: i.source for i in IMAGES.values() if i.built_here}
+    assert built["training"] == "workloads/images/training.Dockerfile"
+    assert built["checks"] == "workloads/images/checks.Dockerfile"
+    assert {p.name for p in DOCKERFILES} >= {"training.Dockerfile", "checks.Dockerfile"}
+
+
+def test_training_image_builds_on_the_mirrored_pytorch_base():
+    args = dict(a.split("=", 1) for kind, a in instructions(TRAINING) if kind == "ARG" and "=" in a)
+    assert args["BASE_IMAGE"] == IMAGES["pytorch"].upstream
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_base_image_is_a_pinned_tag(path):
+    args = dict(a.split("=", 1) for kind, a in instructions(path) if kind == "ARG" and "=" in a)
+    (kind, first), *_ = [i for i in instructions(path) if i[0] == "FROM"]
+    assert first == "${BASE_IMAGE}"
+    repo, tag = args["BASE_IMAGE"].rsplit(":", 1)
+    assert tag not in ("latest", "") and re.search(r"\d", tag)
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_runs_as_a_non_root_user(path):
+    users = [a for kind, a in instructions(path) if kind == "USER"]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_copied_sources_exist(path):
+    for kind, a in instructions(path):
+        if kind == "COPY":
+            *sources, _dest = a.split()
+            for source in sources:
+                assert (REPO / source).exists(), source
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_pip_installs_are_pinned(path):
+    for kind, a in instructions(path):
+        if kind == "RUN" and "pip install" in a:
+            packages = [w for w in a.split("pip install", 1)[1].split() if not w.startswith("-")]
+            assert packages and all("==" in p for p in packages), a
+
+
+def test_trainer_installs_efa_user_space_only():
+    runs = " ".join(a for kind, a in instructions(TRAINING) if kind == "RUN")
+    args = dict(a.split("=", 1) for kind, a in instructions(TRAINING) if kind == "ARG" and "=" in a)
+    assert re.fullmatch(r"\d+\.\d+\.\d+", args["EFA_INSTALLER_VERSION"])
+    assert "efa_installer.sh -y --skip-kmod" in runs
+    assert "--no-verify" not in runs and "gpg --batch --verify" in runs
+    env = " ".join(a for kind, a in instructions(TRAINING) if kind == "ENV")
+    assert "LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib" in env
+    # Obsolete or harmful settings belong neither in the image nor in the pod.
+    for variable in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "RDMAV_FORK_SAFE"):
+        assert variable not in (TRAINING).read_text()
+
+
+def test_gpucheck_pins_the_same_nvml_bindings_as_the_project():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pinned = [d for d in project["project"]["optional-dependencies"]["workloads"] if d.startswith("nvidia-ml-py==")]
+    runs = " ".join(a for kind, a in instructions(CHECKS) if kind == "RUN")
+    assert pinned and pinned[0] in runs.split()

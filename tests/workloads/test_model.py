@@ -1,0 +1,85 @@
+"""The model: shapes, causality, parameter and FLOP counts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workloads.train.model import GPT, PRESETS, GPTConfig
+
+
+@pytest.fixture(scope="module")
+def tiny() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig.tiny()).eval()
+
+
+def test_forward_maps_ids_to_logits(tiny):
+    idx = torch.randint(0, 256, (3, 17))
+    assert tiny(idx).shape == (3, 17, 256)
+    assert tiny(idx).dtype == torch.float32
+
+
+def test_attention_is_causal(tiny):
+    """Changing a later token must not change the logits of any earlier position."""
+    idx = torch.randint(0, 256, (1, 20))
+    changed = idx.clone()
+    changed[0, 12] = (changed[0, 12] + 1) % 256
+    a, b = tiny(idx), tiny(changed)
+    torch.testing.assert_close(a[:, :12], b[:, :12])
+    assert not torch.allclose(a[:, 12:], b[:, 12:])
+
+
+def test_output_projection_shares_the_token_embedding(tiny):
+    assert tiny.lm_head.weight is tiny.wte.weight
+
+
+def expected_params(c: GPTConfig) -> int:
+    """Counted layer by layer from GPT-2's architecture, independently of the module."""
+    d = c.n_embd
+    per_block = (2 * 2 * d) + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    return c.vocab_size * d + c.block_size * d + c.n_layer * per_block + 2 * d
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_num_params(preset):
+    config = PRESETS[preset]()
+    with torch.device("meta"):  # no memory, no initialisation cost for the 124M model
+        model = GPT(config)
+    assert model.num_params() == expected_params(config)
+    assert model.num_params(exclude_position_embedding=True) == expected_params(config) - config.block_size * config.n_embd
+
+
+def test_124m_preset_is_gpt2_small():
+    with torch.device("meta"):
+        model = GPT(GPTConfig.gpt2_124m())
+    assert 124e6 <= model.num_params() <= 125e6
+
+
+def test_flops_per_token_follows_palm_formula():
+    config = GPTConfig.gpt2_124m()
+    with torch.device("meta"):
+        model = GPT(config)
+    n = expected_params(config) - config.block_size * config.n_embd
+    assert model.flops_per_token() == 6 * n + 12 * 12 * 768 * 1024
+    assert model.flops_per_token(seq_len=256) == 6 * n + 12 * 12 * 768 * 256
+
+
+def test_config_round_trips_through_a_dict():
+    config = GPTConfig.tiny(dropout=0.1)
+    assert GPTConfig.from_dict({**config.to_dict(), "unrelated": 1}) == config
+
+
+def test_heads_must_divide_the_width():
+    with pytest.raises(ValueError, match="n_embd 65 is not divisible by n_head 2"):
+        GPTConfig.tiny(n_embd=65)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.tiny(dropout=0.5))
+    idx = torch.randint(0, 256, (2, 8))
+    model.eval()
+    torch.testing.assert_close(model(idx), model(idx))
+    model.train()
+    assert not torch.allclose(model(idx), model(idx))

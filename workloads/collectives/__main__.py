@@ -1,0 +1,5 @@
+import sys
+
+from workloads.collectives.allreduce import main
+
+sys.exit(main())

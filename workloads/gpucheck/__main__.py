@@ -1,0 +1,5 @@
+import sys
+
+from workloads.gpucheck.cli import main
+
+sys.exit(main())

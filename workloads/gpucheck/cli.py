@@ -1,0 +1,121 @@
+"""`python -m workloads.gpucheck`: check this node's GPUs, print JSON, exit with a verdict.
+
+Exit codes: 0 healthy, 1 unhealthy (the JSON says why), 2 bad usage, 3 NVML absent (no
+NVIDIA driver on this node: one line on stderr), 4 another NVML error.
+
+With --watch SECONDS it checks forever and keeps --status-file present only while the node
+is healthy, for a readiness probe: the DaemonSet then shows at a glance which nodes fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from workloads.gpucheck.checks import Expected, evaluate
+from workloads.gpucheck.readings import read_node
+
+EXIT_HEALTHY = 0
+EXIT_UNHEALTHY = 1
+EXIT_USAGE = 2
+EXIT_NO_NVML = 3
+EXIT_NVML_ERROR = 4
+
+
+def expected_from_catalog(instance_type: str) -> Expected:
+    """What an instance type should have, from the instance catalog (no Pulumi inside)."""
+    from infra.catalog import UnknownInstanceType, lookup, unknown_type_message
+
+    try:
+        it = lookup(instance_type)
+    except UnknownInstanceType:
+        raise ValueError(unknown_type_message(instance_type)) from None
+    if not it.has_gpu or it.gpu is None:
+        raise ValueError(f"{instance_type} has no GPUs")
+    return Expected(gpus=it.gpus, model=it.gpu.model, memory_gib=it.gpu.memory_gib, instance_type=it.name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m workloads.gpucheck", description=__doc__.split("\n\n")[0])
+    p.add_argument("--instance-type", help="look the expectations up in the instance catalog, e.g. p5.48xlarge")
+    p.add_argument("--expect-gpus", type=int, help="GPUs the node must have (overrides the catalog)")
+    p.add_argument("--expect-model", help="catalog GPU model, e.g. h100 (overrides the catalog)")
+    p.add_argument("--expect-memory-gib", type=int, help="marketed memory per GPU (overrides the catalog)")
+    p.add_argument("--readings", help="judge recorded readings (JSON) instead of reading NVML")
+    p.add_argument("--watch", type=float, help="check every this many seconds, forever")
+    p.add_argument("--status-file", help="with --watch: present while healthy, removed otherwise")
+    p.add_argument("--heartbeat-file", help="with --watch: touched after every check, healthy or not")
+    return p
+
+
+def expectations(args: argparse.Namespace) -> Expected:
+    base = expected_from_catalog(args.instance_type) if args.instance_type else None
+    gpus = args.expect_gpus if args.expect_gpus is not None else (base.gpus if base else None)
+    model = args.expect_model or (base.model if base else None)
+    memory = args.expect_memory_gib if args.expect_memory_gib is not None else (base.memory_gib if base else None)
+    if gpus is None or model is None or memory is None:
+        raise ValueError("give --instance-type, or all of --expect-gpus, --expect-model and --expect-memory-gib")
+    return Expected(gpus, model.lower(), memory, base.instance_type if base else "")
+
+
+def read_live() -> dict:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return read_node(pynvml)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def check_once(args: argparse.Namespace, exp: Expected) -> int:
+    import pynvml
+
+    try:
+        node = json.loads(Path(args.readings).read_text()) if args.readings else read_live()
+    except (pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded) as err:
+        print(f"gpucheck: NVML is not available on this node (no NVIDIA driver): {err}", file=sys.stderr)
+        return EXIT_NO_NVML
+    except pynvml.NVMLError as err:
+        print(f"gpucheck: NVML error: {err}", file=sys.stderr)
+        return EXIT_NVML_ERROR
+    report = evaluate(node, exp)
+    print(json.dumps(report.to_dict(node), sort_keys=True), flush=True)
+    return EXIT_HEALTHY if report.healthy else EXIT_UNHEALTHY
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        exp = expectations(args)
+    except (ValueError, KeyError) as err:
+        print(f"gpucheck: {err.args[0] if err.args else err}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.watch is None:
+        return check_once(args, exp)
+    watch(args, exp)
+    return EXIT_HEALTHY
+
+
+def watch(args: argparse.Namespace, exp: Expected, rounds: int | None = None) -> None:
+    """Check every --watch seconds (`rounds` times, or forever), keeping --status-file
+    present exactly while the last check passed and touching --heartbeat-file each round
+    (a liveness probe tells a stuck loop from a failing node by it)."""
+    status = Path(args.status_file) if args.status_file else None
+    heartbeat = Path(args.heartbeat_file) if args.heartbeat_file else None
+    done = 0
+    while rounds is None or done < rounds:
+        code = check_once(args, exp)
+        if status is not None:
+            if code == EXIT_HEALTHY:
+                status.touch()
+            else:
+                status.unlink(missing_ok=True)
+        if heartbeat is not None:
+            heartbeat.touch()
+        done += 1
+        if rounds is None or done < rounds:
+            time.sleep(args.watch)

@@ -1,0 +1,25 @@
+# The `checks` image of the registry plan (infra/versions.py): the GPU node check, run by a
+# daemon set on every GPU node. Python, NVIDIA's NVML bindings and nothing else. NVML itself
+# (libnvidia-ml.so) comes from the node's driver: the NVIDIA container runtime mounts it
+# into any container started with NVIDIA_VISIBLE_DEVICES set. Build from the repository root:
+#
+#   docker build -f workloads/images/checks.Dockerfile -t <account>.dkr.ecr.<region>.amazonaws.com/mlplat/checks:<version> .
+
+# The Python the project is tested with.
+ARG BASE_IMAGE=python:3.11.7-slim-bookworm
+FROM ${BASE_IMAGE}
+
+# Same pin as the project's `workloads` extra in pyproject.toml.
+RUN pip install --no-cache-dir nvidia-ml-py==13.615.71
+
+WORKDIR /opt/mlplat
+COPY infra/__init__.py infra/catalog.py infra/
+COPY workloads/__init__.py workloads/
+COPY workloads/gpucheck workloads/gpucheck
+ENV PYTHONPATH=/opt/mlplat \
+    PYTHONDONTWRITEBYTECODE=1 \
+    NVIDIA_DRIVER_CAPABILITIES=utility
+
+RUN useradd --uid 10001 --user-group --no-create-home --home-dir /tmp --shell /usr/sbin/nologin checks
+USER 10001:10001
+ENTRYPOINT ["python", "-m", "workloads.gpucheck"]

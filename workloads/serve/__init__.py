@@ -1,0 +1,1 @@
+"""Model serving: ONNX export, the Triton model repository, and a smoke client."""

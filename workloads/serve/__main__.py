@@ -1,0 +1,5 @@
+import sys
+
+from workloads.serve.cli import main
+
+sys.exit(main())

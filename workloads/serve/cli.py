@@ -1,0 +1,266 @@
+"""`python -m workloads.serve`: export a checkpoint into the Triton model repository,
+render or check a model config, roll back a version, and smoke-test a deployed model.
+
+    python -m workloads.serve export   --checkpoint DIR --repository DIR|s3://bucket/prefix [--stack NAME] ...
+    python -m workloads.serve config   --vocab-size N [--stack NAME] ...     # print config.pbtxt
+    python -m workloads.serve check    PATH/TO/<model>/config.pbtxt
+    python -m workloads.serve rollback --repository DIR|s3://... --model-name NAME
+    python -m workloads.serve smoke    --url HOST:8001 --model-name NAME [--ssl] ...
+
+Exit codes: 0 done, 1 a check failed (parity, smoke), 2 bad input (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from workloads.serve.spec import DEVICES, ModelSpec, ServeSpecError, check_serving, gpu_refusal
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+PROG = "python -m workloads.serve"
+
+# Command-line spelling of each setting, for error lines.
+FLAGS = {
+    "modelName": "--model-name",
+    "device": "--device",
+    "maxBatchSize": "--max-batch-size",
+    "preferredBatchSizes": "--preferred-batch-sizes",
+    "maxQueueDelayMicroseconds": "--max-queue-delay-us",
+    "instanceCount": "--instances",
+    "keepVersions": "--keep-versions",
+    "vocabSize": "--vocab-size",
+    "cpuThreads": "--cpu-threads",
+}
+
+
+class BadInput(Exception):
+    """One line for the user, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        self.exit(EXIT_BAD_INPUT, f"{PROG}: error: {message}\n")
+
+
+def _spec_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("serving (defaults: the stack's mlplat:inference, else built-in)")
+    group.add_argument("--stack", help="read defaults and the GPU/CPU choice from stacks/Pulumi.<stack>.yaml")
+    group.add_argument("--model-name", help="Triton model name (directory in the repository)")
+    group.add_argument("--device", choices=DEVICES, help="instance group kind")
+    group.add_argument("--max-batch-size", type=int)
+    group.add_argument("--preferred-batch-sizes", type=int, nargs="+", metavar="N")
+    group.add_argument("--max-queue-delay-us", type=int, metavar="US", help="dynamic batcher's max queue delay")
+    group.add_argument("--instances", type=int, help="model instances per device")
+    group.add_argument("--keep-versions", type=int, metavar="N", help="newest versions Triton keeps loaded")
+    group.add_argument("--cpu-threads", type=int, metavar="N",
+                       help="ONNX Runtime threads per instance on CPU (default: the replica's cores per instance)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Model export and Triton serving tools")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    export = sub.add_parser("export", help="checkpoint -> ONNX (parity-checked) -> new version in the repository")
+    export.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint, or a root of checkpoints")
+    export.add_argument("--repository", required=True, help="model repository: a directory or s3://bucket/prefix")
+    export.add_argument("--region", help="AWS region of the models bucket (s3:// only)")
+    _spec_flags(export)
+
+    config = sub.add_parser("config", help="print the config.pbtxt the settings produce")
+    config.add_argument("--vocab-size", type=int, required=True)
+    config.add_argument("--out", type=Path, help="write here instead of stdout")
+    _spec_flags(config)
+
+    check = sub.add_parser("check", help="parse and check a config.pbtxt as Triton would")
+    check.add_argument("path", type=Path)
+
+    rollback = sub.add_parser("rollback", help="remove the newest version so the one before it is served")
+    rollback.add_argument("--repository", required=True)
+    rollback.add_argument("--model-name", required=True)
+    rollback.add_argument("--region")
+
+    smoke = sub.add_parser("smoke", help="send a batch to a deployed model; check shape and latency")
+    smoke.add_argument("--url", required=True, help="Triton gRPC address, host:port")
+    smoke.add_argument("--model-name", required=True)
+    smoke.add_argument("--model-version", default="", help="default: the newest served")
+    smoke.add_argument("--batch-size", type=int, default=4)
+    smoke.add_argument("--sequence", type=int, default=16, help="tokens per request")
+    smoke.add_argument("--rounds", type=int, default=5)
+    smoke.add_argument("--max-latency-ms", type=float, default=1000.0, help="budget for the median round")
+    smoke.add_argument("--ssl", action="store_true", help="TLS, as through the internal load balancer")
+    smoke.add_argument("--root-certificates", help="CA bundle for a private certificate authority")
+    return parser
+
+
+def _stack_serving(stack: str) -> tuple[dict[str, Any], bool, str]:
+    """(defaults from the stack's mlplat:inference, whether GPU serving is possible there,
+    why not)."""
+    from infra.config import ConfigError, load_stack
+
+    try:
+        config = load_stack(stack)
+    except ConfigError as err:
+        raise BadInput(str(err)) from None
+    refusal = gpu_refusal(config.environment, [pool.role for pool in config.node_pools])
+    inference = getattr(config, "inference", None)
+    defaults: dict[str, Any] = {}
+    if inference is not None:
+        defaults = {
+            "name": inference.model_name,
+            "device": inference.device,
+            "max_batch_size": inference.max_batch_size,
+            "preferred_batch_sizes": tuple(inference.preferred_batch_sizes),
+            "max_queue_delay_microseconds": inference.max_queue_delay_microseconds,
+            "instance_count": inference.instance_count,
+            "keep_versions": inference.keep_versions,
+            # A CPU replica's instances share its cores.
+            "intra_op_threads": max(1, inference.cpu_per_replica // inference.instance_count),
+        }
+    return defaults, not refusal, refusal
+
+
+def _build_spec(args: argparse.Namespace, vocab_size: int, max_sequence: int = -1) -> ModelSpec:
+    defaults: dict[str, Any] = {}
+    gpu_allowed, refusal = True, ""
+    if args.stack:
+        defaults, gpu_allowed, refusal = _stack_serving(args.stack)
+    given = {
+        "name": args.model_name,
+        "device": args.device,
+        "max_batch_size": args.max_batch_size,
+        "preferred_batch_sizes": tuple(args.preferred_batch_sizes) if args.preferred_batch_sizes else None,
+        "max_queue_delay_microseconds": args.max_queue_delay_us,
+        "instance_count": args.instances,
+        "keep_versions": args.keep_versions,
+    }
+    values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
+    if "name" not in values:
+        raise BadInput("--model-name is required when the stack has no mlplat:inference.modelName")
+    fallback = ModelSpec.__dataclass_fields__
+    full = {k: values.get(k, fallback[k].default) for k in given}
+    # Thread count matters on CPU only; on GPU ONNX Runtime's default stays.
+    threads = args.cpu_threads if args.cpu_threads is not None else defaults.get("intra_op_threads", 0)
+    full["intra_op_threads"] = threads if full["device"] == "cpu" else 0
+    try:
+        check_serving(
+            model_name=full["name"],
+            device=full["device"],
+            max_batch_size=full["max_batch_size"],
+            preferred_batch_sizes=full["preferred_batch_sizes"],
+            max_queue_delay_microseconds=full["max_queue_delay_microseconds"],
+            instance_count=full["instance_count"],
+            keep_versions=full["keep_versions"],
+            gpu_allowed=gpu_allowed,
+            gpu_refusal=refusal,
+        )
+        return ModelSpec(vocab_size=vocab_size, max_sequence=max_sequence, **full)
+    except ServeSpecError as err:
+        raise BadInput(f"{FLAGS.get(err.key, err.key)}: {err}") from None
+
+
+def _export(args: argparse.Namespace) -> int:
+    from workloads.serve.export import ParityError, export_checked
+    from workloads.serve.repository import StoreError, next_version, open_store, publish, stage_version
+    from workloads.serve.triton_config import MODEL_FILENAME, round_trip
+    from workloads.train.checkpoint import load_for_inference
+
+    # Settings are checked before the (slow) model load, so a typo fails at once.
+    _build_spec(args, vocab_size=1)
+    try:
+        model, model_config = load_for_inference(args.checkpoint)
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        raise BadInput(f"--checkpoint {args.checkpoint}: {err}") from None
+    spec = _build_spec(args, vocab_size=model_config.vocab_size, max_sequence=model_config.block_size)
+    config_text = round_trip(spec)
+    store = open_store(args.repository, region=args.region)
+    version = next_version(store, spec.name)
+    with tempfile.TemporaryDirectory() as staging:
+        try:
+            result = export_checked(model, Path(staging) / "export" / MODEL_FILENAME,
+                                    vocab_size=model_config.vocab_size, max_sequence=model_config.block_size)
+        except ParityError as err:
+            print(f"{PROG}: parity check failed: {err}", file=sys.stderr)
+            return EXIT_FAILED
+        model_dir = stage_version(Path(staging) / "repo", spec.name, version, config_text, result.files)
+        try:
+            publish(store, model_dir, version)
+        except StoreError as err:
+            raise BadInput(str(err)) from None
+    print(f"published {spec.name} version {version} to {store.describe()} "
+          f"(ONNX Runtime vs PyTorch max |diff| {result.max_abs_diff:.2e}; Triton serves the newest "
+          f"{spec.keep_versions})")
+    return EXIT_OK
+
+
+def _config(args: argparse.Namespace) -> int:
+    from workloads.serve.triton_config import round_trip
+
+    text = round_trip(_build_spec(args, vocab_size=args.vocab_size))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    from workloads.serve.triton_config import check_model_config, parse
+
+    try:
+        text = args.path.read_text()
+    except OSError as err:
+        raise BadInput(f"{args.path}: {err.strerror}") from None
+    try:
+        config = parse(text, str(args.path))
+        check_model_config(config, directory=args.path.resolve().parent.name)
+    except ServeSpecError as err:
+        message = str(err)
+        raise BadInput(message if message.startswith(str(args.path)) else f"{args.path}: {message}") from None
+    print(f"{args.path}: ok ({config.name}, max batch {config.max_batch_size})")
+    return EXIT_OK
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from workloads.serve.repository import StoreError, open_store, rollback
+
+    try:
+        store = open_store(args.repository, region=args.region)
+        removed, current = rollback(store, args.model_name)
+    except StoreError as err:
+        raise BadInput(str(err)) from None
+    print(f"removed {args.model_name} version {removed}; version {current} is now the newest. Triton reads the "
+          "repository at start-up (--model-control-mode=none): restart the deployment to serve it")
+    return EXIT_OK
+
+
+def _smoke(args: argparse.Namespace) -> int:
+    from workloads.serve.client import connect, smoke_test
+
+    for flag, value in (("--batch-size", args.batch_size), ("--sequence", args.sequence), ("--rounds", args.rounds)):
+        if value < 1:
+            raise BadInput(f"{flag}: {value} must be at least 1")
+    client = connect(args.url, ssl=args.ssl, root_certificates=args.root_certificates)
+    try:
+        result = smoke_test(client, args.model_name, batch_size=args.batch_size, sequence=args.sequence,
+                            rounds=args.rounds, max_latency_ms=args.max_latency_ms, version=args.model_version)
+    finally:
+        client.close()
+    print(result.summary())
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+COMMANDS = {"export": _export, "config": _config, "check": _check, "rollback": _rollback, "smoke": _smoke}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except BadInput as err:
+        print(f"{PROG} {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT

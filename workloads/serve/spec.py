@@ -1,0 +1,138 @@
+"""What a served model looks like to Triton, as plain data, and the rules it must obey.
+
+Pure Python with no heavy imports: the stack config (`infra/config.py`) checks the same
+rules through `check_serving`, so a stack file and the `python -m workloads.serve` command
+line reject a bad value with the same sentence, each naming its own key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+Device = Literal["gpu", "cpu"]
+DEVICES: tuple[str, ...] = ("gpu", "cpu")
+
+# A model name is a directory in the model repository and a path segment of Triton's
+# endpoints (/v2/models/<name>/infer): it must not need escaping or hide as a dot-file.
+MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+# Tensor names the exported graph and the Triton config agree on.
+INPUT_NAME = "input_ids"
+OUTPUT_NAME = "logits"
+
+
+class ServeSpecError(ValueError):
+    """A serving setting Triton would refuse. `key` is the camelCase setting name; each
+    front end (stack file, command line) prefixes it with its own spelling."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model as Triton serves it: batching, placement and how many versions stay loaded."""
+
+    name: str
+    vocab_size: int
+    device: Device = "cpu"
+    max_batch_size: int = 32
+    preferred_batch_sizes: tuple[int, ...] = (8, 16, 32)
+    max_queue_delay_microseconds: int = 2000
+    instance_count: int = 1
+    # Triton loads the newest N versions, so a client can go back to an older one at once.
+    keep_versions: int = 2
+    # Longest sequence the model accepts (its positional table); -1 leaves it open.
+    max_sequence: int = -1
+    # ONNX Runtime threads per instance on CPU; 0 leaves ONNX Runtime's default, one per
+    # core of the node, which oversubscribes a replica limited to a few cores.
+    intra_op_threads: int = 0
+
+    def __post_init__(self) -> None:
+        check_serving(
+            model_name=self.name,
+            device=self.device,
+            max_batch_size=self.max_batch_size,
+            preferred_batch_sizes=self.preferred_batch_sizes,
+            max_queue_delay_microseconds=self.max_queue_delay_microseconds,
+            instance_count=self.instance_count,
+            keep_versions=self.keep_versions,
+        )
+        if self.vocab_size < 1:
+            raise ServeSpecError("vocabSize", f"vocabulary size {self.vocab_size} must be at least 1")
+        if self.intra_op_threads < 0:
+            raise ServeSpecError("cpuThreads", f"{self.intra_op_threads} threads: use 0 (the default) or more")
+
+
+def gpu_refusal(environment: str, pool_roles: Iterable[str]) -> str:
+    """Why a stack cannot serve on GPUs, or "" where it can: the smb stack is CPU-only by
+    design, and GPU pods need a node pool with role 'inference' to land on."""
+    if environment == "smb":
+        return "the smb stack is CPU-only; use 'cpu' (ONNX Runtime on the CPU pool)"
+    if "inference" not in set(pool_roles):
+        return "GPU serving needs a node pool with role 'inference' and this stack has none; use 'cpu'"
+    return ""
+
+
+def check_serving(
+    *,
+    model_name: str,
+    device: str,
+    max_batch_size: int,
+    preferred_batch_sizes: tuple[int, ...] | list[int],
+    max_queue_delay_microseconds: int,
+    instance_count: int,
+    keep_versions: int,
+    gpu_allowed: bool = True,
+    gpu_refusal: str = "",
+) -> None:
+    """Raise ServeSpecError for the first setting Triton (or this platform) would refuse.
+
+    The batching rules are the ones Triton's own model-config validation applies, checked
+    here so a mistake fails at export or preview time rather than as an UNAVAILABLE model
+    in the cluster.
+    """
+    if not MODEL_NAME_PATTERN.fullmatch(model_name or ""):
+        raise ServeSpecError(
+            "modelName",
+            f"model name {model_name!r} is not servable: use 1-128 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit (it is a directory and a URL path segment)",
+        )
+    if device not in DEVICES:
+        raise ServeSpecError("device", f"device {device!r} is not allowed; allowed: {', '.join(DEVICES)}")
+    if device == "gpu" and not gpu_allowed:
+        raise ServeSpecError("device", f"'gpu' is not available: {gpu_refusal or 'no GPU node pool'}")
+    if max_batch_size < 1:
+        raise ServeSpecError(
+            "maxBatchSize", f"max batch size {max_batch_size} must be at least 1 for dynamic batching"
+        )
+    if not preferred_batch_sizes:
+        raise ServeSpecError("preferredBatchSizes", "preferred batch sizes must list at least one size")
+    for size in preferred_batch_sizes:
+        if size < 1:
+            raise ServeSpecError("preferredBatchSizes", f"preferred batch size {size} must be positive")
+        if size > max_batch_size:
+            raise ServeSpecError(
+                "preferredBatchSizes",
+                f"preferred batch size {size} is above the max batch size {max_batch_size}; "
+                f"use sizes from 1 to {max_batch_size}",
+            )
+    if len(set(preferred_batch_sizes)) != len(preferred_batch_sizes):
+        raise ServeSpecError(
+            "preferredBatchSizes", f"preferred batch sizes {list(preferred_batch_sizes)} repeat a size"
+        )
+    if max_queue_delay_microseconds < 0:
+        raise ServeSpecError(
+            "maxQueueDelayMicroseconds",
+            f"max queue delay {max_queue_delay_microseconds} us is below zero; use 0 or more microseconds",
+        )
+    if instance_count < 1:
+        raise ServeSpecError("instanceCount", f"instance count {instance_count} must be at least 1")
+    if keep_versions < 1:
+        raise ServeSpecError(
+            "keepVersions", f"keep versions {keep_versions} must be at least 1 (the version being served)"
+        )

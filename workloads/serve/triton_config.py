@@ -1,0 +1,102 @@
+"""`config.pbtxt` built as Triton's own `ModelConfig` protobuf, rendered and parsed back.
+
+Building the message through the generated class (from `tritonclient`) means a misspelt
+field fails here with the protobuf's own error; parsing the rendered text back proves the
+file Triton will read says exactly what we meant.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec, ServeSpecError, check_serving
+
+BACKEND = "onnxruntime"
+MODEL_FILENAME = "model.onnx"
+CONFIG_FILENAME = "config.pbtxt"
+
+_KINDS = {"gpu": mc.ModelInstanceGroup.KIND_GPU, "cpu": mc.ModelInstanceGroup.KIND_CPU}
+
+
+def build_model_config(spec: ModelSpec) -> mc.ModelConfig:
+    """The ModelConfig for a token-id -> logits model exported with dynamic batch and
+    sequence axes. Dims leave out the batch axis, as Triton expects when max_batch_size > 0."""
+    config = mc.ModelConfig(
+        name=spec.name,
+        backend=BACKEND,
+        max_batch_size=spec.max_batch_size,
+        default_model_filename=MODEL_FILENAME,
+        version_policy=mc.ModelVersionPolicy(
+            latest=mc.ModelVersionPolicy.Latest(num_versions=spec.keep_versions)
+        ),
+        input=[mc.ModelInput(name=INPUT_NAME, data_type=mc.TYPE_INT64, dims=[-1])],
+        output=[mc.ModelOutput(name=OUTPUT_NAME, data_type=mc.TYPE_FP32, dims=[-1, spec.vocab_size])],
+        dynamic_batching=mc.ModelDynamicBatching(
+            preferred_batch_size=list(spec.preferred_batch_sizes),
+            max_queue_delay_microseconds=spec.max_queue_delay_microseconds,
+        ),
+        instance_group=[
+            mc.ModelInstanceGroup(name=f"{spec.name}-{spec.device}", kind=_KINDS[spec.device],
+                                  count=spec.instance_count)
+        ],
+    )
+    if spec.intra_op_threads:
+        # The ONNX Runtime backend's per-model thread setting.
+        config.parameters["intra_op_thread_count"].string_value = str(spec.intra_op_threads)
+    return config
+
+
+def render(config: mc.ModelConfig) -> str:
+    """The text Triton reads from config.pbtxt."""
+    return text_format.MessageToString(config)
+
+
+def parse(text: str, source: str = CONFIG_FILENAME) -> mc.ModelConfig:
+    """Parse config.pbtxt text into a ModelConfig; a typo is one line naming the place."""
+    config = mc.ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as err:
+        raise ServeSpecError("config", f"{source}: {err}") from None
+    return config
+
+
+def check_model_config(config: mc.ModelConfig, directory: str | None = None) -> None:
+    """Triton's own load-time rules for the settings we generate, for a config that may
+    have been edited by hand. `directory` is the model's directory name, which Triton
+    requires the config's name to match."""
+    if directory is not None and config.name != directory:
+        raise ServeSpecError(
+            "modelName", f"config name {config.name!r} does not match its directory {directory!r}"
+        )
+    if not config.instance_group:
+        raise ServeSpecError("instanceCount", f"{config.name}: config has no instance group")
+    if not config.HasField("version_policy"):
+        raise ServeSpecError("keepVersions", f"{config.name}: config has no version policy")
+    kinds = {group.kind for group in config.instance_group}
+    if len(kinds) != 1 or not kinds <= set(_KINDS.values()):
+        raise ServeSpecError("device", f"{config.name}: instance groups must all be KIND_GPU or all KIND_CPU")
+    device = next(d for d, k in _KINDS.items() if k in kinds)
+    policy = config.version_policy
+    keep = policy.latest.num_versions if policy.WhichOneof("policy_choice") == "latest" else 1
+    check_serving(
+        model_name=config.name,
+        device=device,
+        max_batch_size=config.max_batch_size,
+        preferred_batch_sizes=tuple(config.dynamic_batching.preferred_batch_size),
+        max_queue_delay_microseconds=config.dynamic_batching.max_queue_delay_microseconds,
+        instance_count=min(group.count for group in config.instance_group),
+        keep_versions=keep,
+    )
+
+
+def round_trip(spec: ModelSpec) -> str:
+    """Render the spec's config, parse it back, and insist nothing changed on the way."""
+    config = build_model_config(spec)
+    text = render(config)
+    parsed = parse(text)
+    if parsed != config:
+        raise ServeSpecError("config", f"{spec.name}: config.pbtxt does not parse back to the same ModelConfig")
+    check_model_config(parsed, spec.name)
+    return text

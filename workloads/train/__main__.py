@@ -1,0 +1,5 @@
+import sys
+
+from workloads.train.train import main
+
+sys.exit(main())

@@ -1,0 +1,372 @@
+"""The training loop. Launched by torchrun (c10d rendezvous, elastic node counts):
+
+    torchrun --nnodes=1:4 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 \
+        -m workloads.train --data /fsx/tokens --checkpoint-dir /fsx/ckpt/run1 --precision bf16
+
+Without torchrun it runs as one process with no process group. A restarted or resized job
+resumes from the latest complete checkpoint under --checkpoint-dir and continues exactly:
+same data order, same optimizer and scheduler state, same random streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from workloads.train import checkpoint as ckpt
+from workloads.train.data import ShardedTokens, generate_synthetic_shards, micro_batch_start
+from workloads.train.metrics import MetricsWriter, model_flops_utilisation, resolve_peak_tflops
+from workloads.train.model import GPT, PRESETS, GPTConfig
+
+# Exit code of --stop-after-step: a run that stops there behaves like one killed by the
+# scheduler (no cleanup, no final checkpoint), which is what the resume tests need.
+SIMULATED_CRASH_EXIT = 86
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m workloads.train", description=__doc__.split("\n\n")[0])
+    data = p.add_argument_group("data")
+    data.add_argument("--data", required=True, help="directory of *.bin token shards (the Lustre mount or local)")
+    data.add_argument("--synthetic-tokens", type=int, default=0,
+                      help="if --data holds no shards, first write this many synthetic tokens there")
+    model = p.add_argument_group("model")
+    model.add_argument("--model", choices=sorted(PRESETS), default="gpt2-124m")
+    model.add_argument("--vocab-size", type=int, help="override the preset's vocabulary size")
+    model.add_argument("--n-layer", type=int, help="override the preset's depth")
+    model.add_argument("--n-head", type=int, help="override the preset's attention heads")
+    model.add_argument("--n-embd", type=int, help="override the preset's width")
+    model.add_argument("--block-size", type=int, help="override the preset's longest sequence")
+    model.add_argument("--seq-len", type=int, help="tokens per sample (default: the preset's block size)")
+    model.add_argument("--dropout", type=float, default=0.0)
+    par = p.add_argument_group("parallelism and precision")
+    par.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
+                     help="ddp: replicate the model; fsdp: shard parameters, gradients and optimizer (FSDP2)")
+    par.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16",
+                     help="autocast dtype; fp16 adds a gradient scaler")
+    par.add_argument("--compile", action="store_true", help="torch.compile the model")
+    par.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    par.add_argument("--deterministic", action="store_true", help="torch.use_deterministic_algorithms")
+    opt = p.add_argument_group("optimisation")
+    opt.add_argument("--micro-batch", type=int, default=8, help="samples per process per forward pass")
+    opt.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    opt.add_argument("--global-batch", type=int,
+                     help="samples per optimizer step; sets --grad-accum from the world size, so a resized "
+                          "job keeps its batch")
+    opt.add_argument("--max-steps", type=int, default=1000)
+    opt.add_argument("--lr", type=float, default=6e-4)
+    opt.add_argument("--min-lr-ratio", type=float, default=0.1, help="final lr as a fraction of --lr")
+    opt.add_argument("--warmup-steps", type=int, default=0)
+    opt.add_argument("--weight-decay", type=float, default=0.1)
+    opt.add_argument("--grad-clip", type=float, default=1.0, help="max global gradient norm; 0 turns clipping off")
+    opt.add_argument("--seed", type=int, default=1234)
+    run = p.add_argument_group("checkpoints and metrics")
+    run.add_argument("--checkpoint-dir", help="root of this run's checkpoints (shared by all nodes)")
+    run.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints; 0: only at the end")
+    run.add_argument("--keep-checkpoints", type=int, default=3, help="newest complete checkpoints kept; 0 keeps all")
+    run.add_argument("--no-resume", action="store_true", help="start fresh even if a checkpoint exists")
+    run.add_argument("--metrics", help="JSON-lines file for metrics (appended); rank 0 also prints them")
+    run.add_argument("--log-every", type=int, default=1)
+    run.add_argument("--peak-tflops", type=float, help="per-GPU peak dense TFLOPS for MFU "
+                     "(default: $MLPLAT_GPU_PEAK_TFLOPS, or the catalog's value for --gpu-model)")
+    run.add_argument("--gpu-model", help="GPU model to look up in the instance catalog for MFU, e.g. H100")
+    run.add_argument("--stop-after-step", type=int, help="exit hard after this step (simulates a killed job)")
+    return p
+
+
+@dataclass(frozen=True)
+class Runtime:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    distributed: bool
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_runtime(device_flag: str) -> Runtime:
+    """Join the process group torchrun describes in the environment; NCCL on GPUs, gloo on CPU."""
+    use_cuda = device_flag == "cuda" or (device_flag == "auto" and torch.cuda.is_available())
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls (outside autocast) on tensor cores
+        torch.backends.cudnn.allow_tf32 = True
+    else:
+        device = torch.device("cpu")
+    distributed = "WORLD_SIZE" in os.environ
+    if distributed:
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+        return Runtime(dist.get_rank(), local_rank, dist.get_world_size(), device, True)
+    return Runtime(0, 0, 1, device, False)
+
+
+def lr_schedule(warmup_steps: int, max_steps: int, min_ratio: float) -> Callable[[int], float]:
+    """Linear warm-up, then cosine decay to `min_ratio` at `max_steps`."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def make_optimizer(model: torch.nn.Module, args: argparse.Namespace, fused: bool) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (not on biases or LayerNorm gains: nothing 1-D)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=fused or None)
+
+
+def model_config(args: argparse.Namespace) -> GPTConfig:
+    overrides: dict[str, Any] = {"dropout": args.dropout}
+    for name in ("vocab_size", "n_layer", "n_head", "n_embd", "block_size"):
+        if getattr(args, name):
+            overrides[name] = getattr(args, name)
+    config = PRESETS[args.model](**overrides)
+    if args.seq_len and args.seq_len > config.block_size:
+        raise SystemExit(f"--seq-len {args.seq_len} is above the model's block size {config.block_size}")
+    return config
+
+
+def wrap_model(model: GPT, args: argparse.Namespace, rt: Runtime) -> torch.nn.Module:
+    """The module the loop calls: DDP or FSDP2 around `model`, optionally compiled. `model`
+    itself stays the handle for state dicts (its keys carry no wrapper prefixes)."""
+    if args.strategy == "fsdp":
+        if not rt.distributed:
+            raise SystemExit("--strategy fsdp needs torchrun (a process group)")
+        from torch.distributed.fsdp import fully_shard
+
+        # One FSDP unit per block: only one block's full parameters exist at a time. The
+        # root unit holds the embeddings and the (tied) output projection together.
+        for block in model.blocks:
+            if args.compile:
+                block.compile()
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    module: torch.nn.Module = model
+    if rt.distributed:
+        module = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None)
+    if args.compile:
+        module = torch.compile(module)
+    return module
+
+
+@contextmanager
+def gradient_sync(module: torch.nn.Module, model: torch.nn.Module, sync: bool) -> Iterator[None]:
+    """Skip the gradient all-reduce / reduce-scatter on all but the last micro-batch."""
+    ddp = getattr(module, "_orig_mod", module)
+    if isinstance(ddp, DDP) and not sync:
+        with ddp.no_sync():
+            yield
+        return
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+        model.set_requires_gradient_sync(sync)
+    yield
+
+
+def all_rng_states(rt: Runtime) -> bytes:
+    """Every rank's generator states, gathered, so the checkpoint (written once, identical
+    on all ranks) restores each rank's own stream."""
+    mine = ckpt.rng_states()
+    states = [None] * rt.world_size
+    if rt.distributed:
+        dist.all_gather_object(states, mine)
+    else:
+        states = [mine]
+    buffer = io.BytesIO()
+    torch.save(states, buffer)
+    return buffer.getvalue()
+
+
+class Trainer:
+    def __init__(self, args: argparse.Namespace, rt: Runtime) -> None:
+        self.args, self.rt = args, rt
+        self.config = model_config(args)
+        self.seq_len = args.seq_len or self.config.block_size
+        if args.global_batch:
+            per_pass = args.micro_batch * rt.world_size
+            if args.global_batch % per_pass:
+                raise SystemExit(f"--global-batch {args.global_batch} is not a multiple of micro-batch x world "
+                                 f"size ({args.micro_batch} x {rt.world_size})")
+            self.grad_accum = args.global_batch // per_pass
+        else:
+            self.grad_accum = args.grad_accum
+        self.global_batch = args.micro_batch * self.grad_accum * rt.world_size
+
+        torch.manual_seed(args.seed)  # identical initial weights on every rank
+        self.model = GPT(self.config).to(rt.device)
+        self.module = wrap_model(self.model, args, rt)
+        self.optimizer = make_optimizer(self.model, args, fused=rt.device.type == "cuda" and args.strategy == "ddp")
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_schedule(args.warmup_steps, args.max_steps, args.min_lr_ratio)
+        )
+        self.dtype = PRECISIONS[args.precision]
+        self.scaler = self._grad_scaler()
+        # Dropout masks differ between ranks (different data) but each rank's stream is
+        # fixed by the seed, and saved in every checkpoint.
+        torch.manual_seed(args.seed + 1 + rt.rank)
+        self.step = 0
+        self.samples_seen = 0
+
+    def _grad_scaler(self) -> torch.amp.GradScaler:
+        enabled = self.args.precision == "fp16"
+        if self.rt.distributed:
+            # Checks for inf/NaN across ranks, which FSDP's sharded gradients need.
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            return ShardedGradScaler(self.rt.device.type, enabled=enabled)
+        return torch.amp.GradScaler(self.rt.device.type, enabled=enabled)
+
+    # --- checkpoints ---------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {
+            "model": model_sd,
+            "optim": optim_sd,
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": {"step": self.step, "samples_seen": self.samples_seen, "seed": self.args.seed},
+            "rng": all_rng_states(self.rt),
+        }
+
+    def save(self) -> Path:
+        run = {"model": self.config.to_dict(), "world_size": self.rt.world_size, "strategy": self.args.strategy,
+               "precision": self.args.precision, "seq_len": self.seq_len, "global_batch": self.global_batch,
+               "samples_seen": self.samples_seen}
+        return ckpt.save(self.args.checkpoint_dir, self.step, self.state(), run, keep=self.args.keep_checkpoints)
+
+    def restore(self, path: Path) -> None:
+        state = self.state()
+        ckpt.load(path, state)
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+        self.step = int(state["progress"]["step"])
+        self.samples_seen = int(state["progress"]["samples_seen"])
+        states = torch.load(io.BytesIO(state["rng"]), weights_only=False)
+        if len(states) == self.rt.world_size:
+            ckpt.set_rng_states(states[self.rt.rank])
+        else:
+            # A resized job: the old ranks' streams don't map onto the new ranks, so start
+            # new ones, still fixed by (seed, step, rank).
+            torch.manual_seed(self.args.seed + 1 + self.rt.rank + 1_000_003 * self.step)
+
+    # --- one optimizer step ------------------------------------------------------
+    def train_step(self, data: ShardedTokens) -> tuple[float, float]:
+        rt, args = self.rt, self.args
+        autocast = (torch.autocast(rt.device.type, dtype=self.dtype) if self.dtype is not None else nullcontext())
+        loss_sum = torch.zeros((), device=rt.device)
+        for micro in range(self.grad_accum):
+            first = micro_batch_start(self.samples_seen, micro, rt.rank, args.micro_batch, rt.world_size)
+            batch = data.batch(first, args.micro_batch)
+            inputs = batch.inputs.to(rt.device, non_blocking=True)
+            targets = batch.targets.to(rt.device, non_blocking=True)
+            with gradient_sync(self.module, self.model, sync=micro == self.grad_accum - 1):
+                with autocast:
+                    logits = self.module(inputs)
+                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+                self.scaler.scale(loss / self.grad_accum).backward()
+            loss_sum += loss.detach()
+        self.scaler.unscale_(self.optimizer)
+        max_norm = args.grad_clip if args.grad_clip > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor over the shards
+            grad_norm = grad_norm.full_tensor()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        self.samples_seen += self.global_batch
+        loss = loss_sum / self.grad_accum
+        if rt.distributed:
+            dist.all_reduce(loss)  # gloo has no AVG: sum, then divide
+            loss /= rt.world_size
+        return float(loss), float(grad_norm)
+
+
+def prepare_data(args: argparse.Namespace, config: GPTConfig, rt: Runtime) -> None:
+    if rt.is_main and args.synthetic_tokens and not any(Path(args.data).glob("*.bin")):
+        generate_synthetic_shards(args.data, num_shards=4, tokens_per_shard=args.synthetic_tokens // 4,
+                                  vocab_size=config.vocab_size, seed=args.seed)
+    if rt.distributed:
+        dist.barrier()
+
+
+def run(args: argparse.Namespace) -> int:
+    rt = init_runtime(args.device)
+    if args.deterministic:
+        torch.use_deterministic_algorithms(True)
+    trainer = Trainer(args, rt)
+    prepare_data(args, trainer.config, rt)
+    data = ShardedTokens(args.data, trainer.seq_len, args.seed)
+    writer = MetricsWriter(args.metrics) if rt.is_main else None
+    peak = resolve_peak_tflops(args.peak_tflops, args.gpu_model)
+    flops_per_token = trainer.model.flops_per_token(trainer.seq_len)
+
+    resume_from = None if args.no_resume or not args.checkpoint_dir else ckpt.latest_checkpoint(args.checkpoint_dir)
+    if resume_from is not None:
+        trainer.restore(resume_from)
+    if writer:
+        writer.write("start", world_size=rt.world_size, device=str(rt.device), strategy=args.strategy,
+                     precision=args.precision, compile=args.compile, params=trainer.model.num_params(),
+                     flops_per_token=flops_per_token, seq_len=trainer.seq_len, micro_batch=args.micro_batch,
+                     grad_accum=trainer.grad_accum, global_batch=trainer.global_batch, peak_tflops=peak,
+                     resumed_from=str(resume_from) if resume_from else None, step=trainer.step)
+
+    tokens_per_step = trainer.global_batch * trainer.seq_len
+    while trainer.step < args.max_steps:
+        started = time.perf_counter()
+        lr = trainer.scheduler.get_last_lr()[0]
+        loss, grad_norm = trainer.train_step(data)  # returns after the loss all-reduce: GPU work is done
+        elapsed = time.perf_counter() - started
+        if writer and (trainer.step % args.log_every == 0 or trainer.step == args.max_steps):
+            tokens_per_s = tokens_per_step / elapsed
+            writer.write("step", step=trainer.step, loss=loss, lr=lr, grad_norm=grad_norm, step_time_s=elapsed,
+                         tokens_per_s=tokens_per_s, tokens_seen=trainer.samples_seen * trainer.seq_len,
+                         mfu=model_flops_utilisation(tokens_per_s, flops_per_token, rt.world_size, peak)
+                         if rt.device.type == "cuda" else None)
+        at_end = trainer.step == args.max_steps
+        if args.checkpoint_dir and (at_end or (args.checkpoint_every and trainer.step % args.checkpoint_every == 0)):
+            path = trainer.save()
+            if writer:
+                writer.write("checkpoint", step=trainer.step, path=str(path))
+        if args.stop_after_step is not None and trainer.step == args.stop_after_step:
+            os._exit(SIMULATED_CRASH_EXIT)
+    if writer:
+        writer.write("end", step=trainer.step)
+        writer.close()
+    if rt.distributed:
+        dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
