@@ -67,7 +67,7 @@ class GpuNodePool(pulumi.ComponentResource):
             ]
         else:
             interfaces = None
-        user_data = spec.nodeadm_user_data(instance)
+        user_data = spec.nodeadm_user_data(instance, efa=args.efa)
 
         self.launch_template = aws.ec2.LaunchTemplate(
             name,

@@ -26,6 +26,21 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 # Fixed so the rendered user data, and so the launch template, stays the same between runs.
 MIME_BOUNDARY = "==MLPLATNODEADM=="
 
+# 2 MiB huge pages reserved on EFA nodes: libfabric's EFA provider uses them for its
+# buffers, and training pods request `hugepages-2Mi: 5120Mi` (10 GiB). kubelet only
+# advertises pages reserved before it starts; nodeadm starts kubelet after cloud-init's
+# scripts (nodeadm-run.service: After=cloud-final.service), so a script part is early enough.
+HUGEPAGES_2MI = 5120
+
+
+def hugepages_script(pages: int = HUGEPAGES_2MI) -> str:
+    return (
+        "#!/bin/bash\n"
+        "set -euo pipefail\n"
+        f"echo 'vm.nr_hugepages = {pages}' > /etc/sysctl.d/90-mlplat-hugepages.conf\n"
+        "sysctl --load /etc/sysctl.d/90-mlplat-hugepages.conf\n"
+    )
+
 
 def ami_type(instance: InstanceType) -> str:
     return GPU_AMI_TYPE if instance.has_gpu else CPU_AMI_TYPE
@@ -81,16 +96,22 @@ def node_config(instance: InstanceType) -> dict[str, Any] | None:
     }
 
 
-def nodeadm_user_data(instance: InstanceType) -> str | None:
+def nodeadm_user_data(instance: InstanceType, efa: bool = False) -> str | None:
     """MIME multipart user data (what managed node groups require) carrying the
-    NodeConfig, or None when the pool needs none."""
+    NodeConfig and, on EFA pools, the huge-page reservation; None when the pool needs
+    neither."""
     config = node_config(instance)
-    if config is None:
+    if config is None and not efa:
         return None
     message = MIMEMultipart("mixed", boundary=MIME_BOUNDARY)
-    part = MIMEBase("application", "node.eks.aws")
-    part.set_payload("---\n" + yaml.safe_dump(config, sort_keys=False))
-    message.attach(part)
+    if config is not None:
+        part = MIMEBase("application", "node.eks.aws")
+        part.set_payload("---\n" + yaml.safe_dump(config, sort_keys=False))
+        message.attach(part)
+    if efa:
+        script = MIMEBase("text", "x-shellscript", charset="us-ascii")
+        script.set_payload(hugepages_script())
+        message.attach(script)
     # No Date or similar headers: the text must be the same on every run.
     return message.as_string()
 

@@ -70,12 +70,14 @@ def test_imdsv2_required_with_hop_limit(p5):
         "instanceMetadataTags": "disabled"}
 
 
-def test_user_data_assembles_nvme_raid0(p5):
+def test_user_data_assembles_nvme_raid0_and_reserves_huge_pages(p5):
     user_data = base64.b64decode(p5.one(LT).inputs()["userData"]).decode()
     message = email.message_from_string(user_data)
-    [part] = message.get_payload()
-    assert part.get_content_type() == "application/node.eks.aws"
-    assert "strategy: RAID0" in part.get_payload()
+    [config, script] = message.get_payload()
+    assert config.get_content_type() == "application/node.eks.aws"
+    assert "strategy: RAID0" in config.get_payload()
+    assert script.get_content_type() == "text/x-shellscript"
+    assert "vm.nr_hugepages = 5120" in script.get_payload()
 
 
 def test_instances_volumes_and_interfaces_are_tagged(p5):

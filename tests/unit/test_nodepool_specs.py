@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import email
 
 import pytest
@@ -54,6 +55,27 @@ def test_nodeadm_user_data_is_mime_with_a_node_config(name, strategy):
     config = yaml.safe_load(payload)
     assert config["apiVersion"] == "node.eks.aws/v1alpha1" and config["kind"] == "NodeConfig"
     assert config["spec"] == {"instance": {"localStorage": {"strategy": strategy}}}
+
+
+@pytest.mark.parametrize("name", ["p5.48xlarge", "p4d.24xlarge"])
+def test_efa_pools_reserve_huge_pages_before_kubelet(name):
+    parts = _parse(spec.nodeadm_user_data(catalog.lookup(name), efa=True))
+    assert [content_type for content_type, _ in parts] == ["application/node.eks.aws", "text/x-shellscript"]
+    script = parts[1][1]
+    assert script.startswith("#!/bin/bash\n")
+    assert "vm.nr_hugepages = 5120" in script and "sysctl --load" in script
+
+
+def test_huge_pages_without_local_disks_still_make_user_data():
+    # An EFA type without instance storage still needs the huge pages.
+    bare = dataclasses.replace(catalog.lookup("p5.48xlarge"), nvme_disks=0)
+    [(content_type, payload)] = _parse(spec.nodeadm_user_data(bare, efa=True))
+    assert content_type == "text/x-shellscript" and "vm.nr_hugepages = 5120" in payload
+
+
+def test_no_huge_pages_without_efa():
+    parts = _parse(spec.nodeadm_user_data(catalog.lookup("g5.2xlarge")))
+    assert [content_type for content_type, _ in parts] == ["application/node.eks.aws"]
 
 
 def test_user_data_is_stable_between_runs():
