@@ -152,6 +152,7 @@ class Cluster(pulumi.ComponentResource):
             self.eks,
             "vpc-cni",
             pod_identity=[("aws-node", cni_role.role.arn)],
+            configuration_values=json.dumps(spec.VPC_CNI_CONFIGURATION),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.addons[agent.name]]),
         )
 
@@ -163,6 +164,7 @@ def _addon(
     *,
     opts: pulumi.ResourceOptions,
     pod_identity: list[tuple[str, pulumi.Input[str]]] | None = None,
+    configuration_values: str | None = None,
 ) -> aws.eks.Addon:
     return aws.eks.Addon(
         f"{prefix}-{addon_name}",
@@ -173,6 +175,7 @@ def _addon(
         # visible as drift instead of silently overwriting them.
         resolve_conflicts_on_create="OVERWRITE",
         resolve_conflicts_on_update="PRESERVE",
+        configuration_values=configuration_values,
         pod_identity_associations=[
             aws.eks.AddonPodIdentityAssociationArgs(service_account=sa, role_arn=arn) for sa, arn in pod_identity
         ]

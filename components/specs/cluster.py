@@ -65,3 +65,8 @@ def default_storage_class(kms_key_arn: str) -> dict[str, Any]:
         "volume_binding_mode": "WaitForFirstConsumer",
         "allow_volume_expansion": True,
     }
+
+
+# The VPC CNI's network policy agent enforces NetworkPolicy objects; without it the
+# tenants' default-deny policies would exist and do nothing.
+VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}

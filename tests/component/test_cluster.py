@@ -93,6 +93,11 @@ def test_addons_pinned_from_versions(rec):
         assert addon.inputs()["addonVersion"] == EKS_ADDONS[name].version
 
 
+def test_cni_enforces_network_policies(rec):
+    [cni] = [r for r in rec.of_type("aws:eks/addon:Addon") if r.inputs()["addonName"] == "vpc-cni"]
+    assert json.loads(cni.inputs()["configurationValues"]) == {"enableNetworkPolicy": "true"}
+
+
 def test_cni_and_ebs_csi_credentials_come_from_pod_identity(rec):
     addons = {r.inputs()["addonName"]: r for r in rec.of_type("aws:eks/addon:Addon")}
     for addon, service_account in (("vpc-cni", "aws-node"), ("aws-ebs-csi-driver", "ebs-csi-controller-sa")):
