@@ -41,12 +41,30 @@ def _parser() -> argparse.ArgumentParser:
     diagram = sub.add_parser("diagram", help="write the architecture picture (Mermaid) from a stack's component tree")
     diagram.add_argument("--stack", default="prod", help="stack to draw (default prod)")
     diagram.add_argument("--output", type=Path, metavar="PATH", help="write here instead of stdout")
+    docs = sub.add_parser("docs", help="regenerate the README's component reference from the code and the previews")
+    docs.add_argument("--readme", type=Path, default=Path("README.md"), help="the README to update (default README.md)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return _diagram(args) if args.command == "diagram" else _preview(args)
+    commands = {"diagram": _diagram, "docs": _docs, "preview": _preview}
+    return commands[args.command](args)
+
+
+def _docs(args: argparse.Namespace) -> int:
+    from infra.config import available_stacks
+    from infra.preview.component_docs import update_readme
+    from infra.preview.engine import run_preview
+
+    try:
+        text = args.readme.read_text()
+        updated = update_readme(text, [run_preview(stack) for stack in available_stacks()])
+    except (OSError, ValueError) as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    args.readme.write_text(updated)
+    return EXIT_OK
 
 
 def _diagram(args: argparse.Namespace) -> int:

@@ -104,6 +104,7 @@ def run_preview(
         registrations=registrations,
         verdict=verdict,
         engine_errors=engine_errors(monitor),
+        component_outputs=dict(monitor.outputs),
         seconds=time.perf_counter() - started,
     )
 

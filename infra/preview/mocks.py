@@ -91,8 +91,13 @@ class RecordingMonitor(MockMonitor):
     def __init__(self, mocks: pulumi.runtime.Mocks, on_register: Callable[[Registration], None] | None = None):
         super().__init__(mocks)
         self.registrations: dict[str, Registration] = {}
+        self.outputs: dict[str, list[str]] = {}  # component urn -> names it registered as outputs
         self.duplicates: list[str] = []
         self._on_register = on_register
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        self.outputs[request.urn] = sorted(request.outputs.fields.keys())
+        return super().RegisterResourceOutputs(request)
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         # The engine leaves the root stack out of its children's type chain; mocks don't.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ class PreviewResult:
     verdict: Verdict
     engine_errors: list[str]
     seconds: float
+    component_outputs: dict[str, list[str]] = field(default_factory=dict)  # urn -> output names
 
     @property
     def by_urn(self) -> dict[str, Registration]:
