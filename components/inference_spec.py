@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.tenancy_spec import MONITORING_NAMESPACE, pod_security_labels
+from components.tenancy_spec import MONITORING_NAMESPACE, POD_IDENTITY_AGENT, pod_security_labels
 from components.training_spec import CONTAINER_SECURITY, GPU_RESOURCE, GPU_TOLERATION, POD_SECURITY, pool_affinity
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
@@ -24,8 +24,6 @@ HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 QUEUE_METRIC = "triton_queue_time_per_request_us"
 ZONE_KEY = "topology.kubernetes.io/zone"
 HOST_KEY = "kubernetes.io/hostname"
-# EKS Pod Identity's agent answers credential requests on this link-local address.
-POD_IDENTITY_AGENT = "169.254.170.23/32"
 # TLS 1.3 and 1.2 only, forward-secret ciphers (AWS's recommended NLB policy).
 TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 NLB_CLASS = "service.k8s.aws/nlb"

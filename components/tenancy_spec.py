@@ -18,6 +18,9 @@ from infra.versions import KUBERNETES_VERSION
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 MONITORING_NAMESPACE = "monitoring"
+# EKS Pod Identity's agent answers credential requests on this link-local address (port
+# 80, from the node's own network namespace): pods that use AWS must be allowed to reach it.
+POD_IDENTITY_AGENT = "169.254.170.23/32"
 PSA = "pod-security.kubernetes.io"
 
 
@@ -180,8 +183,9 @@ def _namespace_selector(name: str) -> dict[str, Any]:
 
 def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
     """Default deny both ways, then: DNS, traffic inside the namespace (the training
-    rendezvous and NCCL's socket bootstrap use many ports) and scraping by Prometheus.
-    EFA traffic bypasses the kernel and needs no rule."""
+    rendezvous and NCCL's socket bootstrap use many ports), AWS credentials from the Pod
+    Identity agent, and scraping by Prometheus. EFA traffic bypasses the kernel and needs
+    no rule."""
     return [
         _policy(tenant, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         _policy(tenant, "allow-dns", {
@@ -198,6 +202,11 @@ def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [{"podSelector": {}}]}],
             "egress": [{"to": [{"podSelector": {}}]}],
+        }),
+        _policy(tenant, "allow-pod-identity", {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": [{"protocol": "TCP", "port": 80}]}],
         }),
         _policy(tenant, "allow-prometheus-scrape", {
             "podSelector": {},

@@ -63,7 +63,8 @@ def test_each_namespace_gets_its_fences_after_the_namespace(rec):
     assert set(objects) == {
         ("ResourceQuota", "tenant-quota"), ("LimitRange", "container-defaults"),
         ("NetworkPolicy", "default-deny"), ("NetworkPolicy", "allow-dns"), ("NetworkPolicy", "allow-same-namespace"),
-        ("NetworkPolicy", "allow-prometheus-scrape"), ("NetworkPolicy", "allow-vpc-endpoints"),
+        ("NetworkPolicy", "allow-pod-identity"), ("NetworkPolicy", "allow-prometheus-scrape"),
+        ("NetworkPolicy", "allow-vpc-endpoints"),
         ("Role", "tenant-developer"), ("RoleBinding", "tenant-developers"),
     }
     for reg in objects.values():

@@ -100,6 +100,9 @@ def test_default_deny_both_ways_then_only_the_needed_flows():
     [scrape] = policies["allow-prometheus-scrape"]["ingress"]
     assert scrape["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
     assert "egress" not in policies["allow-prometheus-scrape"]
+    # Without this, pods would get no AWS credentials (S3 datasets and checkpoints).
+    [identity] = policies["allow-pod-identity"]["egress"]
+    assert identity == {"to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}], "ports": [{"protocol": "TCP", "port": 80}]}
 
 
 def test_endpoint_policy_is_https_to_the_given_cidrs_only():
@@ -134,7 +137,7 @@ def test_binding_names_the_tenant_groups():
 def test_every_tenant_object_is_schema_valid(tenant):
     objects = [tenant_namespace(tenant), *tenant_objects(tenant, EVERYONE, CIDRS),
                system_namespace(SYSTEM_NAMESPACES["monitoring"])]
-    assert [o["kind"] for o in objects].count("NetworkPolicy") == 5
+    assert [o["kind"] for o in objects].count("NetworkPolicy") == 6
     for manifest in objects:
         kubernetes_validate.validate(manifest, f"{KUBERNETES_VERSION}.0", strict=True)
 
