@@ -47,6 +47,7 @@ check: setup
 bench: setup
 	$(BIN)/python bench/preview.py
 	$(BIN)/python bench/policy.py
+	$(BIN)/python bench/serve.py
 
 # The real engine: needs the Pulumi CLI, a backend login and AWS credentials.
 up:

@@ -13,8 +13,10 @@ What a pod on an EFA node needs, and why:
   its bounce buffers in huge pages.
 - a memory-backed `/dev/shm`: NCCL's intra-node buffers; the container default is 64 MiB.
 - no privileged mode and no added capabilities: the EFA device plugin hands the pod its
-  `/dev/infiniband/uverbs*` devices, and memory registration needs no `IPC_LOCK` because
-  the EKS AMIs run containerd with an unlimited locked-memory limit, which pods inherit.
+  `/dev/infiniband/uverbs*` devices. Registering memory needs a high locked-memory limit,
+  which pods inherit from the node's container runtime (the EKS AMIs raise containerd's
+  to unlimited); `IPC_LOCK` would not help, since a non-root process has no effective
+  capabilities.
 - no `FI_PROVIDER`, `FI_EFA_USE_DEVICE_RDMA` or `FI_EFA_FORK_SAFE`: aws-ofi-nccl 1.7+
   with libfabric 1.18+ chooses the EFA provider and GPUDirect RDMA itself, and fork safety
   is no longer needed. `RDMAV_FORK_SAFE` is never set: it slows memory registration.

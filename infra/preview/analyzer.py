@@ -31,6 +31,9 @@ PACK_DIR = REPO_ROOT / "policies"
 # can be counted per resource for them too.
 SCOPE_TAG = "scope:"
 
+# Analyze requests sent ahead of the pack's answers.
+MAX_IN_FLIGHT = 64
+
 LEVELS = {
     "advisory": analyzer_pb2.ADVISORY,
     "mandatory": analyzer_pb2.MANDATORY,
@@ -215,6 +218,9 @@ class StreamingAnalysis:
         self._error: BaseException | None = None
         self._futures: list[tuple[Registration, Any]] = []
         self._queue: queue.SimpleQueue[Registration | None] = queue.SimpleQueue()
+        # Thousands of requests in flight at once make the channel cancel some of them
+        # (seen at 5,000 resources); the pack answers one at a time anyway.
+        self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self._worker = threading.Thread(target=self._send, daemon=True)
         self._worker.start()
 
@@ -228,7 +234,10 @@ class StreamingAnalysis:
             self._error = err
         while (reg := self._queue.get()) is not None:
             if self._error is None:
-                self._futures.append((reg, self.pack.stub.Analyze.future(self._analyze_request(reg))))
+                self._in_flight.acquire()
+                future = self.pack.stub.Analyze.future(self._analyze_request(reg))
+                future.add_done_callback(lambda _done: self._in_flight.release())
+                self._futures.append((reg, future))
 
     def _provider(self, reg: Registration) -> analyzer_pb2.AnalyzerProviderResource | None:
         provider = self.providers.get(reg.provider_urn)

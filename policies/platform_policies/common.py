@@ -94,11 +94,6 @@ def is_kubernetes(resource_type: str) -> bool:
     return resource_type.startswith("kubernetes:")
 
 
-def type_in(resource_type: str, tokens: Iterable[str]) -> bool:
-    """Match a type token against `module/name:Name` suffixes, e.g. `s3/bucket:Bucket`."""
-    return any(resource_type == f"aws:{token}" for token in tokens)
-
-
 def aws_types(*tokens: str) -> frozenset[str]:
     """`aws_types("s3/bucket:Bucket")` -> {"aws:s3/bucket:Bucket"}."""
     return frozenset(f"aws:{token}" for token in tokens)
@@ -164,13 +159,6 @@ def flag(value: Any) -> bool | None:
     if isinstance(value, (int, float)):
         return bool(value)
     return None
-
-
-def is_set(value: Any) -> bool:
-    """A non-empty value, or one set by reference (unknown during preview)."""
-    if value is UNKNOWN:
-        return True
-    return value not in (None, "", [], {})
 
 
 # --- Keys -------------------------------------------------------------------------

@@ -3,7 +3,6 @@ reader against a stand-in NVML, and the command's exit codes, NVML absent includ
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from types import SimpleNamespace

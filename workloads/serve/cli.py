@@ -99,8 +99,11 @@ def _parser() -> argparse.ArgumentParser:
 def _stack_serving(stack: str) -> tuple[dict[str, Any], bool, str]:
     """(defaults from the stack's mlplat:inference, whether GPU serving is possible there,
     why not)."""
-    from infra.config import ConfigError, load_stack
-
+    try:
+        from infra.config import ConfigError, load_stack
+    except ImportError:  # the serving image carries workloads/ only
+        raise BadInput(f"--stack {stack}: needs the repository's infra package; run from a checkout or pass the "
+                       "settings as flags") from None
     try:
         config = load_stack(stack)
     except ConfigError as err:

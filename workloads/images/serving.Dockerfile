@@ -1,0 +1,32 @@
+# The `serving` image of the registry plan (infra/versions.py): the model export (checkpoint
+# -> parity-checked ONNX -> Triton model repository) and the smoke client, for a job next
+# to the checkpoints or a CI runner. Triton itself runs the mirrored `tritonserver` image.
+# Build from the repository root:
+#
+#   docker build -f workloads/images/serving.Dockerfile \
+#     --build-arg BASE_IMAGE=<account>.dkr.ecr.me-central-1.amazonaws.com/mlplat/mirror/pytorch:26.01-py3 \
+#     -t <account>.dkr.ecr.me-central-1.amazonaws.com/mlplat/serving:<version> .
+#
+# The base brings PyTorch (the export is tested against torch 2.13.0). Publishing to the
+# models bucket uses the AWS CLI, which the image leaves out: in-cluster it writes to a
+# mounted repository, and CI uploads with its own CLI.
+ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.01-py3
+FROM ${BASE_IMAGE}
+
+# The project's `serve` extra, plus the gRPC and protobuf releases the Triton client and the
+# generated ModelConfig are used with (pyproject.toml).
+RUN pip install --no-cache-dir onnx==1.22.0 onnxscript==0.7.2 onnxruntime==1.31.1 tritonclient==2.65.0 \
+    grpcio==1.85.1 protobuf==5.29.6
+
+WORKDIR /opt/mlplat
+COPY workloads/__init__.py workloads/
+COPY workloads/train workloads/train
+COPY workloads/serve workloads/serve
+ENV PYTHONPATH=/opt/mlplat \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp
+
+RUN useradd --uid 10001 --user-group --no-create-home --home-dir /tmp --shell /usr/sbin/nologin serving
+USER 10001:10001
+ENTRYPOINT []
+CMD ["python", "-m", "workloads.serve", "--help"]
