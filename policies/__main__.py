@@ -7,7 +7,9 @@ import; tests and the offline preview import `platform_policies` instead.
 from pulumi_policy import EnforcementLevel, PolicyPack
 
 from platform_policies import ALL_POLICIES, PACK_NAME
+from platform_policies.decoding import share_decoding_across_rules
 
+share_decoding_across_rules()
 PolicyPack(
     name=PACK_NAME,
     policies=ALL_POLICIES,

@@ -32,7 +32,8 @@ def _short_type(resource_type: str) -> str:
 def mermaid(result: PreviewResult) -> str:
     by_urn = result.by_urn
     children: dict[str, list[Registration]] = {}
-    for reg in result.registrations:
+    # Sorted, not in registration order: that order depends on the event loop.
+    for reg in sorted(result.registrations, key=lambda r: (r.type, r.name)):
         children.setdefault(reg.parent if reg.parent in by_urn else "", []).append(reg)
 
     ids: dict[str, str] = {}

@@ -48,6 +48,7 @@ class Registration:
     delete_before_replace: bool = False
     ignore_changes: list[str] = field(default_factory=list)
     additional_secret_outputs: list[str] = field(default_factory=list)
+    _masked: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def provider_urn(self) -> str:
@@ -58,8 +59,13 @@ class Registration:
         return self.type.startswith("pulumi:providers:")
 
     def inputs(self, mask_secrets: bool = True) -> dict[str, Any]:
-        """Plain inputs for reports: secrets masked, references shown as URNs."""
-        return plain(json_format.MessageToDict(self.properties), mask_secrets)
+        """Plain inputs for reports: secrets masked, references shown as URNs. The masked
+        form is decoded once and shared by every report: treat it as read-only."""
+        if not mask_secrets:
+            return plain(json_format.MessageToDict(self.properties), mask_secrets=False)
+        if self._masked is None:
+            self._masked = plain(json_format.MessageToDict(self.properties), mask_secrets=True)
+        return self._masked
 
 
 def plain(value: Any, mask_secrets: bool = True) -> Any:

@@ -7,6 +7,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,14 @@ class PreviewResult:
     seconds: float
     component_outputs: dict[str, list[str]] = field(default_factory=dict)  # urn -> output names
 
-    @property
+    @cached_property
     def by_urn(self) -> dict[str, Registration]:
         return {r.urn: r for r in self.registrations}
+
+    @cached_property
+    def report(self) -> dict[str, Any]:
+        """The JSON report, built once for every writer."""
+        return to_json(self)
 
     @property
     def exit_code(self) -> int:
@@ -137,7 +143,7 @@ def component_tree(result: PreviewResult) -> list[str]:
 
 
 def plan_text(result: PreviewResult) -> str:
-    data = to_json(result)
+    data = result.report
     summary = data["summary"]
     lines = [f"Plan for stack {result.stack} in {result.region}: {summary['resources']} resources", ""]
     lines += component_tree(result)
@@ -169,7 +175,7 @@ def verdict_text(result: PreviewResult) -> str:
 
 
 def to_markdown(result: PreviewResult) -> str:
-    data = to_json(result)
+    data = result.report
     summary = data["summary"]
     status = "✅ passed" if summary["passed"] else "❌ blocked"
     out = [
@@ -232,15 +238,23 @@ def write_manifests(result: PreviewResult, directory: Path) -> int:
         meta = body.get("metadata") or {}
         parts = [body["kind"], meta.get("namespace") or "", meta.get("name") or "unnamed"]
         path = directory / (_slug("-".join(p for p in parts if p)) + ".yaml")
-        path.write_text(yaml.safe_dump(body, sort_keys=False))
+        path.write_text(_yaml(body))
         count += 1
     releases = helm_releases(result)
     if releases:
         (directory / "helm").mkdir(exist_ok=True)
         for release in releases:
             name = release.get("name") or release.get("chart") or "release"
-            (directory / "helm" / f"{_slug(name)}.yaml").write_text(yaml.safe_dump(release, sort_keys=False))
+            (directory / "helm" / f"{_slug(name)}.yaml").write_text(_yaml(release))
     return count
+
+
+# libyaml's emitter where PyYAML was built with it (the wheels are), else the Python one.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _yaml(body: dict[str, Any]) -> str:
+    return yaml.dump(body, Dumper=_DUMPER, sort_keys=False)
 
 
 def _slug(text: str) -> str:
@@ -249,7 +263,9 @@ def _slug(text: str) -> str:
 
 def write_json(result: PreviewResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_json(result), indent=2, sort_keys=False) + "\n")
+    # Compact: json's C encoder only runs without `indent`, and the report is for tools
+    # (`jq .` pretty-prints it); people read the Markdown.
+    path.write_text(json.dumps(result.report, separators=(",", ":")) + "\n")
 
 
 def write_markdown(result: PreviewResult, path: Path) -> None:

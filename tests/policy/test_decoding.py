@@ -1,0 +1,39 @@
+"""The pack decodes each resource once per request, however many rules read it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Runs in its own process: the shim changes pulumi-policy's module for the process.
+PROBE = """
+import sys
+sys.path.insert(0, "policies")
+from google.protobuf import json_format, struct_pb2
+from pulumi_policy import policy
+import pulumi_policy.deserialize as real
+calls = []
+original = real.deserialize_properties
+policy.deserialize_properties = lambda props, keep=None: calls.append(1) or original(props, keep)
+from platform_policies.decoding import share_decoding_across_rules
+share_decoding_across_rules()
+a, b = struct_pb2.Struct(), struct_pb2.Struct()
+a.update({"bucket": "x", "tags": {"owner": "ml"}})
+b.update({"bucket": "x", "tags": {"owner": "ml"}})
+first = policy.deserialize_properties(policy.json_format.MessageToDict(a))
+again = policy.deserialize_properties(policy.json_format.MessageToDict(a))
+other = policy.deserialize_properties(policy.json_format.MessageToDict(b))
+assert first is again and first == other and first is not other, (first, again, other)
+assert len(calls) == 2, calls
+assert policy.json_format.MessageToDict(a, preserving_proto_field_name=True) == {"bucket": "x", "tags": {"owner": "ml"}}
+print("ok")
+"""
+
+
+def test_each_message_is_decoded_once_and_distinct_messages_apart():
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
