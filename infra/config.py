@@ -406,10 +406,15 @@ class TenantConfig(_Model):
     @field_validator("name")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
+        from components.lustre_spec import DATASETS_PATH
         from components.tenancy_spec import RESERVED_NAMES
 
         if value in RESERVED_NAMES or value.startswith("kube-"):
             raise ValueError(f"{value!r} is a system namespace; pick another tenant name")
+        # Each tenant gets /<name> on the Lustre file system, beside the datasets directory.
+        if value == DATASETS_PATH.strip("/"):
+            raise ValueError(f"{value!r} is the datasets directory on the Lustre file system; pick another tenant "
+                             "name")
         return value
 
     @field_validator("groups")

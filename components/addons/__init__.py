@@ -4,7 +4,8 @@
 Prometheus stack (its CRDs are needed by the exporters' ServiceMonitors and the GPU
 rules), the device plugins, JobSet and Kueue with the queues, and the FSx CSI driver.
 Workloads depend on `ClusterAddons.workload_dependencies`: nothing may be scheduled before
-the GPUs are advertised, the queues exist and the scratch claims are bound.
+the GPUs are advertised, the queues exist, the scratch claims are bound and each tenant's
+directory exists on the scratch file system.
 """
 
 from __future__ import annotations
@@ -90,4 +91,6 @@ class ClusterAddons(pulumi.ComponentResource):
                 chart_mirror=args.chart_mirror, depends_on=after("aws-fsx-csi-driver"),
             ), opts=pulumi.ResourceOptions(parent=self))
             self.workload_dependencies += storage.claims.values()
+            if storage.tenant_directories is not None:
+                self.workload_dependencies.append(storage.tenant_directories)
         self.register_outputs({"namespaces": list(namespaces)})

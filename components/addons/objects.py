@@ -19,6 +19,7 @@ _TYPED = {
     ("v1", "LimitRange"): k8s.core.v1.LimitRange,
     ("v1", "PersistentVolume"): k8s.core.v1.PersistentVolume,
     ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
+    ("batch/v1", "Job"): k8s.batch.v1.Job,
     ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,

@@ -1,5 +1,6 @@
-"""Storage drivers: the FSx for Lustre CSI driver and the scratch file system as a
-PersistentVolumeClaim `lustre-scratch` in each tenant namespace (specs in volumes.py)."""
+"""Storage drivers: the FSx for Lustre CSI driver, the scratch file system as a
+PersistentVolumeClaim `lustre-scratch` in each tenant namespace, and the Job that makes each
+tenant's directory on it (specs in volumes.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import pulumi
 from components.addons.charts import helm_release
 from components.addons.objects import create
 from components.addons.values import AddonContext, fsx_csi_values
-from components.addons.volumes import LustreVolume, scratch_claim, scratch_volume
+from components.addons.volumes import (
+    LustreVolume,
+    directories_claim,
+    directories_job,
+    directories_network_policy,
+    directories_volume,
+    scratch_claim,
+    scratch_volume,
+)
+
 
 @dataclass(frozen=True)
 class StorageDriversArgs:
@@ -24,10 +34,14 @@ class StorageDriversArgs:
 
 class StorageDrivers(pulumi.ComponentResource):
     claims: dict[str, pulumi.CustomResource]
+    # The Job that makes the tenants' directories; None without Lustre. Workloads that
+    # write to Lustre depend on it (Pulumi waits for a Job to complete).
+    tenant_directories: pulumi.CustomResource | None
 
     def __init__(self, name: str, args: StorageDriversArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:addons:StorageDrivers", name, None, opts)
         self.claims = {}
+        self.tenant_directories = None
         if args.lustre is not None:
             driver = helm_release("aws-fsx-csi-driver", fsx_csi_values(args.context), args.chart_mirror,
                                   pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
@@ -37,5 +51,17 @@ class StorageDrivers(pulumi.ComponentResource):
                 self.claims[namespace] = create(
                     scratch_claim(namespace, args.lustre),
                     pulumi.ResourceOptions(parent=self, depends_on=[volume, ns_resource], retain_on_delete=True),
+                )
+            if args.tenant_namespaces:
+                volume = create(directories_volume(args.lustre),
+                                pulumi.ResourceOptions(parent=self, depends_on=[driver], retain_on_delete=True))
+                claim = create(directories_claim(args.lustre),
+                               pulumi.ResourceOptions(parent=self, depends_on=[volume], retain_on_delete=True))
+                # The policy first, so the Job's pod never runs with network access.
+                isolation = create(directories_network_policy(),
+                                   pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
+                self.tenant_directories = create(
+                    directories_job(list(args.tenant_namespaces), args.context.image("node-debug").uri),
+                    pulumi.ResourceOptions(parent=self, depends_on=[claim, isolation]),
                 )
         self.register_outputs({"claims": list(self.claims)})

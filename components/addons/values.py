@@ -356,6 +356,58 @@ def kube_prometheus_stack_values(ctx: AddonContext) -> dict[str, Any]:
 # --- Scheduling ----------------------------------------------------------------------
 
 
+# Kinds Kueue queues: JobSet (training and the collective check) and plain Jobs. Every other
+# integration of the chart's default stays off; Kueue answers the chart's webhooks for them
+# with no-ops.
+KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
+# Resources Kueue leaves out of quota. Huge pages are a fixed per-node reservation
+# (components/specs/nodepool.py) that only the one pod owning an EFA node uses; that pod's
+# nvidia.com/gpu and vpc.amazonaws.com/efa already count the node against the tenant's
+# quota, and the kube-scheduler still checks the node's allocatable huge pages. Without
+# this, Kueue never admits a workload asking for a resource no ClusterQueue covers.
+KUEUE_EXCLUDED_RESOURCE_PREFIXES = ("hugepages-",)
+
+
+def kueue_manager_config() -> dict[str, Any]:
+    """Kueue's controller-manager configuration (config.kueue.x-k8s.io/v1beta2).
+
+    The chart (0.18) takes it as one YAML string, `managerConfig.controllerManagerConfigYaml`,
+    that replaces its default whole, and Kueue rejects unknown fields. So this is the complete
+    file: the chart's defaults that its Deployment and Services rely on (probe, metrics and
+    webhook ports, the leader-election lease, the webhook certificate names Kueue makes for
+    the release `kueue`), its concurrency and client limits, and our two changes: the
+    integrations and the excluded resources."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},  # the Deployment's liveness and readiness probes
+        "metrics": {"bindAddress": ":8443"},  # the metrics Service's target port
+        "webhook": {"port": 9443},  # the webhook Service's target port
+        # Same lease name as the chart's default, so an upgrade never runs two leaders.
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {
+            "Job.batch": 5,
+            "Pod": 5,
+            "Workload.kueue.x-k8s.io": 5,
+            "LocalQueue.kueue.x-k8s.io": 1,
+            "ClusterQueue.kueue.x-k8s.io": 1,
+            "ResourceFlavor.kueue.x-k8s.io": 1,
+        }},
+        "clientConnection": {"qps": 50, "burst": 100},
+        # Kueue makes and rotates its own webhook certificate (no cert-manager); the names
+        # are those of the chart's objects for the release `kueue`.
+        "internalCertManagement": {
+            "enable": True,
+            "webhookServiceName": "kueue-webhook-service",
+            "webhookSecretName": "kueue-webhook-server-cert",
+        },
+        # Only jobs that name a queue are Kueue's: nothing else is held back.
+        "manageJobsWithoutQueueName": False,
+        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "resources": {"excludeResourcePrefixes": list(KUEUE_EXCLUDED_RESOURCE_PREFIXES)},
+    }
+
+
 def kueue_values(ctx: AddonContext) -> dict[str, Any]:
     img = ctx.image("kueue")
     return {
@@ -363,6 +415,7 @@ def kueue_values(ctx: AddonContext) -> dict[str, Any]:
             "image": {"repository": img.full_repository, "tag": img.tag, "pullPolicy": "IfNotPresent"},
             "resources": CONTROLLER,
         }},
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)},
         # A ServiceMonitor for Kueue's queue metrics; needs the Prometheus stack's CRDs.
         "enablePrometheus": ctx.telemetry,
     }

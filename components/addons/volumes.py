@@ -1,13 +1,38 @@
 """The Lustre scratch file system as Kubernetes volumes: a static PersistentVolume per
-tenant namespace, bound to a claim named `lustre-scratch` there."""
+tenant namespace, bound to a claim named `lustre-scratch` there; and the one-off Job that
+gives each tenant its own directory on the file system before any workload writes there.
+
+The root of a new Lustre file system belongs to root (mode 0755), while training pods run
+as the non-root RUN_AS under Pod Security `restricted`: they cannot create anything at the
+top. The Job, in the FSx CSI driver's system namespace through a claim of its own, makes
+`/<tenant>` owned by RUN_AS:RUN_AS with mode 0770 for every tenant. It is idempotent (mkdir
+-p, chown, chmod): adding a tenant changes the Job's pod template, which Kubernetes cannot
+update, so Pulumi replaces the Job and the new one goes over every tenant again, touching
+nothing inside the directories. It relies on the file system not squashing root (FSx's
+default, which components/lustre.py keeps).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.addons.values import NAMESPACES
+from components.training_spec import RUN_AS, SCRATCH_MOUNT
+
 FSX_DRIVER = "fsx.csi.aws.com"
 SCRATCH_CLAIM = "lustre-scratch"
+# The Job and its claim live beside the FSx CSI driver: a system namespace whose Pod
+# Security level admits a root container (components/tenancy_spec.py SYSTEM_NAMESPACES).
+DIRECTORIES_NAMESPACE = NAMESPACES["aws-fsx-csi-driver"]
+DIRECTORIES_JOB = "lustre-tenant-directories"
+DIRECTORIES_CLAIM = "lustre-tenant-directories"
+DIRECTORY_MODE = "0770"  # owner and group (the workloads' UID and GID) only
+# What the Job may do as root and nothing more: create a directory whatever the root's mode
+# (DAC_OVERRIDE), hand it to RUN_AS (CHOWN), then set its mode once it is no longer root's
+# (FOWNER).
+DIRECTORIES_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER")
 
 
 @dataclass(frozen=True)
@@ -21,18 +46,19 @@ class LustreVolume:
     capacity_gib: int
 
 
-def scratch_volume(namespace: str, lustre: LustreVolume) -> dict[str, Any]:
-    """A static PersistentVolume bound to one namespace's claim. Retained: deleting the
-    claim never touches the file system, which the storage component owns."""
+def _static_volume(name: str, namespace: str, claim: str, lustre: LustreVolume,
+                   labels: dict[str, str]) -> dict[str, Any]:
+    """A static PersistentVolume bound to one claim. Retained: deleting the claim never
+    touches the file system, which the storage component owns."""
     return {
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": f"lustre-scratch-{namespace}", "labels": {"mlplat.io/tenant": namespace}},
+        "metadata": {"name": name, "labels": labels},
         "spec": {
             "capacity": {"storage": f"{lustre.capacity_gib}Gi"},
             "accessModes": ["ReadWriteMany"],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
-            "claimRef": {"namespace": namespace, "name": SCRATCH_CLAIM},
+            "claimRef": {"namespace": namespace, "name": claim},
             "mountOptions": ["flock"],
             "csi": {
                 "driver": FSX_DRIVER,
@@ -43,14 +69,110 @@ def scratch_volume(namespace: str, lustre: LustreVolume) -> dict[str, Any]:
     }
 
 
-def scratch_claim(namespace: str, lustre: LustreVolume) -> dict[str, Any]:
+def _claim(name: str, namespace: str, volume: str, lustre: LustreVolume) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": SCRATCH_CLAIM, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "storageClassName": "",
-            "volumeName": f"lustre-scratch-{namespace}",
+            "volumeName": volume,
             "resources": {"requests": {"storage": f"{lustre.capacity_gib}Gi"}},
+        },
+    }
+
+
+def scratch_volume(namespace: str, lustre: LustreVolume) -> dict[str, Any]:
+    """The tenant's volume, bound to its `lustre-scratch` claim."""
+    return _static_volume(f"lustre-scratch-{namespace}", namespace, SCRATCH_CLAIM, lustre,
+                          {"mlplat.io/tenant": namespace})
+
+
+def scratch_claim(namespace: str, lustre: LustreVolume) -> dict[str, Any]:
+    return _claim(SCRATCH_CLAIM, namespace, f"lustre-scratch-{namespace}", lustre)
+
+
+# --- Tenant directories ----------------------------------------------------------------
+
+
+def tenant_directory(tenant: str) -> str:
+    """Where a tenant's workloads write, as mounted in their pods (training: its jobs'
+    directories are `<this>/<job>`)."""
+    return f"{SCRATCH_MOUNT}/{tenant}"
+
+
+def directories_volume(lustre: LustreVolume) -> dict[str, Any]:
+    return _static_volume(DIRECTORIES_CLAIM, DIRECTORIES_NAMESPACE, DIRECTORIES_CLAIM, lustre,
+                          {"app.kubernetes.io/name": DIRECTORIES_JOB, "app.kubernetes.io/part-of": "mlplat"})
+
+
+def directories_claim(lustre: LustreVolume) -> dict[str, Any]:
+    return _claim(DIRECTORIES_CLAIM, DIRECTORIES_NAMESPACE, DIRECTORIES_CLAIM, lustre)
+
+
+# The directories come in as arguments, never inside the script text. Plain commands, not
+# an && chain: `sh -e` stops at a failing command only outside such chains.
+DIRECTORIES_SCRIPT = (
+    'for dir in "$@"; do mkdir -p "$dir"; chown "$OWNER" "$dir"; chmod "$MODE" "$dir"; ls -ld "$dir"; done'
+)
+
+
+def directories_labels() -> dict[str, str]:
+    return {"app.kubernetes.io/name": DIRECTORIES_JOB, "app.kubernetes.io/component": "lustre-directories",
+            "app.kubernetes.io/part-of": "mlplat"}
+
+
+def directories_network_policy() -> dict[str, Any]:
+    """The Job's pod talks to nobody: the node mounts Lustre and pulls the image, so the pod
+    gets no traffic in or out."""
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": DIRECTORIES_JOB, "namespace": DIRECTORIES_NAMESPACE},
+        "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": DIRECTORIES_JOB}},
+                 "policyTypes": ["Ingress", "Egress"]},
+    }
+
+
+def directories_job(tenants: Sequence[str], image: str) -> dict[str, Any]:
+    """The Job that makes every tenant's directory. Root is needed because the file
+    system's root is root's; the container keeps only DIRECTORIES_CAPABILITIES, no privilege
+    escalation, a read-only root file system and no service account token. Kueue leaves it
+    alone: it names no queue, in a namespace Kueue never manages."""
+    labels = directories_labels()
+    container = {
+        "name": "mkdir",
+        "image": image,
+        "imagePullPolicy": "Always",
+        "command": ["sh", "-euc", DIRECTORIES_SCRIPT, "sh", *(tenant_directory(t) for t in tenants)],
+        "env": [{"name": "OWNER", "value": f"{RUN_AS}:{RUN_AS}"}, {"name": "MODE", "value": DIRECTORY_MODE}],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+        "volumeMounts": [{"name": "lustre", "mountPath": SCRATCH_MOUNT}],
+        "securityContext": {
+            "runAsNonRoot": False,
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": list(DIRECTORIES_CAPABILITIES)},
+        },
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": DIRECTORIES_JOB, "namespace": DIRECTORIES_NAMESPACE, "labels": labels},
+        "spec": {
+            "backoffLimit": 4,
+            # Mounting Lustre on a node that has not yet loaded the client can take minutes.
+            "activeDeadlineSeconds": 900,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    "volumes": [{"name": "lustre", "persistentVolumeClaim": {"claimName": DIRECTORIES_CLAIM}}],
+                },
+            },
         },
     }

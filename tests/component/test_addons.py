@@ -8,10 +8,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
+import yaml
 
 from components.addons import AddonsArgs, ClusterAddons, LustreVolume
 from components.addons.queues import PoolCapacity
-from components.addons.values import AddonContext, chart_source
+from components.addons.values import AddonContext, chart_source, kueue_manager_config
 from components.tenancy import Tenancy, TenancyArgs
 from components.tenancy_spec import Tenant
 from infra.versions import CHARTS
@@ -154,8 +155,10 @@ def test_gpu_rules_and_dcgm_after_the_prometheus_stack(rec):
 
 def test_lustre_claim_per_tenant_on_a_retained_static_volume(rec):
     driver = release(rec, "aws-fsx-csi-driver")
-    volumes = {v.inputs()["metadata"]["name"]: v for v in rec.of_type("kubernetes:core/v1:PersistentVolume")}
-    claims = rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")
+    volumes = {v.inputs()["metadata"]["name"]: v for v in rec.of_type("kubernetes:core/v1:PersistentVolume")
+               if "mlplat.io/tenant" in v.inputs()["metadata"]["labels"]}
+    claims = [c for c in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")
+              if c.inputs()["metadata"]["namespace"] != "kube-system"]
     assert set(volumes) == {"lustre-scratch-research", "lustre-scratch-serving"}
     for volume in volumes.values():
         spec = volume.inputs()["spec"]
@@ -168,13 +171,42 @@ def test_lustre_claim_per_tenant_on_a_retained_static_volume(rec):
         assert depends(rec, claim, volumes[body["spec"]["volumeName"]]) and claim.retain_on_delete
 
 
-def test_workloads_wait_for_plugins_queues_and_claims(rec):
+def test_tenant_directories_job_after_its_own_claim_and_isolation(rec):
+    job = rec.one("kubernetes:batch/v1:Job")
+    body = job.inputs()
+    assert (body["apiVersion"], body["kind"]) == ("batch/v1", "Job")
+    assert body["metadata"]["namespace"] == "kube-system"
+    [container] = body["spec"]["template"]["spec"]["containers"]
+    assert container["command"][4:] == ["/fsx/research", "/fsx/serving"]
+    assert container["image"].startswith(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/mirror/node-debug:")
+    claims = {(c.inputs()["metadata"]["namespace"]): c for c in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")}
+    volumes = {v.inputs()["metadata"]["name"]: v for v in rec.of_type("kubernetes:core/v1:PersistentVolume")}
+    own_claim = claims["kube-system"]
+    assert own_claim.inputs()["metadata"]["name"] == body["spec"]["template"]["spec"]["volumes"][0][
+        "persistentVolumeClaim"]["claimName"]
+    [policy] = [p for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+                if p.inputs()["metadata"]["namespace"] == "kube-system"]
+    assert depends(rec, job, own_claim, policy)
+    assert depends(rec, own_claim, volumes["lustre-tenant-directories"])
+    assert depends(rec, volumes["lustre-tenant-directories"], release(rec, "aws-fsx-csi-driver"))
+    assert own_claim.retain_on_delete and volumes["lustre-tenant-directories"].retain_on_delete
+    assert not job.retain_on_delete and not job.protect  # a one-off: nothing to keep
+
+
+def test_workloads_wait_for_plugins_queues_claims_and_tenant_directories(rec):
     expected = {release(rec, "nvidia-device-plugin").urn, release(rec, "aws-efa-k8s-device-plugin").urn,
-                release(rec, "jobset").urn}
+                release(rec, "jobset").urn, rec.one("kubernetes:batch/v1:Job").urn}
     expected |= {r.urn for r in rec.of_type("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue")}
-    expected |= {r.urn for r in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")}
-    assert len(expected) == 7
+    expected |= {r.urn for r in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")
+                 if r.inputs()["metadata"]["namespace"] != "kube-system"}
+    assert len(expected) == 8
     assert set(rec.workload_dependencies) == expected
+
+
+def test_kueue_release_gets_the_whole_manager_configuration(rec):
+    config = yaml.safe_load(release(rec, "kueue").inputs()["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert config == kueue_manager_config()
+    assert config["resources"]["excludeResourcePrefixes"] == ["hugepages-"]
 
 
 def test_gpu_operator_mode_replaces_plugin_and_exporter():
@@ -182,6 +214,7 @@ def test_gpu_operator_mode_replaces_plugin_and_exporter():
     charts = {r.name for r in rec.of_type(RELEASE)}
     assert "gpu-operator" in charts
     assert not charts & {"nvidia-device-plugin", "dcgm-exporter", "aws-fsx-csi-driver"}
+    assert not rec.of_type("kubernetes:batch/v1:Job")  # no Lustre, no directories to make
     operator = release(rec, "gpu-operator")
     values = operator.inputs()["values"]
     assert values["driver"] == {"enabled": False} and values["toolkit"] == {"enabled": False}

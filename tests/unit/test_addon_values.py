@@ -24,6 +24,7 @@ from components.addons.queues import (
 )
 from components.addons.values import (
     GPU_TOLERATION,
+    KUEUE_EXCLUDED_RESOURCE_PREFIXES,
     INSTANCE_TYPE_LABEL,
     AddonContext,
     ChartSource,
@@ -36,12 +37,15 @@ from components.addons.values import (
     gpu_operator_values,
     jobset_values,
     kube_prometheus_stack_values,
+    kueue_manager_config,
     kueue_values,
     mirror_image,
     nvidia_device_plugin_values,
 )
 from components.inference_spec import adapter_values
 from components.tenancy_spec import Tenant
+from components.training_spec import HUGEPAGES_RESOURCE, pod_resources
+from infra.catalog import lookup
 from infra.config import ConfigError, load_stack, parse_config
 from infra.versions import CHARTS, IMAGES
 from tests.unit.test_config import raw_stack
@@ -246,6 +250,70 @@ def test_kueue_and_jobset_controllers_have_limits_and_mirror_images():
     assert kueue_values(PROD)["enablePrometheus"] is True
     assert kueue_values(AddonContext(ACCOUNT, REGION, telemetry=False))["enablePrometheus"] is False
     assert jobset_values(PROD)["controller"]["resources"]["limits"]
+
+
+# Fields of Kueue's Configuration (config.kueue.x-k8s.io/v1beta2, Kueue 0.18): Kueue decodes
+# its configuration strictly, so a misspelt field stops the controller from starting.
+KUEUE_CONFIG_FIELDS = {
+    "apiVersion", "kind", "namespace", "webhook", "leaderElection", "metrics", "health", "pprofBindAddress",
+    "controller", "tls", "manageJobsWithoutQueueName", "managedJobsNamespaceSelector", "internalCertManagement",
+    "waitForPodsReady", "clientConnection", "integrations", "multiKueue", "fairSharing", "admissionFairSharing",
+    "resources", "featureGates", "objectRetentionPolicies",
+}
+
+
+def test_kueue_configuration_replaces_the_charts_whole():
+    values = kueue_values(PROD)
+    config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    assert config == kueue_manager_config()
+    assert (config["apiVersion"], config["kind"]) == ("config.kueue.x-k8s.io/v1beta2", "Configuration")
+    assert set(config) <= KUEUE_CONFIG_FIELDS
+    # What the chart's Deployment and Services expect of the manager.
+    assert config["health"]["healthProbeBindAddress"] == ":8081"
+    assert config["metrics"]["bindAddress"] == ":8443"
+    assert config["webhook"]["port"] == 9443
+    assert config["leaderElection"] == {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}
+    # Webhook certificates for the chart's objects of the release (named after the chart).
+    certs = config["internalCertManagement"]
+    assert certs["enable"] is True and values.get("enableCertManager", False) is False
+    assert certs["webhookServiceName"] == "kueue-webhook-service"
+    assert certs["webhookSecretName"] == "kueue-webhook-server-cert"
+
+
+def test_kueue_queues_jobsets_and_jobs_only_and_only_when_they_name_a_queue():
+    config = kueue_manager_config()
+    assert config["integrations"]["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]
+    assert config["manageJobsWithoutQueueName"] is False
+
+
+def covered(queue: dict[str, Any]) -> set[str]:
+    return {r for group in queue["spec"]["resourceGroups"] for r in group["coveredResources"]}
+
+
+def admissible(resources: set[str], queue: dict[str, Any], excluded: Any) -> set[str]:
+    """The requested resources Kueue would find no quota for."""
+    return {r for r in resources if r not in covered(queue) and not any(r.startswith(p) for p in excluded)}
+
+
+@pytest.mark.parametrize("instance_type", ["p5.48xlarge", "p4d.24xlarge"])
+def test_every_resource_an_efa_training_pod_asks_for_is_covered_or_excluded(instance_type):
+    instance = lookup(instance_type)
+    requested = set(pod_resources(instance, efa=True)["requests"])
+    assert HUGEPAGES_RESOURCE in requested
+    caps = [FlavorCapacity(instance_type, 8 * instance.gpus, 8 * instance.efa_interfaces)]
+    queue = cluster_queue(Tenant("research", 1024, 8192, 64, 256), caps)
+    excluded = yaml.safe_load(kueue_values(PROD)["managerConfig"]["controllerManagerConfigYaml"])["resources"][
+        "excludeResourcePrefixes"]
+    assert admissible(requested, queue, excluded) == set()
+    # The exclusion is what admits it: no ClusterQueue covers huge pages.
+    assert admissible(requested, queue, ()) == {HUGEPAGES_RESOURCE}
+    assert list(KUEUE_EXCLUDED_RESOURCE_PREFIXES) == excluded == ["hugepages-"]
+
+
+def test_kueue_excludes_nothing_the_queues_ration():
+    queue = cluster_queue(Tenant("research", 64, 512, 24, 96), CAPS)
+    for resource in covered(queue):
+        assert not any(resource.startswith(p) for p in KUEUE_EXCLUDED_RESOURCE_PREFIXES), resource
 
 
 def test_flavor_capacities_sum_pools_and_count_time_slices():

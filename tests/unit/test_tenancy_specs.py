@@ -212,6 +212,9 @@ def test_instance_type_without_a_pool():
 def test_reserved_and_duplicate_names():
     assert tenants_error([tenant(name="monitoring")]) == (
         "stacks/Pulumi.dev.yaml: mlplat:tenants[0].name: 'monitoring' is a system namespace; pick another tenant name")
+    assert tenants_error([tenant(name="datasets")]) == (
+        "stacks/Pulumi.dev.yaml: mlplat:tenants[0].name: 'datasets' is the datasets directory on the Lustre file "
+        "system; pick another tenant name")
     assert tenants_error([tenant(), tenant()]) == (
         "stacks/Pulumi.dev.yaml: mlplat:tenants[1].name: 'research' is used twice; tenant names must be unique")
     assert "mlplat:tenants[0].name: 'Research' does not match" in tenants_error([tenant(name="Research")])

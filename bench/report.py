@@ -1,0 +1,163 @@
+"""Collects the figures in bench/results/*.json into one table in the README and draws
+the plots in docs/bench/, each labelled with the machine and date it ran on. `make bench`
+runs it after the benchmarks; it measures nothing itself.
+
+    .venv/bin/python bench/report.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on build machines
+import matplotlib.pyplot as plt  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+PLOTS = REPO / "docs" / "bench"
+README = REPO / "README.md"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _machine(data: dict[str, Any]) -> str:
+    machine = data.get("machine") or data.get("device") or "?"
+    if "cores" in data and "cores" not in str(machine):
+        machine = f"{machine}, {data['cores']} cores"
+    return f"{machine}, {data.get('date', '?')}"
+
+
+def _save(fig: Any, name: str, caption: str) -> str:
+    fig.text(0.01, 0.01, caption, fontsize=7, color="0.35")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOTS / name, dpi=110)
+    plt.close(fig)
+    return f"docs/bench/{name}"
+
+
+def preview_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
+    rows = [[f"offline preview, {stack}", f"{s:.2f} s", "prod < 6 s" if stack == "prod" else ""]
+            for stack, s in data["stacks_s"].items()]
+    worst = max(data["synthetic"], key=lambda r: r["ratio"])
+    rows.append(["preview / bare mocks, worst N (≤ 100 GPU pools)",
+                 f"{worst['ratio']:.2f} (N={worst['pools']}, {worst['resources']} resources)", "≤ 1.3"])
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    synthetic = data["synthetic"]
+    ax.plot([r["resources"] for r in synthetic], [r["bare_s"] for r in synthetic], "o-", label="bare mocks")
+    ax.plot([r["resources"] for r in synthetic], [r["full_s"] for r in synthetic], "s-",
+            label="full preview (mocks + policy pack + reports)")
+    ax.set_xlabel("resources (synthetic stack, N GPU pools)")
+    ax.set_ylabel("seconds")
+    ax.set_title("Offline preview time against resource count")
+    ax.legend()
+    return rows, _save(fig, "preview.png", _machine(data))
+
+
+def policy_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
+    rows = []
+    for row in data["rows"]:
+        rows.append([f"policy pack, {row['stack']} ({row['resources']} resources)",
+                     f"{row['check_seconds']:.2f} s, {row['resources_per_second']} resources/s",
+                     "prod < 1 s" if row["stack"] == "prod" else ""])
+        checkov = row.get("checkov")
+        if checkov:
+            rows.append([f"checkov, {row['stack']} manifests ({checkov['objects']} objects)",
+                         f"{checkov['seconds']:.2f} s", ""])
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    labels = [r["stack"] for r in data["rows"]]
+    pack = [r["check_seconds"] for r in data["rows"]]
+    checkov_s = [(r.get("checkov") or {}).get("seconds", 0) for r in data["rows"]]
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], pack, width=0.4, label="policy pack (every resource, 28 rules)")
+    ax.bar([x + 0.2 for x in xs], checkov_s, width=0.4, label="checkov (Kubernetes manifests only)")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel("seconds")
+    ax.set_title("Policy checks: our pack against checkov")
+    ax.legend()
+    return rows, _save(fig, "policy.png", _machine(data))
+
+
+def train_rows(datasets: list[dict[str, Any]]) -> tuple[list[list[str]], str]:
+    rows = []
+    labels, values = [], []
+    for data in datasets:
+        for name, run in data["runs"].items():
+            mfu = f", MFU {run['mfu']:.0%}" if run.get("mfu") else ""
+            rows.append([f"training, {name} on {data['device']}", f"{run['tokens_per_s']:,.0f} tokens/s{mfu}",
+                         "H100 MFU ≥ 40%" if run.get("mfu") else ""])
+            labels.append(f"{name}\n{data['device'][:18]}")
+            values.append(run["tokens_per_s"])
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.bar(labels, values)
+    ax.set_ylabel("tokens/s")
+    ax.set_title("Training throughput")
+    return rows, _save(fig, "train.png", "; ".join(_machine(d) for d in datasets))
+
+
+def serve_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
+    rows = []
+    for c in data["comparisons"]:
+        rows.append([f"serving, {c['sequence']}-token requests, batched vs single",
+                     f"{c['throughput_speedup']:.1f}x throughput, p99 ratio {c['p99_ratio']:.2f}",
+                     "≥ 3x at p99 ≤ 2x"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.6))
+    seqs = [str(c["sequence"]) for c in data["comparisons"]]
+    xs = range(len(seqs))
+    left.bar([x - 0.2 for x in xs], [c["single"]["throughput_rps"] for c in data["comparisons"]], 0.4, label="single")
+    left.bar([x + 0.2 for x in xs], [c["batched"]["throughput_rps"] for c in data["comparisons"]], 0.4,
+             label="dynamic batching")
+    left.set_xticks(list(xs), seqs)
+    left.set_xlabel("tokens per request")
+    left.set_ylabel("requests/s")
+    left.set_title("Throughput")
+    left.legend()
+    right.plot(seqs, [c["single"]["p99_ms"] for c in data["comparisons"]], "o-", label="single p99")
+    right.plot(seqs, [c["batched"]["p99_ms"] for c in data["comparisons"]], "s-", label="batched p99")
+    right.set_xlabel("tokens per request")
+    right.set_ylabel("ms")
+    right.set_title("p99 latency")
+    right.legend()
+    return rows, _save(fig, "serve.png", _machine(data) + f", load average {data.get('load_average', '?')}")
+
+
+def table() -> str:
+    sections: list[tuple[list[list[str]], str, str]] = []
+    if (data := load("preview")) is not None:
+        sections.append((*preview_rows(data), _machine(data)))
+    if (data := load("policy")) is not None:
+        sections.append((*policy_rows(data), _machine(data)))
+    trains = [load(p.stem) for p in sorted(RESULTS.glob("train-*.json"))]
+    if trains:
+        sections.append((*train_rows([t for t in trains if t]), "; ".join(_machine(t) for t in trains if t)))
+    if (data := load("serve")) is not None:
+        sections.append((*serve_rows(data), _machine(data)))
+    lines = [START, "", "| figure | measured | target | machine, date |", "|---|---|---|---|"]
+    for rows, _, machine in sections:
+        lines += [f"| {name} | {value} | {target} | {machine} |" for name, value, target in rows]
+    lines.append("")
+    lines += [f"![{Path(plot).stem}]({plot})" for _, plot, _ in sections]
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    text = README.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"README.md has no {START} ... {END} section")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(head + table() + tail)
+    print(f"updated {README.relative_to(REPO)} and {PLOTS.relative_to(REPO)}/")
+
+
+if __name__ == "__main__":
+    main()
