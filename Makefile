@@ -44,10 +44,13 @@ test: setup
 check: setup
 	$(BIN)/python -m pytest tests/checks tests/manifests
 
+# Every benchmark, then one table in the README and the plots in docs/bench/.
 bench: setup
 	$(BIN)/python bench/preview.py
 	$(BIN)/python bench/policy.py
+	$(BIN)/python bench/train.py
 	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/report.py
 
 # The real engine: needs the Pulumi CLI, a backend login and AWS credentials.
 up:

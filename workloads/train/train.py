@@ -364,6 +364,9 @@ def run(args: argparse.Namespace) -> int:
         writer.write("end", step=trainer.step)
         writer.close()
     if rt.distributed:
+        # Leave together: a rank that tears gloo down while a peer is still in its last
+        # collective can abort at exit ("terminate called without an active exception").
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 
