@@ -55,6 +55,7 @@ bench: setup
 # The real engine: needs the Pulumi CLI, a backend login and AWS credentials.
 up:
 	@command -v pulumi >/dev/null 2>&1 || { echo "make up needs the Pulumi CLI (https://www.pulumi.com/docs/install/); use 'make preview STACK=$(STACK)' offline"; exit 1; }
+	@$(MAKE) --no-print-directory setup-core
 	pulumi up --stack $(STACK) --policy-pack policies --policy-pack-config policies/config/$(STACK).json
 
 clean:
