@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -204,9 +203,10 @@ def _level(value: Any, source: str, where: str) -> str | None:
 class StreamingAnalysis:
     """Sends each registered resource to `Analyze` as soon as it exists.
 
-    A worker thread first configures the pack (which waits for it to start), then sends
-    queued resources as futures, so start-up, configuration and analysis all overlap
-    with the program's run.
+    A worker thread configures the pack (which waits for it to start); resources that
+    register meanwhile wait in a backlog, which the worker sends once the pack is
+    configured. From then on each resource is sent by the thread that registers it: a
+    separate sender thread would compete for the GIL with the program and fall behind.
     """
 
     def __init__(self, pack: PolicyPackProcess, providers: Mapping[str, Registration],
@@ -217,27 +217,44 @@ class StreamingAnalysis:
         self._configure = configure
         self._error: BaseException | None = None
         self._futures: list[tuple[Registration, Any]] = []
-        self._queue: queue.SimpleQueue[Registration | None] = queue.SimpleQueue()
+        self._backlog: list[Registration] = []
+        self._ready = False
+        self._lock = threading.Lock()
         # Thousands of requests in flight at once make the channel cancel some of them
         # (seen at 5,000 resources); the pack answers one at a time anyway.
         self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
-        self._worker = threading.Thread(target=self._send, daemon=True)
+        self._worker = threading.Thread(target=self._configure_then_drain, daemon=True)
         self._worker.start()
 
     def submit(self, reg: Registration) -> None:
-        self._queue.put(reg)
+        with self._lock:
+            if not self._ready:
+                self._backlog.append(reg)
+                return
+        self._send(reg)
 
-    def _send(self) -> None:
+    def _configure_then_drain(self) -> None:
         try:
             self.policies = self._configure()
         except BaseException as err:  # re-raised in finish(), on the caller's thread
             self._error = err
-        while (reg := self._queue.get()) is not None:
-            if self._error is None:
-                self._in_flight.acquire()
-                future = self.pack.stub.Analyze.future(self._analyze_request(reg))
-                future.add_done_callback(lambda _done: self._in_flight.release())
-                self._futures.append((reg, future))
+        while True:
+            with self._lock:
+                if not self._backlog:
+                    self._ready = True
+                    return
+                batch, self._backlog = self._backlog, []
+            for reg in batch:
+                self._send(reg)
+
+    def _send(self, reg: Registration) -> None:
+        if self._error is not None:
+            return
+        self._in_flight.acquire()
+        future = self.pack.stub.Analyze.future(self._analyze_request(reg))
+        future.add_done_callback(lambda _done: self._in_flight.release())
+        with self._lock:
+            self._futures.append((reg, future))
 
     def _provider(self, reg: Registration) -> analyzer_pb2.AnalyzerProviderResource | None:
         provider = self.providers.get(reg.provider_urn)
@@ -284,7 +301,6 @@ class StreamingAnalysis:
         return resource
 
     def finish(self, registrations: Iterable[Registration]) -> Verdict:
-        self._queue.put(None)
         self._worker.join()
         if self._error is not None:
             raise self._error
