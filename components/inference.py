@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from components.addons.charts import helm_release
-from components.addons.objects import create as create_custom
-from components.addons.objects import resource_name
+from components.addons.objects import create
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.inference_spec import (
     ADAPTER_RELEASE,
@@ -28,29 +26,6 @@ from components.inference_spec import (
     service_account,
 )
 from components.tenancy_spec import MONITORING_NAMESPACE
-
-# The kinds the service is made of, as their typed resources: the provider checks them
-# against the cluster's schema, and policies see the types they expect.
-_TYPED = {
-    ("v1", "Namespace"): k8s.core.v1.Namespace,
-    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
-    ("v1", "Service"): k8s.core.v1.Service,
-    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
-    ("autoscaling/v2", "HorizontalPodAutoscaler"): k8s.autoscaling.v2.HorizontalPodAutoscaler,
-    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
-    ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
-}
-
-
-def create(manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
-    typed = _TYPED.get((manifest["apiVersion"], manifest["kind"]))
-    if typed is None:  # the Prometheus stack's PodMonitor
-        return create_custom(manifest, opts)
-    body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
-    automount = body.pop("automountServiceAccountToken", None)
-    extra = {"automount_service_account_token": automount} if automount is not None else {}
-    return typed(resource_name(manifest), opts=opts, **body, **extra)
-
 
 @dataclass(frozen=True)
 class MetricsAdapter:
