@@ -88,7 +88,7 @@ class InferenceService(pulumi.ComponentResource):
             opts=child,
         )
         # Credentials before the pods: a pod started before its Pod Identity association
-        # gets no AWS credentials until it restarts, and Triton reads S3 only at start.
+        # gets no AWS credentials until it restarts, and the repository is fetched only at start.
         ready: list[pulumi.Resource] = [sa, *fences]
         if self.role.association is not None:
             ready.append(self.role.association)

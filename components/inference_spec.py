@@ -1,7 +1,11 @@
 """What the inference service looks like on the cluster, as plain Kubernetes manifests.
 
-Triton serves the model repository in the models bucket (read through Pod Identity, so no
-key is ever stored) with the config written by `python -m workloads.serve export`. GPU
+Triton serves the model repository in the models bucket with the config written by
+`python -m workloads.serve export`. An init container copies the repository to the pod's
+own disk with the AWS CLI, whose SDK takes its credentials from Pod Identity (so no key is
+ever stored); Triton then loads it from there. Triton is not given the bucket itself: its
+S3 client is built on an AWS SDK for C++ older than the first release that reads Pod
+Identity credentials (1.11.263), so it would find none. GPU
 replicas take one GPU each on the inference pool; the smb stack's replicas run ONNX Runtime
 on its CPU pool. Replicas are spread across zones, roll with no replica unavailable, and
 scale on Triton's own queue time per request (GPU) or on CPU use, both read from the
@@ -19,6 +23,8 @@ from components.tenancy_spec import MONITORING_NAMESPACE, POD_IDENTITY_AGENT, po
 from components.training_spec import CONTAINER_SECURITY, GPU_RESOURCE, GPU_TOLERATION, POD_SECURITY, pool_affinity
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
+# Where the init container puts the repository, and where Triton loads it from.
+LOCAL_REPOSITORY = "/models"
 # Custom metric served by prometheus-adapter (see adapter_values): microseconds a request
 # waited in Triton's scheduler queue, averaged over the last minute, per pod.
 QUEUE_METRIC = "triton_queue_time_per_request_us"
@@ -49,6 +55,7 @@ class ServingPlan:
     device: str  # "gpu" or "cpu"
     pool: str  # node pool name (label mlplat.io/pool)
     image: str  # tritonserver, from the in-region registry
+    fetch_image: str  # the AWS CLI, from the in-region registry: copies the repository
     model_repository: str  # s3://<models bucket>/<prefix>
     region: str
     cpu: int  # cores per replica (requests = limits)
@@ -62,7 +69,7 @@ class ServingPlan:
     endpoint_cidrs: tuple[str, ...] = ()  # the S3 gateway endpoint's prefix list
     load_balancer: LoadBalancerPlan | None = None
     name: str = "triton"  # Deployment, Service, ServiceAccount, HPA, PDB
-    tmp_gi: int = 20  # Triton copies the S3 repository to local disk before loading it
+    repository_gi: int = 20  # the pod's copy of the repository (every kept version)
 
     @property
     def service_account(self) -> str:
@@ -95,12 +102,13 @@ def service_account(plan: ServingPlan) -> dict[str, Any]:
 
 
 def triton_args(plan: ServingPlan) -> list[str]:
-    """The server reads the repository once at start (control mode none): a new version or
-    a rollback reaches the pods by a rolling restart, never by files changing underneath.
+    """The server reads the pod's copy of the repository once at start (control mode
+    none): a new version or a rollback reaches the pods by a rolling restart, which fetches
+    the repository afresh, never by files changing underneath.
     `--disable-auto-complete-config` is today's spelling of strict model config: the
     config.pbtxt we generated is used as written, nothing is guessed from the model."""
     return [
-        f"--model-repository={plan.model_repository}",
+        f"--model-repository={LOCAL_REPOSITORY}",
         "--model-control-mode=none",
         "--disable-auto-complete-config",
         "--strict-readiness=true",
@@ -128,6 +136,32 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
             "failureThreshold": failures}
 
 
+def fetch_container(plan: ServingPlan) -> dict[str, Any]:
+    """Copies the repository from the bucket before Triton starts. Any failure (no
+    credentials, no access, a missing prefix) fails the pod's start, where it is seen,
+    rather than leaving Triton with an empty repository."""
+    amounts = {"cpu": "1", "memory": "1Gi"}
+    return {
+        "name": "fetch-models",
+        "image": plan.fetch_image,
+        "imagePullPolicy": "Always",
+        "command": ["aws", "s3", "sync", f"{plan.model_repository}/", f"{LOCAL_REPOSITORY}/",
+                    "--only-show-errors", "--no-progress"],
+        "env": [
+            # The bucket's own region, through the VPC's S3 endpoint.
+            {"name": "AWS_REGION", "value": plan.region},
+            {"name": "AWS_DEFAULT_REGION", "value": plan.region},
+            # Pod Identity or nothing: never the node's role from instance metadata.
+            {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
+            {"name": "HOME", "value": "/tmp"},
+        ],
+        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "volumeMounts": [{"name": "models", "mountPath": LOCAL_REPOSITORY},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": CONTAINER_SECURITY,
+    }
+
+
 def pod_spec(plan: ServingPlan) -> dict[str, Any]:
     container = {
         "name": "triton",
@@ -135,32 +169,27 @@ def pod_spec(plan: ServingPlan) -> dict[str, Any]:
         "imagePullPolicy": "Always",
         "command": ["tritonserver"],
         "args": triton_args(plan),
-        "env": [
-            # The repository is read from the bucket's own region, through the VPC's S3
-            # endpoint; the SDK would otherwise start at us-east-1.
-            {"name": "AWS_REGION", "value": plan.region},
-            {"name": "AWS_DEFAULT_REGION", "value": plan.region},
-            {"name": "HOME", "value": "/tmp"},
-        ],
+        "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
         "resources": resources(plan),
-        # Downloading and loading the model can take minutes; until then only this probe runs.
+        # Loading a large model can take minutes; until then only this probe runs.
         "startupProbe": _probe("/v2/health/live", 10, 60),
         "livenessProbe": _probe("/v2/health/live", 10, 3),
         # Ready only while every model is ready: the Service sends nothing to a pod still loading.
         "readinessProbe": _probe("/v2/health/ready", 5, 3),
         # Endpoints drop the pod before Triton stops taking requests.
         "lifecycle": {"preStop": {"sleep": {"seconds": 10}}},
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": "models", "mountPath": LOCAL_REPOSITORY, "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": CONTAINER_SECURITY,
     }
     spec: dict[str, Any] = {
         "serviceAccountName": plan.service_account,
-        # Pod Identity mounts its own token; Triton never talks to the Kubernetes API.
+        # Pod Identity mounts its own token; nothing here talks to the Kubernetes API.
         "automountServiceAccountToken": False,
         "securityContext": POD_SECURITY,
         "affinity": pool_affinity(plan.pool),
@@ -172,8 +201,10 @@ def pod_spec(plan: ServingPlan) -> dict[str, Any]:
             {"maxSkew": 1, "topologyKey": HOST_KEY, "whenUnsatisfiable": "ScheduleAnyway",
              "labelSelector": {"matchLabels": selector(plan)}},
         ],
+        "initContainers": [fetch_container(plan)],
         "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": f"{plan.tmp_gi}Gi"}}],
+        "volumes": [{"name": "models", "emptyDir": {"sizeLimit": f"{plan.repository_gi}Gi"}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
         "terminationGracePeriodSeconds": 60,
     }
     if plan.gpus:
@@ -315,8 +346,8 @@ def _tcp(*ports: int) -> list[dict[str, Any]]:
 
 
 def network_policies(plan: ServingPlan) -> list[dict[str, Any]]:
-    """Deny everything, then: DNS; HTTPS to the AWS endpoints (S3 for the repository);
-    the Pod Identity agent for credentials; clients in the cluster (and the NLB, from
+    """Deny everything, then: DNS; HTTPS to the AWS endpoints (S3, for the repository's
+    copy); the Pod Identity agent for credentials; clients in the cluster (and the NLB, from
     inside the VPC) on the serving ports; Prometheus on the metrics port."""
     pods = {"podSelector": {"matchLabels": selector(plan)}}
     client_sources: list[dict[str, Any]] = [{"namespaceSelector": {}}]
@@ -362,7 +393,8 @@ def repository_uri(bucket: str, prefix: str) -> str:
 
 def s3_statements(bucket_arn: str, prefix: str, key_arn: str) -> list[dict[str, Any]]:
     """Read-only: list the repository's prefix, read its objects, decrypt with the models
-    key. Publishing and rollback are done by CI, never by the serving pods."""
+    key (what `aws s3 sync` calls). Publishing and rollback are done by CI, never by the
+    serving pods."""
     return [
         {"Sid": "ListRepository", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn],
          "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}},

@@ -26,6 +26,7 @@ def serving_plan(config: PlatformConfig, job: ResolvedInference, account_id: str
         device=s.device,
         pool=job.pool.name,
         image=image_uri("tritonserver", account_id, config.region),
+        fetch_image=image_uri("aws-cli", account_id, config.region),
         model_repository=repository_uri(models_bucket, s.repository_prefix),
         region=config.region,
         cpu=job.cpu,

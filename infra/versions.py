@@ -86,6 +86,9 @@ IMAGES: dict[str, Image] = {
         # Serving and the base of the training image.
         Image("tritonserver", "nvcr.io/nvidia/tritonserver", "26.01-py3"),
         Image("pytorch", "nvcr.io/nvidia/pytorch", "26.01-py3"),
+        # Copies a model repository out of S3 for Triton. AWS CLI v2 reads Pod Identity
+        # credentials from 2.15.0; Triton's own S3 client does not.
+        Image("aws-cli", "public.ecr.aws/aws-cli/aws-cli", "2.37.1"),
         # The acceptance suite's per-node debug pods: a shell and chroot, nothing more.
         Image("node-debug", "public.ecr.aws/docker/library/busybox", "1.37.0"),
         # The platform's own images.

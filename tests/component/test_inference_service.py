@@ -39,7 +39,8 @@ MODELS_ARN, KEY_ARN = "arn:aws:s3:::mlplat-test-models", "arn:aws:kms:me-central
 
 GPU_PLAN = ServingPlan(
     namespace="inference", model="gpt", device="gpu", pool="inference",
-    image=image_uri("tritonserver", ACCOUNT, REGION), model_repository="s3://mlplat-test-models/triton",
+    image=image_uri("tritonserver", ACCOUNT, REGION), fetch_image=image_uri("aws-cli", ACCOUNT, REGION),
+    model_repository="s3://mlplat-test-models/triton",
     region=REGION, cpu=6, memory_gi=48, gpus=1, min_replicas=2, max_replicas=8, target_queue_us=50_000,
     target_cpu_percent=70, vpc_cidr="10.0.0.0/16", endpoint_cidrs=("3.5.212.0/23",),
     load_balancer=LoadBalancerPlan(CERT, ("10.20.0.0/16",)),
@@ -92,26 +93,48 @@ def container(rec: Recording) -> dict:
 # --- the Deployment ----------------------------------------------------------------------
 
 
-def test_triton_reads_the_bucket_repository_with_strict_config(gpu):
+def fetcher(rec: Recording) -> dict:
+    [fetch] = pod(rec)["initContainers"]
+    return fetch
+
+
+def test_triton_serves_the_pods_copy_of_the_repository_with_strict_config(gpu):
     main = container(gpu)
     assert main["image"] == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/mirror/tritonserver:" \
                             f"{IMAGES['tritonserver'].tag}"
     assert main["command"] == ["tritonserver"]
     args = main["args"]
-    for flag in ("--model-repository=s3://mlplat-test-models/triton", "--model-control-mode=none",
+    for flag in ("--model-repository=/models", "--model-control-mode=none",
                  "--disable-auto-complete-config", "--metrics-port=8002", "--allow-metrics=true",
                  "--allow-gpu-metrics=true"):
         assert flag in args
-    env = {e["name"]: e["value"] for e in main["env"]}
-    assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
+    # Triton never talks to AWS: it is given no region and no bucket.
+    assert not any(e["name"].startswith("AWS_") for e in main["env"])
+    assert not any("s3://" in arg for arg in args)
+    assert {"name": "models", "mountPath": "/models", "readOnly": True} in main["volumeMounts"]
     assert {p["name"]: p["containerPort"] for p in main["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+
+
+def test_an_init_container_copies_the_repository_with_pod_identity_credentials(gpu):
+    fetch = fetcher(gpu)
+    assert fetch["image"] == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/mirror/aws-cli:{IMAGES['aws-cli'].tag}"
+    # AWS CLI v2 reads Pod Identity credentials from 2.15.0 on.
+    major, minor = (int(part) for part in IMAGES["aws-cli"].tag.split(".")[:2])
+    assert (major, minor) >= (2, 15)
+    assert fetch["command"][:5] == ["aws", "s3", "sync", "s3://mlplat-test-models/triton/", "/models/"]
+    env = {e["name"]: e["value"] for e in fetch["env"]}
+    assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
+    # Without Pod Identity credentials the copy fails; it never falls back to the node's role.
+    assert env["AWS_EC2_METADATA_DISABLED"] == "true"
+    assert {"name": "models", "mountPath": "/models"} in fetch["volumeMounts"]
+    assert fetch["resources"]["requests"] == fetch["resources"]["limits"]
 
 
 def test_health_probes_are_tritons_endpoints(gpu):
     main = container(gpu)
     assert main["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert main["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
-    # Loading a model from S3 takes minutes: the startup probe allows ten.
+    # Loading a large model takes minutes: the startup probe allows ten.
     startup = main["startupProbe"]
     assert startup["httpGet"]["path"] == "/v2/health/live"
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
@@ -156,12 +179,14 @@ def test_restricted_security_context(gpu):
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "triton"
-    sc = main["securityContext"]
-    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
-    assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True
-    # Triton writes only where it copies the repository to, a bounded scratch volume.
-    assert main["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    assert spec["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "20Gi"}}]
+    for each in (main, fetcher(gpu)):
+        sc = each["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True
+    # Only bounded scratch volumes are writable, and Triton cannot change its repository.
+    assert {m["name"]: m.get("readOnly", False) for m in main["volumeMounts"]} == {"models": True, "tmp": False}
+    assert spec["volumes"] == [{"name": "models", "emptyDir": {"sizeLimit": "20Gi"}},
+                               {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
 
 
 # --- Services ----------------------------------------------------------------------------
@@ -346,7 +371,8 @@ def test_prod_serves_on_gpus_and_smb_on_cpus():
     [triton] = deployment.inputs()["spec"]["template"]["spec"]["containers"]
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
     bucket = storage_names(load_stack("prod"), "prod", ACCOUNT).buckets["models"]
-    assert f"--model-repository=s3://{bucket}/triton" in triton["args"]
+    [fetch] = deployment.inputs()["spec"]["template"]["spec"]["initContainers"]
+    assert f"s3://{bucket}/triton/" in fetch["command"]
     assert any(r.inputs().get("bucket") == bucket for r in of_type(prod, "aws:s3/bucket:Bucket"))
     smb = preview("smb")
     [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]
