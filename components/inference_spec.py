@@ -25,6 +25,24 @@ from components.training_spec import CONTAINER_SECURITY, GPU_RESOURCE, GPU_TOLER
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 # Where the init container puts the repository, and where Triton loads it from.
 LOCAL_REPOSITORY = "/models"
+# workloads/serve/repository.py uploads this file last into each version, and moves
+# rolled-back versions to retired-<N>; a pod's copy keeps only versions with the marker.
+PUBLISHED_MARKER = "PUBLISHED"
+RETIRED_PATTERN = "*/retired-*"
+# $1: the repository's s3:// URI, $2: the local folder. A failed copy fails the pod's
+# start; a version caught halfway through publishing or rolling back is dropped from the
+# copy (Triton would refuse to start on it), and the pod serves the others.
+FETCH_SCRIPT = f"""set -eu
+aws s3 sync "$1" "$2" --only-show-errors --no-progress --exclude '{RETIRED_PATTERN}'
+for version in "$2"/*/[1-9]*/; do
+  [ -d "$version" ] || continue
+  case "$(basename "$version")" in *[!0-9]*) continue ;; esac
+  if [ ! -f "${{version}}{PUBLISHED_MARKER}" ]; then
+    echo "not serving $version: it is not completely published"
+    rm -rf "$version"
+  fi
+done
+"""
 # Custom metric served by prometheus-adapter (see adapter_values): microseconds a request
 # waited in Triton's scheduler queue, averaged over the last minute, per pod.
 QUEUE_METRIC = "triton_queue_time_per_request_us"
@@ -69,7 +87,7 @@ class ServingPlan:
     endpoint_cidrs: tuple[str, ...] = ()  # the S3 gateway endpoint's prefix list
     load_balancer: LoadBalancerPlan | None = None
     name: str = "triton"  # Deployment, Service, ServiceAccount, HPA, PDB
-    repository_gi: int = 20  # the pod's copy of the repository (every kept version)
+    repository_gi: int = 20  # the pod's copy of the repository (the newest keepVersions + 1)
 
     @property
     def service_account(self) -> str:
@@ -122,10 +140,20 @@ def triton_args(plan: ServingPlan) -> list[str]:
     ]
 
 
+# Ephemeral storage beyond the repository copy: /tmp (1 GiB), logs and the writable layer.
+DISK_OVERHEAD_GI = 2
+
+
+def _disk(plan: ServingPlan) -> str:
+    """The pod's local disk, asked for so the scheduler places replicas where it is free
+    and the kubelet evicts a replica that outgrows it rather than filling the node."""
+    return f"{plan.repository_gi + DISK_OVERHEAD_GI}Gi"
+
+
 def resources(plan: ServingPlan) -> dict[str, dict[str, str]]:
     """Requests equal to limits: Guaranteed QoS, and a replica's latency never depends on
     a noisy neighbour's burst."""
-    amounts = {"cpu": str(plan.cpu), "memory": f"{plan.memory_gi}Gi"}
+    amounts = {"cpu": str(plan.cpu), "memory": f"{plan.memory_gi}Gi", "ephemeral-storage": _disk(plan)}
     if plan.gpus:
         amounts[GPU_RESOURCE] = str(plan.gpus)
     return {"requests": dict(amounts), "limits": dict(amounts)}
@@ -140,13 +168,12 @@ def fetch_container(plan: ServingPlan) -> dict[str, Any]:
     """Copies the repository from the bucket before Triton starts. Any failure (no
     credentials, no access, a missing prefix) fails the pod's start, where it is seen,
     rather than leaving Triton with an empty repository."""
-    amounts = {"cpu": "1", "memory": "1Gi"}
+    amounts = {"cpu": "1", "memory": "1Gi", "ephemeral-storage": _disk(plan)}
     return {
         "name": "fetch-models",
         "image": plan.fetch_image,
         "imagePullPolicy": "Always",
-        "command": ["aws", "s3", "sync", f"{plan.model_repository}/", f"{LOCAL_REPOSITORY}/",
-                    "--only-show-errors", "--no-progress"],
+        "command": ["sh", "-c", FETCH_SCRIPT, "fetch-models", f"{plan.model_repository}/", f"{LOCAL_REPOSITORY}/"],
         "env": [
             # The bucket's own region, through the VPC's S3 endpoint.
             {"name": "AWS_REGION", "value": plan.region},
@@ -264,7 +291,9 @@ def load_balancer_service(plan: ServingPlan) -> dict[str, Any] | None:
             f"{LB_ANNOTATION}-ssl-cert": lb.certificate_arn,
             f"{LB_ANNOTATION}-ssl-ports": "grpc-tls,https",
             f"{LB_ANNOTATION}-ssl-negotiation-policy": TLS_POLICY,
-            f"{LB_ANNOTATION}-alpn-policy": "HTTP2Preferred",
+            # gRPC clients offer only h2 and get it; REST clients that also offer h2 (curl
+            # does) get HTTP/1.1, the only protocol Triton's HTTP port speaks.
+            f"{LB_ANNOTATION}-alpn-policy": "HTTP2Optional",
             f"{LB_ANNOTATION}-backend-protocol": "tcp",
         }},
         "spec": {

@@ -32,6 +32,7 @@ def serving_plan(config: PlatformConfig, job: ResolvedInference, account_id: str
         cpu=job.cpu,
         memory_gi=job.memory_gi,
         gpus=job.gpus,
+        repository_gi=job.repository_gi,
         min_replicas=s.min_replicas,
         max_replicas=s.max_replicas,
         target_queue_us=s.target_queue_microseconds,

@@ -11,12 +11,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from components.inference_spec import DISK_OVERHEAD_GI
 from workloads.serve.spec import ServeSpecError, check_serving, gpu_refusal
 
 # What a GPU replica leaves to the node: a fifth of the CPU and a quarter of the memory go
 # to the kubelet, the system and the platform's daemon sets (as for training pods).
 NODE_CPU_SHARE = 0.8
 NODE_MEMORY_SHARE = 0.75
+# Of a node's disk (instance store where the pool uses it, else the root volume), half is
+# left to pods' ephemeral storage: the rest holds the OS and the container images (Triton's
+# alone is over 10 GB).
+NODE_DISK_SHARE = 0.5
 _ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:([a-z0-9-]+):[0-9]{12}:certificate/[0-9a-f-]{36}$")
 
 
@@ -35,6 +40,7 @@ class ResolvedInference:
     cpu: int  # cores per replica (requests = limits)
     memory_gi: int
     gpus: int  # per replica: 1 on GPU, 0 on CPU
+    repository_gi: int  # the replica's copy of the model repository
 
     @property
     def device(self) -> str:
@@ -53,6 +59,16 @@ def replica_size(settings: Any, instance: Any) -> tuple[int, int, int]:
         return (max(1, math.floor(instance.vcpus * NODE_CPU_SHARE / per_gpu)),
                 max(1, math.floor(instance.memory_gib * NODE_MEMORY_SHARE / per_gpu)), 1)
     return settings.cpu_per_replica, settings.memory_gi_per_replica, 0
+
+
+def node_disk_gib(pool: Any) -> int:
+    """The disk kubelet and containerd use on one of the pool's nodes: the instance store
+    where nodeadm puts them there, else the root volume."""
+    from components.specs.nodepool import default_root_volume_gib, local_storage_strategy
+
+    if local_storage_strategy(pool.instance) is not None:
+        return math.floor(pool.instance.nvme_gb * 1e9 / 2**30)
+    return pool.root_volume_gib or default_root_volume_gib(pool.instance)
 
 
 def resolve_inference(config: Any) -> ResolvedInference | None:
@@ -114,7 +130,15 @@ def resolve_inference(config: Any) -> ResolvedInference | None:
             "cpuPerReplica" if cpu > usable_cpu else "memoryGiPerReplica",
             f"a replica of {cpu} cores and {memory_gi} GiB does not fit a {pool.instance_type} node "
             f"(at most {usable_cpu} cores and {usable_memory} GiB are left to pods)")
-    per_node = min(usable_cpu // cpu, usable_memory // memory_gi)
+    disk_gi = settings.repository_gi_per_replica + DISK_OVERHEAD_GI
+    usable_disk = math.floor(node_disk_gib(pool) * NODE_DISK_SHARE)
+    if disk_gi > usable_disk:
+        raise InferenceConfigError(
+            "repositoryGiPerReplica",
+            f"a replica's {disk_gi} GiB of local disk ({settings.repository_gi_per_replica} for the repository copy "
+            f"+ {DISK_OVERHEAD_GI}) does not fit a {pool.instance_type} node of pool {pool.name!r} (at most "
+            f"{usable_disk} GiB are left to pods); lower it or give the pool a larger rootVolumeGib")
+    per_node = min(usable_cpu // cpu, usable_memory // memory_gi, usable_disk // disk_gi)
     if gpus:
         per_node = min(per_node, pool.instance.gpus)
     capacity = per_node * pool.max_size
@@ -136,4 +160,5 @@ def resolve_inference(config: Any) -> ResolvedInference | None:
                 "loadBalancer.certificateArn",
                 f"the certificate is in {match.group(1)}, not {config.region}; a load balancer takes certificates "
                 "from its own region")
-    return ResolvedInference(settings=settings, pool=pool, cpu=cpu, memory_gi=memory_gi, gpus=gpus)
+    return ResolvedInference(settings=settings, pool=pool, cpu=cpu, memory_gi=memory_gi, gpus=gpus,
+                             repository_gi=settings.repository_gi_per_replica)

@@ -121,13 +121,20 @@ def test_an_init_container_copies_the_repository_with_pod_identity_credentials(g
     # AWS CLI v2 reads Pod Identity credentials from 2.15.0 on.
     major, minor = (int(part) for part in IMAGES["aws-cli"].tag.split(".")[:2])
     assert (major, minor) >= (2, 15)
-    assert fetch["command"][:5] == ["aws", "s3", "sync", "s3://mlplat-test-models/triton/", "/models/"]
+    # The script (FETCH_SCRIPT, run for real in tests/unit/test_fetch_script.py) gets the
+    # bucket's repository and the pod's folder as its arguments.
+    assert fetch["command"][:2] == ["sh", "-c"]
+    assert fetch["command"][3:] == ["fetch-models", "s3://mlplat-test-models/triton/", "/models/"]
+    assert 'aws s3 sync "$1" "$2"' in fetch["command"][2]
     env = {e["name"]: e["value"] for e in fetch["env"]}
     assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
     # Without Pod Identity credentials the copy fails; it never falls back to the node's role.
     assert env["AWS_EC2_METADATA_DISABLED"] == "true"
     assert {"name": "models", "mountPath": "/models"} in fetch["volumeMounts"]
+    # Guaranteed QoS holds for init containers too; the disk it fills is the pod's.
     assert fetch["resources"]["requests"] == fetch["resources"]["limits"]
+    assert fetch["resources"]["limits"]["ephemeral-storage"] == container(gpu)["resources"]["limits"][
+        "ephemeral-storage"] == "22Gi"
 
 
 def test_health_probes_are_tritons_endpoints(gpu):
@@ -143,7 +150,8 @@ def test_health_probes_are_tritons_endpoints(gpu):
 def test_gpu_replicas_take_one_gpu_on_the_inference_pool(gpu):
     spec = pod(gpu)
     resources = container(gpu)["resources"]
-    assert resources["limits"] == resources["requests"] == {"cpu": "6", "memory": "48Gi", "nvidia.com/gpu": "1"}
+    assert resources["limits"] == resources["requests"] == {"cpu": "6", "memory": "48Gi", "nvidia.com/gpu": "1",
+                                                            "ephemeral-storage": "22Gi"}
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true",
                                     "effect": "NoSchedule"}]
     [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -152,7 +160,7 @@ def test_gpu_replicas_take_one_gpu_on_the_inference_pool(gpu):
 
 def test_cpu_replicas_ask_for_no_gpu_and_tolerate_nothing(cpu):
     spec = pod(cpu)
-    assert container(cpu)["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
+    assert container(cpu)["resources"]["limits"] == {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "22Gi"}
     assert "tolerations" not in spec
     assert "--allow-gpu-metrics=false" in container(cpu)["args"]
     [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -208,7 +216,8 @@ def test_internal_tls_load_balancer_only_when_configured(gpu, cpu):
     assert notes[f"{prefix}-ssl-cert"] == CERT
     assert notes[f"{prefix}-ssl-negotiation-policy"] == TLS_POLICY == "ELBSecurityPolicy-TLS13-1-2-2021-06"
     assert notes[f"{prefix}-ssl-ports"] == "grpc-tls,https"
-    assert notes[f"{prefix}-alpn-policy"] == "HTTP2Preferred"
+    # h2 for gRPC clients (they offer nothing else), HTTP/1.1 for REST clients that offer both.
+    assert notes[f"{prefix}-alpn-policy"] == "HTTP2Optional"
     spec = lb["spec"]
     assert (spec["type"], spec["loadBalancerClass"]) == ("LoadBalancer", NLB_CLASS)
     assert spec["loadBalancerSourceRanges"] == ["10.20.0.0/16"]

@@ -43,8 +43,9 @@ def test_prod_serves_on_the_inference_pool_and_smb_on_the_cpu_pool():
 
 def test_model_name_triton_would_reject():
     assert refused("prod", modelName="gpt/2") == (
-        "stacks/Pulumi.prod.yaml: mlplat:inference.modelName: model name 'gpt/2' is not servable: use 1-128 "
-        "letters, digits, '_', '-' or '.', starting with a letter or digit (it is a directory and a URL path segment)")
+        "stacks/Pulumi.prod.yaml: mlplat:inference.modelName: model name 'gpt/2' is not servable: use 1-63 "
+        "letters, digits, '_', '-' or '.', starting and ending with a letter or digit (it is a directory, a URL path "
+        "segment and a Kubernetes label value)")
 
 
 def test_preferred_batch_size_above_the_maximum():
@@ -103,6 +104,23 @@ def test_more_replicas_than_the_pool_can_hold():
         "holds at most 8 (8 x g6e.2xlarge, 1 per node)")
     # Three 2-core replicas fit a c7i.2xlarge (6 of its 8 cores are left to pods); smb has four.
     assert refused("smb", maxReplicas=13).endswith("holds at most 12 (4 x c7i.2xlarge, 3 per node)")
+
+
+def test_repository_copy_bigger_than_a_nodes_disk():
+    # c7i.2xlarge has no instance store: the 50 GiB root volume, half of it left to pods.
+    assert refused("smb", repositoryGiPerReplica=24) == (
+        "stacks/Pulumi.smb.yaml: mlplat:inference.repositoryGiPerReplica: a replica's 26 GiB of local disk (24 for "
+        "the repository copy + 2) does not fit a c7i.2xlarge node of pool 'cpu' (at most 25 GiB are left to pods); "
+        "lower it or give the pool a larger rootVolumeGib")
+
+
+def test_disk_limits_replicas_per_node():
+    # 20 GiB copies: one replica per 25 GiB of a node's disk, so 4 nodes hold 4, not 6.
+    assert refused("smb", repositoryGiPerReplica=20) == (
+        "stacks/Pulumi.smb.yaml: mlplat:inference.maxReplicas: 6 replicas can never all run: pool 'cpu' holds at "
+        "most 4 (4 x c7i.2xlarge, 1 per node)")
+    # A g6e.2xlarge keeps kubelet on its 450 GB instance store: room for far larger copies.
+    assert resolve_inference(load_stack("prod")).repository_gi == 20
 
 
 def test_replica_bigger_than_a_node():

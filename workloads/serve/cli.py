@@ -165,22 +165,47 @@ def _build_spec(args: argparse.Namespace, vocab_size: int, max_sequence: int = -
         raise BadInput(f"{FLAGS.get(err.key, err.key)}: {err}") from None
 
 
+def _load_checkpoint(path: Path) -> tuple[Any, Any]:
+    """The checkpoint's model and its config; anything wrong with the files is bad input.
+    torch.distributed.checkpoint reports a damaged shard as CheckpointException, which is
+    not an Exception subclass."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from workloads.train.checkpoint import load_for_inference
+
+    try:
+        return load_for_inference(path)
+    except (Exception, CheckpointException) as err:  # noqa: BLE001 - a user's files, any failure
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise BadInput(f"--checkpoint {path}: cannot be loaded: {first}") from None
+
+
 def _export(args: argparse.Namespace) -> int:
     from workloads.serve.export import ParityError, export_checked
-    from workloads.serve.repository import StoreError, next_version, open_store, publish, stage_version
-    from workloads.serve.triton_config import MODEL_FILENAME, round_trip
-    from workloads.train.checkpoint import load_for_inference
+    from workloads.serve.repository import (
+        StoreError, next_version, open_store, publish, published_config, stage_version,
+    )
+    from workloads.serve.triton_config import MODEL_FILENAME, round_trip, signature_change
 
     # Settings are checked before the (slow) model load, so a typo fails at once.
     _build_spec(args, vocab_size=1)
-    try:
-        model, model_config = load_for_inference(args.checkpoint)
-    except (FileNotFoundError, KeyError, ValueError) as err:
-        raise BadInput(f"--checkpoint {args.checkpoint}: {err}") from None
+    model, model_config = _load_checkpoint(args.checkpoint)
     spec = _build_spec(args, vocab_size=model_config.vocab_size, max_sequence=model_config.block_size)
     config_text = round_trip(spec)
-    store = open_store(args.repository, region=args.region)
-    version = next_version(store, spec.name)
+    try:
+        store = open_store(args.repository, region=args.region)
+        version = next_version(store, spec.name)
+        published = published_config(store, spec.name)
+    except StoreError as err:
+        raise BadInput(f"--repository: {err}") from None
+    if published is not None:
+        try:
+            change = signature_change(published, config_text, f"{store.describe()}/{spec.name}/config.pbtxt")
+        except ServeSpecError as err:
+            raise BadInput(f"--repository: {err}") from None
+        if change:
+            raise BadInput(f"--model-name {spec.name}: {change}; Triton has one config for all versions of a "
+                           "model, so publish this checkpoint under a new --model-name")
     with tempfile.TemporaryDirectory() as staging:
         try:
             result = export_checked(model, Path(staging) / "export" / MODEL_FILENAME,
@@ -190,12 +215,12 @@ def _export(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         model_dir = stage_version(Path(staging) / "repo", spec.name, version, config_text, result.files)
         try:
-            publish(store, model_dir, version)
+            retired = publish(store, model_dir, version, keep=spec.keep_versions)
         except StoreError as err:
-            raise BadInput(str(err)) from None
+            raise BadInput(f"--repository: {err}") from None
     print(f"published {spec.name} version {version} to {store.describe()} "
           f"(ONNX Runtime vs PyTorch max |diff| {result.max_abs_diff:.2e}; Triton serves the newest "
-          f"{spec.keep_versions})")
+          f"{spec.keep_versions})" + (f"; retired version(s) {', '.join(map(str, retired))}" if retired else ""))
     return EXIT_OK
 
 
@@ -204,8 +229,11 @@ def _config(args: argparse.Namespace) -> int:
 
     text = round_trip(_build_spec(args, vocab_size=args.vocab_size))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text)
+        except OSError as err:
+            raise BadInput(f"--out {args.out}: cannot be written: {err.strerror or err}: {err.filename}") from None
     else:
         sys.stdout.write(text)
     return EXIT_OK
@@ -218,6 +246,8 @@ def _check(args: argparse.Namespace) -> int:
         text = args.path.read_text()
     except OSError as err:
         raise BadInput(f"{args.path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{args.path}: not a text file (config.pbtxt is UTF-8 protobuf text)") from None
     try:
         config = parse(text, str(args.path))
         check_model_config(config, directory=args.path.resolve().parent.name)
@@ -230,14 +260,18 @@ def _check(args: argparse.Namespace) -> int:
 
 def _rollback(args: argparse.Namespace) -> int:
     from workloads.serve.repository import StoreError, open_store, rollback
+    from workloads.serve.spec import MODEL_NAME_PATTERN, model_name_problem
 
+    if not MODEL_NAME_PATTERN.fullmatch(args.model_name):
+        raise BadInput(f"--model-name: {model_name_problem(args.model_name)}")
     try:
         store = open_store(args.repository, region=args.region)
         removed, current = rollback(store, args.model_name)
     except StoreError as err:
-        raise BadInput(str(err)) from None
-    print(f"removed {args.model_name} version {removed}; version {current} is now the newest. Triton reads the "
-          "repository at start-up (--model-control-mode=none): restart the deployment to serve it")
+        raise BadInput(f"--repository: {err}") from None
+    print(f"retired {args.model_name} version {removed} (kept as retired-{removed}); version {current} is now the "
+          "newest. Each pod copies the repository when it starts (--model-control-mode=none): restart the "
+          "deployment to serve it")
     return EXIT_OK
 
 
@@ -247,6 +281,8 @@ def _smoke(args: argparse.Namespace) -> int:
     for flag, value in (("--batch-size", args.batch_size), ("--sequence", args.sequence), ("--rounds", args.rounds)):
         if value < 1:
             raise BadInput(f"{flag}: {value} must be at least 1")
+    if args.root_certificates and not Path(args.root_certificates).is_file():
+        raise BadInput(f"--root-certificates {args.root_certificates}: no such file")
     client = connect(args.url, ssl=args.ssl, root_certificates=args.root_certificates)
     try:
         result = smoke_test(client, args.model_name, batch_size=args.batch_size, sequence=args.sequence,

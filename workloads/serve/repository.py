@@ -1,14 +1,29 @@
 """The Triton model repository: `<model>/config.pbtxt` and `<model>/<version>/model.onnx`,
 kept in a local directory or in the models bucket (`s3://bucket/prefix`).
 
-Versions only ever grow: publishing writes version max+1, and Triton's version policy
-serves the newest N, so a client can pin the previous version at once. Rolling back
-removes the newest version directory (the bucket is versioned, so the objects can still
-be restored) and the next pod restart serves the one before it.
+Version numbers only ever grow and are never reused: publishing writes the highest number
+ever issued plus one. Triton's version policy serves the newest N, so a client can pin the
+previous version at once.
+
+Serving pods copy the repository when they start (components/inference_spec.py), possibly
+while a version is being published or rolled back, so every change leaves a consistent
+repository at each step:
+
+- a version's files go up first and its `PUBLISHED` marker last; a pod's copy drops any
+  version folder without the marker, so it never serves a half-uploaded version;
+- rolling back deletes the newest version's marker first, then moves the folder to
+  `retired-<N>`: Triton ignores folders that are not numbers, pods do not copy them, the
+  objects stay restorable, and N is never issued again;
+- every version of a model shares its `config.pbtxt` (Triton has one config per model), so
+  a new version whose inputs or outputs differ from the published config is refused;
+- after publishing, versions older than the newest `keep + 1` are retired (one spare beyond
+  what Triton serves, so a rollback still leaves `keep` versions served), which bounds the
+  pod's copy.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -18,26 +33,35 @@ from typing import Protocol
 
 from workloads.serve.triton_config import CONFIG_FILENAME
 
+PUBLISHED_MARKER = "PUBLISHED"
+RETIRED_PREFIX = "retired-"
+
 
 class StoreError(Exception):
     """The repository could not be read or written; one line for the user."""
 
 
 class ModelStore(Protocol):
-    def versions(self, model: str) -> list[int]: ...
+    def entries(self, model: str) -> tuple[list[str], list[str]]:
+        """(folder names, file names) directly under `<model>/`."""
+        ...
+
+    def read_text(self, relative: str) -> str: ...
 
     def put_tree(self, local: Path, relative: str) -> None: ...
 
     def put_file(self, local: Path, relative: str) -> None: ...
 
-    def remove_tree(self, relative: str) -> None: ...
+    def remove_file(self, relative: str) -> None: ...
+
+    def move_tree(self, relative: str, new_relative: str) -> None: ...
 
     def describe(self) -> str: ...
 
 
-def _numeric(names: list[str]) -> list[int]:
-    # Triton ignores non-numeric entries; so do we (e.g. a stray "tmp/" folder).
-    return sorted(int(n) for n in names if n.isdigit() and int(n) > 0)
+def _number(name: str) -> int | None:
+    # Triton ignores folders that are not numbers or start with 0; so do we.
+    return int(name) if name.isdigit() and not name.startswith("0") else None
 
 
 @dataclass
@@ -46,25 +70,54 @@ class LocalStore:
 
     root: Path
 
-    def versions(self, model: str) -> list[int]:
+    def _fail(self, err: OSError) -> StoreError:
+        where = err.filename or self.root
+        return StoreError(f"{where}: {err.strerror or err}")
+
+    def entries(self, model: str) -> tuple[list[str], list[str]]:
         directory = self.root / model
-        if not directory.is_dir():
-            return []
-        return _numeric([p.name for p in directory.iterdir() if p.is_dir()])
+        try:
+            if not directory.is_dir():
+                return [], []
+            children = list(directory.iterdir())
+        except OSError as err:
+            raise self._fail(err) from None
+        return [p.name for p in children if p.is_dir()], [p.name for p in children if p.is_file()]
+
+    def read_text(self, relative: str) -> str:
+        try:
+            return (self.root / relative).read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise StoreError(f"{self.root / relative}: cannot be read ({err})") from None
 
     def put_tree(self, local: Path, relative: str) -> None:
         target = self.root / relative
         if target.exists():
             raise StoreError(f"{target} already exists; versions are never overwritten")
-        shutil.copytree(local, target)
+        try:
+            shutil.copytree(local, target)
+        except OSError as err:
+            raise self._fail(err) from None
 
     def put_file(self, local: Path, relative: str) -> None:
         target = self.root / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, target)
+        except OSError as err:
+            raise self._fail(err) from None
 
-    def remove_tree(self, relative: str) -> None:
-        shutil.rmtree(self.root / relative)
+    def remove_file(self, relative: str) -> None:
+        try:
+            (self.root / relative).unlink(missing_ok=True)
+        except OSError as err:
+            raise self._fail(err) from None
+
+    def move_tree(self, relative: str, new_relative: str) -> None:
+        try:
+            (self.root / relative).rename(self.root / new_relative)
+        except OSError as err:
+            raise self._fail(err) from None
 
     def describe(self) -> str:
         return str(self.root)
@@ -100,25 +153,44 @@ class S3Store:
         if not self.uri.startswith("s3://") or len(self.uri) <= len("s3://"):
             raise StoreError(f"{self.uri!r} is not an s3://bucket[/prefix] URI")
         self.uri = self.uri.rstrip("/")
+        self.bucket, _, prefix = self.uri[len("s3://"):].partition("/")
+        self.key_prefix = f"{prefix}/" if prefix else ""
 
-    def _aws(self, *args: str) -> str:
-        region = ("--region", self.region) if self.region else ()
-        return self.run(["aws", "s3", *args, *region, "--only-show-errors"])
+    def _region(self) -> tuple[str, ...]:
+        return ("--region", self.region) if self.region else ()
 
-    def versions(self, model: str) -> list[int]:
-        # `aws s3 ls` lists "PRE <name>/" for each common prefix under the model.
-        listing = self._aws("ls", f"{self.uri}/{model}/")
-        names = [line.split()[-1].rstrip("/") for line in listing.splitlines() if line.strip().startswith("PRE ")]
-        return _numeric(names)
+    def _s3(self, *args: str) -> str:
+        # --only-show-errors exists for the transfer commands (cp, mv, rm, sync), not for ls.
+        return self.run(["aws", "s3", *args, *self._region(), "--only-show-errors"])
+
+    def entries(self, model: str) -> tuple[list[str], list[str]]:
+        # The API call rather than `aws s3 ls`, which fails on a prefix that does not exist
+        # yet (a model's first version); the CLI follows the pages itself.
+        base = f"{self.key_prefix}{model}/"
+        out = self.run(["aws", "s3api", "list-objects-v2", "--bucket", self.bucket, "--prefix", base,
+                        "--delimiter", "/", "--output", "json", *self._region()])
+        try:
+            listing = json.loads(out) if out.strip() else {}
+        except json.JSONDecodeError:
+            raise StoreError(f"{self.uri}/{model}/: the AWS CLI's listing is not JSON") from None
+        folders = [p["Prefix"][len(base):].rstrip("/") for p in listing.get("CommonPrefixes") or []]
+        files = [c["Key"][len(base):] for c in listing.get("Contents") or []]
+        return folders, files
+
+    def read_text(self, relative: str) -> str:
+        return self.run(["aws", "s3", "cp", f"{self.uri}/{relative}", "-", *self._region()])
 
     def put_tree(self, local: Path, relative: str) -> None:
-        self._aws("cp", "--recursive", str(local), f"{self.uri}/{relative}/")
+        self._s3("cp", "--recursive", str(local), f"{self.uri}/{relative}/")
 
     def put_file(self, local: Path, relative: str) -> None:
-        self._aws("cp", str(local), f"{self.uri}/{relative}")
+        self._s3("cp", str(local), f"{self.uri}/{relative}")
 
-    def remove_tree(self, relative: str) -> None:
-        self._aws("rm", "--recursive", f"{self.uri}/{relative}/")
+    def remove_file(self, relative: str) -> None:
+        self._s3("rm", f"{self.uri}/{relative}")
+
+    def move_tree(self, relative: str, new_relative: str) -> None:
+        self._s3("mv", "--recursive", f"{self.uri}/{relative}/", f"{self.uri}/{new_relative}/")
 
     def describe(self) -> str:
         return self.uri
@@ -129,7 +201,32 @@ def open_store(target: str, region: str | None = None, run: Runner = aws_cli) ->
         return S3Store(target, region=region, run=run)
     if "://" in target:
         raise StoreError(f"{target!r}: only s3:// URIs and local directories are supported")
-    return LocalStore(Path(target))
+    path = Path(target)
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"{target}: is a file; give a directory or an s3:// URI")
+    return LocalStore(path)
+
+
+def versions(store: ModelStore, model: str) -> list[int]:
+    """The model's version folders, oldest first (what Triton may serve)."""
+    folders, _ = store.entries(model)
+    return sorted(n for n in map(_number, folders) if n is not None)
+
+
+def _retired(store: ModelStore, model: str) -> list[int]:
+    folders, _ = store.entries(model)
+    return sorted(n for f in folders if f.startswith(RETIRED_PREFIX)
+                  and (n := _number(f[len(RETIRED_PREFIX):])) is not None)
+
+
+def next_version(store: ModelStore, model: str) -> int:
+    """One above every number ever issued, retired ones included."""
+    return max([*versions(store, model), *_retired(store, model)], default=0) + 1
+
+
+def published_config(store: ModelStore, model: str) -> str | None:
+    _, files = store.entries(model)
+    return store.read_text(f"{model}/{CONFIG_FILENAME}") if CONFIG_FILENAME in files else None
 
 
 def stage_version(staging: Path, model: str, version: int, config_text: str, files: Sequence[Path]) -> Path:
@@ -140,29 +237,38 @@ def stage_version(staging: Path, model: str, version: int, config_text: str, fil
     for file in files:
         shutil.copyfile(file, version_dir / file.name)
     (model_dir / CONFIG_FILENAME).write_text(config_text)
+    (model_dir / PUBLISHED_MARKER).write_text(f"{model} {version}\n")
     return model_dir
 
 
-def publish(store: ModelStore, model_dir: Path, version: int) -> None:
-    """Upload the staged version, then the config: a reader never sees a config that
-    names a batching setup whose model files are still on their way."""
+def _retire(store: ModelStore, model: str, version: int) -> None:
+    # The marker goes first: from then on no pod's copy serves this version, whatever
+    # order the rest of the folder disappears in.
+    store.remove_file(f"{model}/{version}/{PUBLISHED_MARKER}")
+    store.move_tree(f"{model}/{version}", f"{model}/{RETIRED_PREFIX}{version}")
+
+
+def publish(store: ModelStore, model_dir: Path, version: int, keep: int) -> list[int]:
+    """Upload the staged version's files, then the config, then the version's marker; then
+    retire versions older than the newest `keep + 1`. Returns the versions retired."""
     model = model_dir.name
-    if version in store.versions(model):
-        raise StoreError(f"{store.describe()}/{model}/{version} already exists; versions are never overwritten")
+    if version in versions(store, model) or version in _retired(store, model):
+        raise StoreError(f"{store.describe()}/{model}/{version} was issued before; versions are never overwritten")
     store.put_tree(model_dir / str(version), f"{model}/{version}")
     store.put_file(model_dir / CONFIG_FILENAME, f"{model}/{CONFIG_FILENAME}")
-
-
-def next_version(store: ModelStore, model: str) -> int:
-    return max(store.versions(model), default=0) + 1
+    store.put_file(model_dir / PUBLISHED_MARKER, f"{model}/{version}/{PUBLISHED_MARKER}")
+    old = versions(store, model)[:-(keep + 1)]
+    for number in old:
+        _retire(store, model, number)
+    return old
 
 
 def rollback(store: ModelStore, model: str) -> tuple[int, int]:
-    """Remove the newest version; returns (removed, now newest). Refuses to remove the last one."""
-    versions = store.versions(model)
-    if len(versions) < 2:
+    """Retire the newest version; returns (retired, now newest). Refuses to retire the last one."""
+    found = versions(store, model)
+    if len(found) < 2:
         raise StoreError(
-            f"{store.describe()}/{model} has {len(versions)} version(s); rollback needs an older one to go back to"
+            f"{store.describe()}/{model} has {len(found)} version(s); rollback needs an older one to go back to"
         )
-    store.remove_tree(f"{model}/{versions[-1]}")
-    return versions[-1], versions[-2]
+    _retire(store, model, found[-1])
+    return found[-1], found[-2]

@@ -15,9 +15,14 @@ from typing import Literal
 Device = Literal["gpu", "cpu"]
 DEVICES: tuple[str, ...] = ("gpu", "cpu")
 
-# A model name is a directory in the model repository and a path segment of Triton's
-# endpoints (/v2/models/<name>/infer): it must not need escaping or hide as a dot-file.
-MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# A model name is a directory in the model repository, a path segment of Triton's
+# endpoints (/v2/models/<name>/infer) and the value of the serving pods'
+# app.kubernetes.io/instance label: it must not need escaping, hide as a dot-file, or break
+# the label rules (at most 63 characters, a letter or digit at both ends).
+MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+# Triton stores these as int32 (batch sizes, instance counts) and uint64 (queue delay).
+INT32_MAX = 2**31 - 1
+UINT64_MAX = 2**64 - 1
 
 # Tensor names the exported graph and the Triton config agree on.
 INPUT_NAME = "input_ids"
@@ -78,6 +83,11 @@ def gpu_refusal(environment: str, pool_roles: Iterable[str]) -> str:
     return ""
 
 
+def model_name_problem(name: str) -> str:
+    return (f"model name {name!r} is not servable: use 1-63 letters, digits, '_', '-' or '.', starting and "
+            "ending with a letter or digit (it is a directory, a URL path segment and a Kubernetes label value)")
+
+
 def check_serving(
     *,
     model_name: str,
@@ -97,11 +107,7 @@ def check_serving(
     in the cluster.
     """
     if not MODEL_NAME_PATTERN.fullmatch(model_name or ""):
-        raise ServeSpecError(
-            "modelName",
-            f"model name {model_name!r} is not servable: use 1-128 letters, digits, '_', '-' or '.', "
-            "starting with a letter or digit (it is a directory and a URL path segment)",
-        )
+        raise ServeSpecError("modelName", model_name_problem(model_name))
     if device not in DEVICES:
         raise ServeSpecError("device", f"device {device!r} is not allowed; allowed: {', '.join(DEVICES)}")
     if device == "gpu" and not gpu_allowed:
@@ -110,6 +116,8 @@ def check_serving(
         raise ServeSpecError(
             "maxBatchSize", f"max batch size {max_batch_size} must be at least 1 for dynamic batching"
         )
+    if max_batch_size > INT32_MAX:
+        raise ServeSpecError("maxBatchSize", f"max batch size {max_batch_size} is above Triton's limit {INT32_MAX}")
     if not preferred_batch_sizes:
         raise ServeSpecError("preferredBatchSizes", "preferred batch sizes must list at least one size")
     for size in preferred_batch_sizes:
@@ -130,9 +138,16 @@ def check_serving(
             "maxQueueDelayMicroseconds",
             f"max queue delay {max_queue_delay_microseconds} us is below zero; use 0 or more microseconds",
         )
+    if max_queue_delay_microseconds > UINT64_MAX:
+        raise ServeSpecError("maxQueueDelayMicroseconds",
+                             f"max queue delay {max_queue_delay_microseconds} us is above Triton's limit {UINT64_MAX}")
     if instance_count < 1:
         raise ServeSpecError("instanceCount", f"instance count {instance_count} must be at least 1")
+    if instance_count > INT32_MAX:
+        raise ServeSpecError("instanceCount", f"instance count {instance_count} is above Triton's limit {INT32_MAX}")
     if keep_versions < 1:
         raise ServeSpecError(
             "keepVersions", f"keep versions {keep_versions} must be at least 1 (the version being served)"
         )
+    if keep_versions > INT32_MAX:
+        raise ServeSpecError("keepVersions", f"keep versions {keep_versions} is above Triton's limit {INT32_MAX}")

@@ -91,6 +91,20 @@ def check_model_config(config: mc.ModelConfig, directory: str | None = None) -> 
     )
 
 
+def _signature(config: mc.ModelConfig) -> str:
+    tensors = [*config.input, *config.output]
+    return "; ".join(f"{t.name} {mc.DataType.Name(t.data_type).removeprefix('TYPE_')} {list(t.dims)}"
+                     for t in tensors) + f"; max batch {'on' if config.max_batch_size else 'off'}"
+
+
+def signature_change(published: str, new: str, source: str = CONFIG_FILENAME) -> str:
+    """How `new`'s tensors differ from the published config's, or "" when they agree.
+    Triton reads one config per model for all its versions, so a version whose tensors
+    differ would leave the versions kept beside it unloadable."""
+    before, after = _signature(parse(published, source)), _signature(parse(new))
+    return "" if before == after else f"the published config has {before}; this version needs {after}"
+
+
 def round_trip(spec: ModelSpec) -> str:
     """Render the spec's config, parse it back, and insist nothing changed on the way."""
     config = build_model_config(spec)

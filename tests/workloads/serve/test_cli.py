@@ -22,8 +22,14 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("args, line", [
     (["--model-name", "gpt 2"],
-     "--model-name: model name 'gpt 2' is not servable: use 1-128 letters, digits, '_', '-' or '.', starting "
-     "with a letter or digit (it is a directory and a URL path segment)"),
+     "--model-name: model name 'gpt 2' is not servable: use 1-63 letters, digits, '_', '-' or '.', starting and "
+     "ending with a letter or digit (it is a directory, a URL path segment and a Kubernetes label value)"),
+    (["--model-name", "gpt", "--max-batch-size", "99999999999"],
+     "--max-batch-size: max batch size 99999999999 is above Triton's limit 2147483647"),
+    (["--model-name", "gpt", "--instances", "3000000000"],
+     "--instances: instance count 3000000000 is above Triton's limit 2147483647"),
+    (["--model-name", "gpt", "--max-queue-delay-us", "100000000000000000000"],
+     "--max-queue-delay-us: max queue delay 100000000000000000000 us is above Triton's limit 18446744073709551615"),
     (["--model-name", "gpt", "--max-batch-size", "16", "--preferred-batch-sizes", "8", "32"],
      "--preferred-batch-sizes: preferred batch size 32 is above the max batch size 16; use sizes from 1 to 16"),
     (["--model-name", "gpt", "--max-queue-delay-us", "-100"],
@@ -52,7 +58,7 @@ def test_missing_checkpoint_is_bad_input(tmp_path, capsys):
                  "--model-name", "gpt"])
     assert code == 2
     assert capsys.readouterr().err == (f"python -m workloads.serve export: error: --checkpoint {tmp_path}: "
-                                       f"no complete checkpoint in {tmp_path}\n")
+                                       f"cannot be loaded: no complete checkpoint in {tmp_path}\n")
 
 
 def test_export_publishes_versions_and_rolls_back(checkpoint_root, tmp_path, capsys):
@@ -66,6 +72,7 @@ def test_export_publishes_versions_and_rolls_back(checkpoint_root, tmp_path, cap
     assert out[0].startswith(f"published gpt version 1 to {repo} (ONNX Runtime vs PyTorch max |diff| ")
     assert out[1].startswith(f"published gpt version 2 to {repo}")
     assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["1", "2", "config.pbtxt"]
+    assert (repo / "gpt/2/PUBLISHED").is_file()
     assert (repo / "gpt/2/model.onnx").stat().st_size > 100_000
     config = parse((repo / "gpt/config.pbtxt").read_text())
     assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
@@ -75,8 +82,77 @@ def test_export_publishes_versions_and_rolls_back(checkpoint_root, tmp_path, cap
     assert capsys.readouterr().out == f"{repo}/gpt/config.pbtxt: ok (gpt, max batch 8)\n"
 
     assert main(["rollback", "--repository", str(repo), "--model-name", "gpt"]) == 0
-    assert capsys.readouterr().out.startswith("removed gpt version 2; version 1 is now the newest.")
-    assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["1", "config.pbtxt"]
+    assert capsys.readouterr().out.startswith("retired gpt version 2 (kept as retired-2); version 1 is now the "
+                                              "newest.")
+    assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["1", "config.pbtxt", "retired-2"]
+    # The next export takes a number never issued before.
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith(f"published gpt version 3 to {repo}")
+
+
+def test_export_refuses_a_version_whose_tensors_differ_from_the_published_config(checkpoint_root, tmp_path,
+                                                                                 capsys):
+    """Triton has one config per model: a checkpoint with another vocabulary would leave the
+    versions kept beside it unloadable."""
+    repo = tmp_path / "repo"
+    assert main(["config", "--vocab-size", "512", "--model-name", "gpt", "--out", str(repo / "gpt/config.pbtxt")]) == 0
+    before = (repo / "gpt/config.pbtxt").read_text()
+    code = main(["export", "--checkpoint", str(checkpoint_root), "--repository", str(repo), "--model-name", "gpt"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "python -m workloads.serve export: error: --model-name gpt: the published config has input_ids INT64 [-1]; "
+        "logits FP32 [-1, 512]; max batch on; this version needs input_ids INT64 [-1]; logits FP32 [-1, 256]; max "
+        "batch on; Triton has one config for all versions of a model, so publish this checkpoint under a new "
+        "--model-name\n")
+    assert (repo / "gpt/config.pbtxt").read_text() == before
+    assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["config.pbtxt"]
+
+
+def test_a_damaged_checkpoint_is_bad_input(checkpoint_root, tmp_path, capsys):
+    import shutil
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(checkpoint_root, damaged)
+    for shard in damaged.rglob("*.distcp"):
+        shard.write_bytes(shard.read_bytes()[:100])
+    code = main(["export", "--checkpoint", str(damaged), "--repository", str(tmp_path / "repo"), "--model-name", "gpt"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"python -m workloads.serve export: error: --checkpoint {damaged}: cannot be loaded: ")
+    assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize("make_args, line", [
+    (lambda t: ["config", "--vocab-size", "256", "--model-name", "gpt", "--out", f"{t}/file/config.pbtxt"],
+     lambda t: f"python -m workloads.serve config: error: --out {t}/file/config.pbtxt: cannot be written: File "
+               f"exists: {t}/file\n"),
+    (lambda t: ["check", f"{t}/binary.pbtxt"],
+     lambda t: f"python -m workloads.serve check: error: {t}/binary.pbtxt: not a text file (config.pbtxt is UTF-8 "
+               "protobuf text)\n"),
+    (lambda t: ["rollback", "--repository", f"{t}/repo", "--model-name", "../x"],
+     lambda t: "python -m workloads.serve rollback: error: --model-name: model name '../x' is not servable: use "
+               "1-63 letters, digits, '_', '-' or '.', starting and ending with a letter or digit (it is a directory, "
+               "a URL path segment and a Kubernetes label value)\n"),
+    (lambda t: ["rollback", "--repository", f"{t}/file", "--model-name", "gpt"],
+     lambda t: f"python -m workloads.serve rollback: error: --repository: {t}/file: is a file; give a directory or "
+               "an s3:// URI\n"),
+    (lambda t: ["smoke", "--url", "localhost:1", "--model-name", "gpt", "--root-certificates", f"{t}/missing.pem"],
+     lambda t: f"python -m workloads.serve smoke: error: --root-certificates {t}/missing.pem: no such file\n"),
+])
+def test_unusable_paths_are_one_line_and_exit_2(make_args, line, tmp_path, capsys):
+    (tmp_path / "file").write_text("not a directory")
+    (tmp_path / "binary.pbtxt").write_bytes(b"\xff\xfe\x00name")
+    assert main(make_args(tmp_path)) == 2
+    assert capsys.readouterr().err == line(tmp_path)
+
+
+def test_export_into_a_file_is_bad_input(checkpoint_root, tmp_path, capsys):
+    (tmp_path / "file").write_text("not a directory")
+    code = main(["export", "--checkpoint", str(checkpoint_root), "--repository", str(tmp_path / "file"),
+                 "--model-name", "gpt"])
+    assert code == 2
+    assert capsys.readouterr().err == (f"python -m workloads.serve export: error: --repository: {tmp_path}/file: "
+                                       "is a file; give a directory or an s3:// URI\n")
 
 
 def test_check_rejects_a_typo_and_a_bad_batch(tmp_path, capsys):

@@ -1,13 +1,24 @@
-"""The model repository layout, publishing new versions, and rolling back."""
+"""The model repository layout, publishing new versions, retiring old ones, rolling back;
+the same operations against the bucket through the AWS CLI's command lines."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from workloads.serve.repository import (
-    LocalStore, S3Store, StoreError, next_version, open_store, publish, rollback, stage_version,
+    PUBLISHED_MARKER,
+    LocalStore,
+    S3Store,
+    StoreError,
+    next_version,
+    open_store,
+    publish,
+    rollback,
+    stage_version,
+    versions,
 )
 
 
@@ -19,24 +30,29 @@ def staged(tmp_path: Path, version: int, payload: bytes = b"onnx") -> Path:
                          [source])
 
 
-def test_layout_and_versions_grow(tmp_path):
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_layout_markers_and_versions_grow(tmp_path):
     store = LocalStore(tmp_path / "repo")
     assert next_version(store, "gpt") == 1
-    publish(store, staged(tmp_path, 1, b"one"), 1)
-    publish(store, staged(tmp_path, 2, b"two"), 2)
+    assert publish(store, staged(tmp_path, 1, b"one"), 1, keep=2) == []
+    assert publish(store, staged(tmp_path, 2, b"two"), 2, keep=2) == []
     (tmp_path / "repo" / "gpt" / "scratch").mkdir()  # not a version: ignored, as Triton does
-    files = sorted(str(p.relative_to(tmp_path / "repo")) for p in (tmp_path / "repo").rglob("*") if p.is_file())
-    assert files == ["gpt/1/model.onnx", "gpt/2/model.onnx", "gpt/config.pbtxt"]
-    assert store.versions("gpt") == [1, 2] and next_version(store, "gpt") == 3
+    (tmp_path / "repo" / "gpt" / "07").mkdir()  # nor is a number with a leading zero
+    assert tree(tmp_path / "repo") == ["gpt/1/PUBLISHED", "gpt/1/model.onnx", "gpt/2/PUBLISHED",
+                                       "gpt/2/model.onnx", "gpt/config.pbtxt"]
+    assert versions(store, "gpt") == [1, 2] and next_version(store, "gpt") == 3
     assert (tmp_path / "repo/gpt/2/model.onnx").read_bytes() == b"two"
     assert (tmp_path / "repo/gpt/config.pbtxt").read_text().endswith("# v2\n")
 
 
 def test_a_version_is_never_overwritten(tmp_path):
     store = LocalStore(tmp_path / "repo")
-    publish(store, staged(tmp_path, 1), 1)
-    with pytest.raises(StoreError, match=r"repo/gpt/1 already exists; versions are never overwritten"):
-        publish(store, _restage(tmp_path), 1)
+    publish(store, staged(tmp_path, 1), 1, keep=2)
+    with pytest.raises(StoreError, match=r"repo/gpt/1 was issued before; versions are never overwritten"):
+        publish(store, _restage(tmp_path), 1, keep=2)
     assert (tmp_path / "repo/gpt/1/model.onnx").read_bytes() == b"onnx"
 
 
@@ -47,53 +63,163 @@ def _restage(tmp_path: Path) -> Path:
     return stage_version(tmp_path / "staging-again", "gpt", 1, "name: \"gpt\"\n", [source])
 
 
-def test_rollback_removes_the_newest_and_keeps_the_last(tmp_path):
+def test_rollback_retires_the_newest_and_its_number_is_never_reused(tmp_path):
     store = LocalStore(tmp_path / "repo")
     for v in (1, 2, 3):
-        publish(store, staged(tmp_path, v), v)
+        publish(store, staged(tmp_path, v), v, keep=2)
     assert rollback(store, "gpt") == (3, 2)
-    assert store.versions("gpt") == [1, 2]
+    assert versions(store, "gpt") == [1, 2]
+    # Kept, without its marker, where Triton and the pods' copies do not look.
+    assert tree(tmp_path / "repo/gpt/retired-3") == ["model.onnx"]
+    assert next_version(store, "gpt") == 4
+    with pytest.raises(StoreError, match="gpt/3 was issued before"):
+        publish(store, _restage(tmp_path), 3, keep=2)
     assert rollback(store, "gpt") == (2, 1)
     with pytest.raises(StoreError, match="has 1 version\\(s\\); rollback needs an older one"):
         rollback(store, "gpt")
-    assert store.versions("gpt") == [1]
+    assert versions(store, "gpt") == [1]
 
 
-class FakeAws:
-    """Records AWS CLI calls and answers `s3 ls` from a listing."""
+def test_publishing_retires_versions_beyond_one_spare(tmp_path):
+    """Triton serves the newest `keep`; one more stays so a rollback still serves `keep`."""
+    store = LocalStore(tmp_path / "repo")
+    retired = [publish(store, staged(tmp_path, v), v, keep=2) for v in (1, 2, 3, 4, 5)]
+    assert retired == [[], [], [], [1], [2]]
+    assert versions(store, "gpt") == [3, 4, 5]
+    assert sorted(p.name for p in (tmp_path / "repo/gpt").iterdir()) == [
+        "3", "4", "5", "config.pbtxt", "retired-1", "retired-2"]
 
-    def __init__(self, listing: str = "") -> None:
+
+def test_local_store_errors_are_one_line(tmp_path):
+    file = tmp_path / "not-a-directory"
+    file.write_text("x")
+    with pytest.raises(StoreError) as err:
+        open_store(str(file))
+    assert str(err.value) == f"{file}: is a file; give a directory or an s3:// URI"
+    store = LocalStore(tmp_path / "repo")
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "gpt").write_text("a file where the model's folder belongs")
+    with pytest.raises(StoreError, match=r"repo/gpt"):
+        publish(store, staged(tmp_path, 1), 1, keep=2)
+
+
+class FakeS3:
+    """An in-memory bucket behind the AWS CLI's command lines.
+
+    It answers only the commands and options the real CLI accepts for each subcommand (an
+    option the CLI would reject, such as `--only-show-errors` on `s3api` or `ls`, fails
+    here too), and lists the way `s3api list-objects-v2 --delimiter /` does.
+    """
+
+    OPTIONS = {  # options each command accepts (beyond its positional arguments)
+        ("s3api", "list-objects-v2"): {"--bucket", "--prefix", "--delimiter", "--output", "--region"},
+        ("s3", "cp"): {"--recursive", "--region", "--only-show-errors"},
+        ("s3", "mv"): {"--recursive", "--region", "--only-show-errors"},
+        ("s3", "rm"): {"--recursive", "--region", "--only-show-errors"},
+    }
+    VALUED = {"--bucket", "--prefix", "--delimiter", "--output", "--region"}
+
+    def __init__(self, bucket: str) -> None:
+        self.bucket = bucket
+        self.objects: dict[str, bytes] = {}
         self.calls: list[list[str]] = []
-        self.listing = listing
 
     def __call__(self, argv):
-        self.calls.append(list(argv))
-        return self.listing if argv[2] == "ls" else ""
+        argv = list(argv)
+        self.calls.append(argv)
+        assert argv[0] == "aws"
+        command = (argv[1], argv[2])
+        if command not in self.OPTIONS:
+            raise StoreError(f"aws {' '.join(command)}: not a command the store should need")
+        options, positional, rest = {}, [], argv[3:]
+        while rest:
+            word = rest.pop(0)
+            if word.startswith("--"):
+                if word not in self.OPTIONS[command]:
+                    raise StoreError(f"aws {' '.join(command)} failed: Unknown options: {word}")
+                options[word] = rest.pop(0) if word in self.VALUED else True
+            else:
+                positional.append(word)
+        return getattr(self, command[1].replace("-", "_"))(options, positional)
+
+    def _key(self, uri: str) -> str:
+        assert uri.startswith(f"s3://{self.bucket}/"), uri
+        return uri[len(f"s3://{self.bucket}/"):]
+
+    def list_objects_v2(self, options, _positional):
+        assert options["--bucket"] == self.bucket and options["--delimiter"] == "/"
+        prefix = options["--prefix"]
+        keys = sorted(k for k in self.objects if k.startswith(prefix))
+        folders = sorted({prefix + k[len(prefix):].split("/")[0] + "/" for k in keys if "/" in k[len(prefix):]})
+        answer = {"Contents": [{"Key": k} for k in keys if "/" not in k[len(prefix):]],
+                  "CommonPrefixes": [{"Prefix": f} for f in folders]}
+        # The CLI leaves out empty lists, and prints nothing at all for an empty listing.
+        answer = {k: v for k, v in answer.items() if v}
+        return json.dumps(answer) if answer else ""
+
+    def cp(self, options, positional):
+        source, target = positional
+        if options.get("--recursive"):
+            for file in Path(source).rglob("*"):
+                if file.is_file():
+                    self.objects[self._key(target) + str(file.relative_to(source))] = file.read_bytes()
+        elif target == "-":
+            return self.objects[self._key(source)].decode()
+        else:
+            self.objects[self._key(target)] = Path(source).read_bytes()
+        return ""
+
+    def mv(self, options, positional):
+        source, target = (self._key(p) for p in positional)
+        assert options.get("--recursive") and source.endswith("/") and target.endswith("/")
+        for key in [k for k in self.objects if k.startswith(source)]:
+            self.objects[target + key[len(source):]] = self.objects.pop(key)
+        return ""
+
+    def rm(self, options, positional):
+        key = self._key(positional[0])
+        assert not options.get("--recursive")
+        self.objects.pop(key, None)
+        return ""
 
 
-LISTING = """                           PRE 1/
-                           PRE 12/
-                           PRE tmp/
-2026-11-20 10:00:00        512 config.pbtxt
-"""
+def test_s3_store_publishes_retires_and_rolls_back_through_the_cli(tmp_path):
+    s3 = FakeS3("models-bucket")
+    store = open_store("s3://models-bucket/triton/", region="me-central-1", run=s3)
+    assert isinstance(store, S3Store)
+    # A model's first version: its prefix does not exist yet.
+    assert versions(store, "gpt") == [] and next_version(store, "gpt") == 1
+    for v in (1, 2, 3, 4):
+        publish(store, staged(tmp_path, v), v, keep=2)
+    assert versions(store, "gpt") == [2, 3, 4] and next_version(store, "gpt") == 5
+    assert sorted(s3.objects) == [
+        "triton/gpt/2/PUBLISHED", "triton/gpt/2/model.onnx", "triton/gpt/3/PUBLISHED", "triton/gpt/3/model.onnx",
+        "triton/gpt/4/PUBLISHED", "triton/gpt/4/model.onnx", "triton/gpt/config.pbtxt",
+        "triton/gpt/retired-1/model.onnx"]
+    # Files first, the shared config next, the version's marker last; every call pinned to
+    # the bucket's region, and the bucket's default encryption (the models CMK) never overridden.
+    uploads = [c for c in s3.calls if c[1:3] == ["s3", "cp"]][-3:]
+    assert [c[-4] for c in uploads] == [
+        "s3://models-bucket/triton/gpt/4/", "s3://models-bucket/triton/gpt/config.pbtxt",
+        "s3://models-bucket/triton/gpt/4/PUBLISHED"]
+    assert all(c[c.index("--region") + 1] == "me-central-1" for c in s3.calls)
+    assert not any("--sse" in " ".join(c) for c in s3.calls)
+    assert rollback(store, "gpt") == (4, 3)
+    # The marker goes before the folder moves, so no pod copies a half-moved version.
+    assert [c[1:3] for c in s3.calls[-2:]] == [["s3", "rm"], ["s3", "mv"]]
+    assert s3.calls[-2][3] == "s3://models-bucket/triton/gpt/4/PUBLISHED"
+    assert versions(store, "gpt") == [2, 3] and next_version(store, "gpt") == 5
+    from workloads.serve.repository import published_config
+
+    assert published_config(store, "gpt").endswith("# v4\n")
 
 
-def test_s3_store_speaks_the_aws_cli(tmp_path):
-    aws = FakeAws(LISTING)
-    store = open_store("s3://models-bucket/triton/", region="me-central-1", run=aws)
-    assert isinstance(store, S3Store) and store.versions("gpt") == [1, 12]
-    assert next_version(store, "gpt") == 13
-    model_dir = staged(tmp_path, 13)
-    publish(store, model_dir, 13)
-    pin = ["--region", "me-central-1", "--only-show-errors"]
-    assert aws.calls[-2:] == [
-        ["aws", "s3", "cp", "--recursive", str(model_dir / "13"), "s3://models-bucket/triton/gpt/13/", *pin],
-        ["aws", "s3", "cp", str(model_dir / "config.pbtxt"), "s3://models-bucket/triton/gpt/config.pbtxt", *pin],
-    ]
-    # The bucket's default encryption (the models CMK) applies: no flag may override it.
-    assert not any("--sse" in call for call in aws.calls)
-    assert rollback(store, "gpt") == (12, 1)
-    assert aws.calls[-1] == ["aws", "s3", "rm", "--recursive", "s3://models-bucket/triton/gpt/12/", *pin]
+def test_a_failing_cli_call_is_one_line(tmp_path):
+    def broken(argv):
+        raise StoreError("s3api list-objects-v2 --bucket failed: An error occurred (AccessDenied)")
+
+    with pytest.raises(StoreError, match=r"^s3api list-objects-v2 --bucket failed: An error occurred"):
+        next_version(open_store("s3://models-bucket/triton", run=broken), "gpt")
 
 
 @pytest.mark.parametrize("target, message", [
@@ -102,5 +228,11 @@ def test_s3_store_speaks_the_aws_cli(tmp_path):
 ])
 def test_bad_targets(target, message):
     with pytest.raises(StoreError) as err:
-        open_store(target, run=FakeAws())
+        open_store(target, run=FakeS3("bucket"))
     assert str(err.value) == message
+
+
+def test_the_marker_is_what_a_pods_copy_looks_for():
+    from components.inference_spec import PUBLISHED_MARKER as EXPECTED_BY_PODS
+
+    assert PUBLISHED_MARKER == EXPECTED_BY_PODS

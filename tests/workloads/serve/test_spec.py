@@ -23,12 +23,20 @@ def test_good_settings_pass():
     assert spec.preferred_batch_sizes == (8, 16, 32) and spec.keep_versions == 2
 
 
-@pytest.mark.parametrize("name", ["my model", "", "../escape", "a/b", ".hidden", "-dash", "x" * 129, "gpt\n"])
-def test_model_names_triton_cannot_serve(name):
+@pytest.mark.parametrize("name", ["my model", "", "../escape", "a/b", ".hidden", "-dash", "x" * 64, "gpt\n",
+                                  # Kubernetes label values end in a letter or digit.
+                                  "gpt-", "gpt_", "gpt."])
+def test_model_names_triton_or_kubernetes_cannot_take(name):
     err = refused(model_name=name)
     assert err.key == "modelName"
-    assert str(err) == (f"model name {name!r} is not servable: use 1-128 letters, digits, '_', '-' or '.', "
-                        "starting with a letter or digit (it is a directory and a URL path segment)")
+    assert str(err) == (f"model name {name!r} is not servable: use 1-63 letters, digits, '_', '-' or '.', "
+                        "starting and ending with a letter or digit (it is a directory, a URL path segment and a "
+                        "Kubernetes label value)")
+
+
+@pytest.mark.parametrize("name", ["g", "x" * 63, "gpt-small_v2.1"])
+def test_model_names_at_the_limits(name):
+    check_serving(**{**GOOD, "model_name": name})
 
 
 def test_preferred_batch_size_above_max():

@@ -1,0 +1,81 @@
+"""The serving pods' init container script (components/inference_spec.FETCH_SCRIPT), run by
+a real `sh` against a stand-in `aws` that copies a local folder as `aws s3 sync` would:
+it keeps completely published versions, drops half-published ones and never copies
+retired ones; a failed copy fails the script."""
+
+from __future__ import annotations
+
+import fnmatch
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.inference_spec import FETCH_SCRIPT, PUBLISHED_MARKER, RETIRED_PATTERN
+
+# `aws s3 sync s3://bucket/<path>/ DEST [--exclude PATTERN ...]`, served from $BUCKET_DIR.
+FAKE_AWS = f"""#!{sys.executable}
+import fnmatch, os, shutil, sys
+from pathlib import Path
+args = sys.argv[1:]
+if args[:2] != ["s3", "sync"] or not args[2].startswith("s3://"):
+    sys.exit("unexpected call: " + " ".join(args))
+if os.environ.get("FAIL"):
+    sys.exit("fatal error: An error occurred (AccessDenied) when calling the ListObjectsV2 operation")
+source = Path(os.environ["BUCKET_DIR"]) / args[2][len("s3://"):].split("/", 1)[1]
+excludes = [args[i + 1] for i, a in enumerate(args) if a == "--exclude"]
+for file in source.rglob("*"):
+    key = str(file.relative_to(source))
+    if file.is_file() and not any(fnmatch.fnmatch(key, p) for p in excludes):
+        target = Path(args[3]) / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
+"""
+
+
+@pytest.fixture
+def bucket(tmp_path: Path) -> Path:
+    """gpt: 2 and 3 published, 4 half-uploaded (no marker), retired-1 rolled back; bert: 1."""
+    root = tmp_path / "bucket" / "triton"
+    files = ["gpt/config.pbtxt", "gpt/2/model.onnx", f"gpt/2/{PUBLISHED_MARKER}", "gpt/3/model.onnx",
+             "gpt/3/model.onnx.data", f"gpt/3/{PUBLISHED_MARKER}", "gpt/4/model.onnx", "gpt/retired-1/model.onnx",
+             "bert/config.pbtxt", "bert/1/model.onnx", f"bert/1/{PUBLISHED_MARKER}"]
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+    return tmp_path / "bucket"
+
+
+def fetch(tmp_path: Path, bucket: Path, **env: str) -> subprocess.CompletedProcess:
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    (tools / "aws").write_text(FAKE_AWS)
+    (tools / "aws").chmod(0o755)
+    return subprocess.run(
+        ["sh", "-c", FETCH_SCRIPT, "fetch-models", "s3://models-bucket/triton/", f"{tmp_path / 'models'}/"],
+        env={"PATH": f"{tools}:/usr/bin:/bin", "BUCKET_DIR": str(bucket), **env},
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_only_completely_published_versions_are_kept(tmp_path, bucket):
+    done = fetch(tmp_path, bucket)
+    assert done.returncode == 0, done.stderr
+    models = tmp_path / "models"
+    copied = sorted(str(p.relative_to(models)) for p in models.rglob("*") if p.is_file())
+    assert copied == ["bert/1/PUBLISHED", "bert/1/model.onnx", "bert/config.pbtxt", "gpt/2/PUBLISHED",
+                      "gpt/2/model.onnx", "gpt/3/PUBLISHED", "gpt/3/model.onnx", "gpt/3/model.onnx.data",
+                      "gpt/config.pbtxt"]
+    assert done.stdout == f"not serving {models}//gpt/4/: it is not completely published\n"
+
+
+def test_a_failed_copy_fails_the_pods_start(tmp_path, bucket):
+    done = fetch(tmp_path, bucket, FAIL="1")
+    assert done.returncode != 0
+    assert "AccessDenied" in done.stderr
+
+
+def test_the_exclude_pattern_matches_retired_versions_only():
+    assert fnmatch.fnmatch("gpt/retired-12/model.onnx", RETIRED_PATTERN)
+    assert not fnmatch.fnmatch("gpt/12/model.onnx", RETIRED_PATTERN)
