@@ -11,7 +11,7 @@ import yaml
 from components import lustre_spec
 from components.audit import event_selectors
 from components.bucket_policy import TrailDelivery, bucket_name, bucket_policy, lifecycle_rules
-from components.key_policy import ADMIN_ACTIONS, KeyUse, StorageNames, data_class_uses, key_policy
+from components.key_policy import KeyUse, StorageNames, data_class_uses, key_policy
 from components.registry_policy import lifecycle_policy
 from infra.config import ConfigError, parse_config
 from infra.versions import IMAGES, image_uri

@@ -75,10 +75,10 @@ def test_gradient_clipping_bounds_the_update(shards, tmp_path):
     """Clipped to a norm of 1e-9 the weights barely move, unlike in an unclipped run."""
     initial = train(shards, tmp_path / "z", "--precision", "fp32", "--micro-batch", "4", "--max-steps", "1",
                     "--lr", "0", "--weight-decay", "0")  # lr 0: the checkpoint holds the initial weights
-    clipped = train(shards, tmp_path / "c", "--precision", "fp32", "--micro-batch", "4", "--max-steps", "3",
-                    "--grad-clip", "1e-9", "--lr", "1e-5", "--weight-decay", "0")
-    free = train(shards, tmp_path / "f", "--precision", "fp32", "--micro-batch", "4", "--max-steps", "3",
-                 "--grad-clip", "0", "--lr", "1e-5", "--weight-decay", "0")
+    train(shards, tmp_path / "c", "--precision", "fp32", "--micro-batch", "4", "--max-steps", "3",
+          "--grad-clip", "1e-9", "--lr", "1e-5", "--weight-decay", "0")
+    train(shards, tmp_path / "f", "--precision", "fp32", "--micro-batch", "4", "--max-steps", "3",
+          "--grad-clip", "0", "--lr", "1e-5", "--weight-decay", "0")
     assert events(initial, "checkpoint")[0]["step"] == 1
     start, _ = load_for_inference(tmp_path / "z" / "ckpt")
     c, _ = load_for_inference(tmp_path / "c" / "ckpt")
