@@ -28,20 +28,34 @@ LOCAL_REPOSITORY = "/models"
 # workloads/serve/repository.py uploads this file last into each version, and moves
 # rolled-back versions to retired-<N>; a pod's copy keeps only versions with the marker.
 PUBLISHED_MARKER = "PUBLISHED"
-RETIRED_PATTERN = "*/retired-*"
-# $1: the repository's s3:// URI, $2: the local folder. A failed copy fails the pod's
-# start; a version caught halfway through publishing or rolling back is dropped from the
-# copy (Triton would refuse to start on it), and the pod serves the others.
+RETIRED_PATTERN = "retired-*"
+# $1: the repository's s3:// URI, $2: the local repository, $3: the model. Only that model
+# is copied (Triton loads every model it finds). The copy starts from empty, since an
+# init container that failed halfway is retried on the same volume; a version caught
+# halfway through publishing or retiring is dropped (Triton would refuse to start on it).
+# No config or no complete version fails the pod's start, and the kubelet retries it,
+# rather than starting a Triton that serves nothing.
 FETCH_SCRIPT = f"""set -eu
-aws s3 sync "$1" "$2" --only-show-errors --no-progress --exclude '{RETIRED_PATTERN}'
-for version in "$2"/*/[1-9]*/; do
-  [ -d "$version" ] || continue
-  case "$(basename "$version")" in *[!0-9]*) continue ;; esac
-  if [ ! -f "${{version}}{PUBLISHED_MARKER}" ]; then
-    echo "not serving $version: it is not completely published"
+model="$2$3"
+rm -rf "$model"
+mkdir -p "$model"
+aws s3 sync "$1$3/" "$model/" --only-show-errors --no-progress --exclude '{RETIRED_PATTERN}'
+complete=0
+for version in "$model"/*/; do
+  name=$(basename "$version")
+  case "$name" in ''|0*|*[!0-9]*) continue ;; esac
+  if [ -f "${{version}}{PUBLISHED_MARKER}" ]; then
+    complete=$((complete + 1))
+  else
+    echo "not serving $3 version $name: it is not completely published"
     rm -rf "$version"
   fi
 done
+if [ ! -f "$model/config.pbtxt" ] || [ "$complete" -eq 0 ]; then
+  echo "nothing to serve: $1$3/ holds no config.pbtxt or no completely published version" >&2
+  exit 1
+fi
+echo "copied $3: $complete version(s)"
 """
 # Custom metric served by prometheus-adapter (see adapter_values): microseconds a request
 # waited in Triton's scheduler queue, averaged over the last minute, per pod.
@@ -87,7 +101,7 @@ class ServingPlan:
     endpoint_cidrs: tuple[str, ...] = ()  # the S3 gateway endpoint's prefix list
     load_balancer: LoadBalancerPlan | None = None
     name: str = "triton"  # Deployment, Service, ServiceAccount, HPA, PDB
-    repository_gi: int = 20  # the pod's copy of the repository (the newest keepVersions + 1)
+    repository_gi: int = 20  # the pod's copy of its model (keepVersions + 2 versions during an export)
 
     @property
     def service_account(self) -> str:
@@ -165,15 +179,16 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
 
 
 def fetch_container(plan: ServingPlan) -> dict[str, Any]:
-    """Copies the repository from the bucket before Triton starts. Any failure (no
-    credentials, no access, a missing prefix) fails the pod's start, where it is seen,
-    rather than leaving Triton with an empty repository."""
+    """Copies the model's part of the repository from the bucket before Triton starts. Any
+    failure (no credentials, no access, nothing published yet) fails the pod's start, where
+    it is seen, rather than leaving Triton with nothing to serve."""
     amounts = {"cpu": "1", "memory": "1Gi", "ephemeral-storage": _disk(plan)}
     return {
         "name": "fetch-models",
         "image": plan.fetch_image,
         "imagePullPolicy": "Always",
-        "command": ["sh", "-c", FETCH_SCRIPT, "fetch-models", f"{plan.model_repository}/", f"{LOCAL_REPOSITORY}/"],
+        "command": ["sh", "-c", FETCH_SCRIPT, "fetch-models", f"{plan.model_repository}/", f"{LOCAL_REPOSITORY}/",
+                    plan.model],
         "env": [
             # The bucket's own region, through the VPC's S3 endpoint.
             {"name": "AWS_REGION", "value": plan.region},

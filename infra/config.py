@@ -520,8 +520,8 @@ class InferenceConfig(_Model):
     target_cpu_percent: int = Field(default=70, ge=1, le=100)
     cpu_per_replica: int = Field(default=2, ge=1)  # CPU serving; GPU replicas take their GPU's share
     memory_gi_per_replica: int = Field(default=4, ge=1, alias="memoryGiPerReplica")
-    # Local disk for a replica's copy of the model repository (the newest keepVersions + 1
-    # versions): an emptyDir of this size, and the replica's ephemeral-storage request.
+    # Local disk for a replica's copy of its model (keepVersions + 2 versions while an export
+    # runs): an emptyDir of this size, and with 2 GiB of scratch the ephemeral-storage request.
     repository_gi_per_replica: int = Field(default=20, ge=1, alias="repositoryGiPerReplica")
     # Where the model repository lives in the models bucket: s3://<bucket>/<prefix>/<model>/...
     repository_prefix: str = Field(default="triton", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")

@@ -18,7 +18,7 @@ from workloads.serve.spec import ServeSpecError, check_serving, gpu_refusal
 # to the kubelet, the system and the platform's daemon sets (as for training pods).
 NODE_CPU_SHARE = 0.8
 NODE_MEMORY_SHARE = 0.75
-# Of a node's disk (instance store where the pool uses it, else the root volume), half is
+# Of a node's disk (the instance-store RAID where kubelet lives on it, else the root volume), half is
 # left to pods' ephemeral storage: the rest holds the OS and the container images (Triton's
 # alone is over 10 GB).
 NODE_DISK_SHARE = 0.5
@@ -61,14 +61,15 @@ def replica_size(settings: Any, instance: Any) -> tuple[int, int, int]:
     return settings.cpu_per_replica, settings.memory_gi_per_replica, 0
 
 
-def node_disk_gib(pool: Any) -> int:
-    """The disk kubelet and containerd use on one of the pool's nodes: the instance store
-    where nodeadm puts them there, else the root volume."""
+def node_disk(pool: Any) -> tuple[int, str]:
+    """(GiB, what to change) of the disk kubelet and containerd use on one of the pool's
+    nodes: nodeadm moves them onto the instance store only when it builds a RAID0 of two or
+    more disks; a single disk is merely mounted, and they stay on the root volume."""
     from components.specs.nodepool import default_root_volume_gib, local_storage_strategy
 
-    if local_storage_strategy(pool.instance) is not None:
-        return math.floor(pool.instance.nvme_gb * 1e9 / 2**30)
-    return pool.root_volume_gib or default_root_volume_gib(pool.instance)
+    if local_storage_strategy(pool.instance) == "RAID0":
+        return math.floor(pool.instance.nvme_gb * 1e9 / 2**30), "pick an instance type with more instance storage"
+    return pool.root_volume_gib or default_root_volume_gib(pool.instance), "give the pool a larger rootVolumeGib"
 
 
 def resolve_inference(config: Any) -> ResolvedInference | None:
@@ -131,13 +132,14 @@ def resolve_inference(config: Any) -> ResolvedInference | None:
             f"a replica of {cpu} cores and {memory_gi} GiB does not fit a {pool.instance_type} node "
             f"(at most {usable_cpu} cores and {usable_memory} GiB are left to pods)")
     disk_gi = settings.repository_gi_per_replica + DISK_OVERHEAD_GI
-    usable_disk = math.floor(node_disk_gib(pool) * NODE_DISK_SHARE)
+    disk_gib, larger = node_disk(pool)
+    usable_disk = math.floor(disk_gib * NODE_DISK_SHARE)
     if disk_gi > usable_disk:
         raise InferenceConfigError(
             "repositoryGiPerReplica",
             f"a replica's {disk_gi} GiB of local disk ({settings.repository_gi_per_replica} for the repository copy "
             f"+ {DISK_OVERHEAD_GI}) does not fit a {pool.instance_type} node of pool {pool.name!r} (at most "
-            f"{usable_disk} GiB are left to pods); lower it or give the pool a larger rootVolumeGib")
+            f"{usable_disk} GiB are left to pods); lower it or {larger}")
     per_node = min(usable_cpu // cpu, usable_memory // memory_gi, usable_disk // disk_gi)
     if gpus:
         per_node = min(per_node, pool.instance.gpus)

@@ -124,8 +124,8 @@ def test_an_init_container_copies_the_repository_with_pod_identity_credentials(g
     # The script (FETCH_SCRIPT, run for real in tests/unit/test_fetch_script.py) gets the
     # bucket's repository and the pod's folder as its arguments.
     assert fetch["command"][:2] == ["sh", "-c"]
-    assert fetch["command"][3:] == ["fetch-models", "s3://mlplat-test-models/triton/", "/models/"]
-    assert 'aws s3 sync "$1" "$2"' in fetch["command"][2]
+    assert fetch["command"][3:] == ["fetch-models", "s3://mlplat-test-models/triton/", "/models/", "gpt"]
+    assert 'aws s3 sync "$1$3/" "$model/"' in fetch["command"][2]
     env = {e["name"]: e["value"] for e in fetch["env"]}
     assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
     # Without Pod Identity credentials the copy fails; it never falls back to the node's role.
@@ -381,7 +381,7 @@ def test_prod_serves_on_gpus_and_smb_on_cpus():
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
     bucket = storage_names(load_stack("prod"), "prod", ACCOUNT).buckets["models"]
     [fetch] = deployment.inputs()["spec"]["template"]["spec"]["initContainers"]
-    assert f"s3://{bucket}/triton/" in fetch["command"]
+    assert fetch["command"][-3:] == [f"s3://{bucket}/triton/", "/models/", "gpt"]
     assert any(r.inputs().get("bucket") == bucket for r in of_type(prod, "aws:s3/bucket:Bucket"))
     smb = preview("smb")
     [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]

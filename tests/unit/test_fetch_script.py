@@ -1,7 +1,8 @@
 """The serving pods' init container script (components/inference_spec.FETCH_SCRIPT), run by
-a real `sh` against a stand-in `aws` that copies a local folder as `aws s3 sync` would:
-it keeps completely published versions, drops half-published ones and never copies
-retired ones; a failed copy fails the script."""
+a real `sh` against a stand-in `aws` that copies a local folder as `aws s3 sync` would
+(including exiting 0 for a prefix that does not exist): it copies one model, keeps its
+completely published versions, drops half-published ones, never copies retired ones,
+starts from an empty folder on a retry, and fails when there is nothing to serve."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 
 from components.inference_spec import FETCH_SCRIPT, PUBLISHED_MARKER, RETIRED_PATTERN
 
-# `aws s3 sync s3://bucket/<path>/ DEST [--exclude PATTERN ...]`, served from $BUCKET_DIR.
+# `aws s3 sync s3://bucket/<path>/ DEST [--exclude PATTERN ...]`, served from $BUCKET_DIR;
+# patterns match keys relative to the source, as the CLI's do.
 FAKE_AWS = f"""#!{sys.executable}
 import fnmatch, os, shutil, sys
 from pathlib import Path
@@ -36,38 +38,60 @@ for file in source.rglob("*"):
 
 @pytest.fixture
 def bucket(tmp_path: Path) -> Path:
-    """gpt: 2 and 3 published, 4 half-uploaded (no marker), retired-1 rolled back; bert: 1."""
+    """gpt: 2 and 3 published, 4 half-uploaded (no marker), retired-1 rolled back; bert: 1;
+    draft: a config and a half-uploaded first version."""
     root = tmp_path / "bucket" / "triton"
     files = ["gpt/config.pbtxt", "gpt/2/model.onnx", f"gpt/2/{PUBLISHED_MARKER}", "gpt/3/model.onnx",
              "gpt/3/model.onnx.data", f"gpt/3/{PUBLISHED_MARKER}", "gpt/4/model.onnx", "gpt/retired-1/model.onnx",
-             "bert/config.pbtxt", "bert/1/model.onnx", f"bert/1/{PUBLISHED_MARKER}"]
+             "bert/config.pbtxt", "bert/1/model.onnx", f"bert/1/{PUBLISHED_MARKER}",
+             "draft/config.pbtxt", "draft/1/model.onnx"]
     for name in files:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(name)
     return tmp_path / "bucket"
 
 
-def fetch(tmp_path: Path, bucket: Path, **env: str) -> subprocess.CompletedProcess:
+def fetch(tmp_path: Path, bucket: Path, model: str = "gpt", **env: str) -> subprocess.CompletedProcess:
     tools = tmp_path / "bin"
     tools.mkdir(exist_ok=True)
     (tools / "aws").write_text(FAKE_AWS)
     (tools / "aws").chmod(0o755)
     return subprocess.run(
-        ["sh", "-c", FETCH_SCRIPT, "fetch-models", "s3://models-bucket/triton/", f"{tmp_path / 'models'}/"],
+        ["sh", "-c", FETCH_SCRIPT, "fetch-models", "s3://models-bucket/triton/", f"{tmp_path / 'models'}/", model],
         env={"PATH": f"{tools}:/usr/bin:/bin", "BUCKET_DIR": str(bucket), **env},
         capture_output=True, text=True, timeout=60,
     )
 
 
-def test_only_completely_published_versions_are_kept(tmp_path, bucket):
+def copied(tmp_path: Path) -> list[str]:
+    models = tmp_path / "models"
+    return sorted(str(p.relative_to(models)) for p in models.rglob("*") if p.is_file())
+
+
+def test_only_the_models_completely_published_versions_are_kept(tmp_path, bucket):
     done = fetch(tmp_path, bucket)
     assert done.returncode == 0, done.stderr
-    models = tmp_path / "models"
-    copied = sorted(str(p.relative_to(models)) for p in models.rglob("*") if p.is_file())
-    assert copied == ["bert/1/PUBLISHED", "bert/1/model.onnx", "bert/config.pbtxt", "gpt/2/PUBLISHED",
-                      "gpt/2/model.onnx", "gpt/3/PUBLISHED", "gpt/3/model.onnx", "gpt/3/model.onnx.data",
-                      "gpt/config.pbtxt"]
-    assert done.stdout == f"not serving {models}//gpt/4/: it is not completely published\n"
+    assert copied(tmp_path) == ["gpt/2/PUBLISHED", "gpt/2/model.onnx", "gpt/3/PUBLISHED", "gpt/3/model.onnx",
+                                "gpt/3/model.onnx.data", "gpt/config.pbtxt"]
+    assert done.stdout == "not serving gpt version 4: it is not completely published\ncopied gpt: 2 version(s)\n"
+
+
+def test_a_retry_starts_from_an_empty_folder(tmp_path, bucket):
+    """An attempt that failed halfway may have left a marker whose model file has since
+    moved to retired-<N>: the retry must not keep it."""
+    stale = tmp_path / "models" / "gpt" / "5"
+    stale.mkdir(parents=True)
+    (stale / PUBLISHED_MARKER).write_text("left by a failed attempt")
+    assert fetch(tmp_path, bucket).returncode == 0
+    assert not any(name.startswith("gpt/5/") for name in copied(tmp_path))
+
+
+@pytest.mark.parametrize("model", ["draft", "absent"])
+def test_nothing_to_serve_fails_the_pods_start(tmp_path, bucket, model):
+    done = fetch(tmp_path, bucket, model=model)
+    assert done.returncode == 1
+    assert done.stderr == (f"nothing to serve: s3://models-bucket/triton/{model}/ holds no config.pbtxt or no "
+                           "completely published version\n")
 
 
 def test_a_failed_copy_fails_the_pods_start(tmp_path, bucket):
@@ -77,5 +101,5 @@ def test_a_failed_copy_fails_the_pods_start(tmp_path, bucket):
 
 
 def test_the_exclude_pattern_matches_retired_versions_only():
-    assert fnmatch.fnmatch("gpt/retired-12/model.onnx", RETIRED_PATTERN)
-    assert not fnmatch.fnmatch("gpt/12/model.onnx", RETIRED_PATTERN)
+    assert fnmatch.fnmatch("retired-12/model.onnx", RETIRED_PATTERN)
+    assert not fnmatch.fnmatch("12/model.onnx", RETIRED_PATTERN)

@@ -3,6 +3,7 @@ against the stack's pools before anything is registered; each mistake is one lin
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -119,8 +120,21 @@ def test_disk_limits_replicas_per_node():
     assert refused("smb", repositoryGiPerReplica=20) == (
         "stacks/Pulumi.smb.yaml: mlplat:inference.maxReplicas: 6 replicas can never all run: pool 'cpu' holds at "
         "most 4 (4 x c7i.2xlarge, 1 per node)")
-    # A g6e.2xlarge keeps kubelet on its 450 GB instance store: room for far larger copies.
+    # A g6e.2xlarge has one instance-store disk, which nodeadm only mounts: kubelet stays on
+    # the 200 GiB root volume, 100 GiB of it left to pods.
     assert resolve_inference(load_stack("prod")).repository_gi == 20
+    assert refused("prod", repositoryGiPerReplica=99).endswith(
+        "a replica's 101 GiB of local disk (99 for the repository copy + 2) does not fit a g6e.2xlarge node of pool "
+        "'inference' (at most 100 GiB are left to pods); lower it or give the pool a larger rootVolumeGib")
+
+
+def test_a_raid_of_instance_store_disks_is_the_nodes_disk():
+    from infra.inference_plan import node_disk
+
+    prod = load_stack("prod")
+    p5 = next(pool for pool in prod.node_pools if pool.instance_type == "p5.48xlarge")
+    # Eight 3.84 TB NVMe disks in RAID0: 28,610 GiB.
+    assert node_disk(p5) == (math.floor(8 * 3840 * 1e9 / 2**30), "pick an instance type with more instance storage")
 
 
 def test_replica_bigger_than_a_node():

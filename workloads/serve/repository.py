@@ -10,15 +10,20 @@ while a version is being published or rolled back, so every change leaves a cons
 repository at each step:
 
 - a version's files go up first and its `PUBLISHED` marker last; a pod's copy drops any
-  version folder without the marker, so it never serves a half-uploaded version;
-- rolling back deletes the newest version's marker first, then moves the folder to
-  `retired-<N>`: Triton ignores folders that are not numbers, pods do not copy them, the
+  version folder without the marker, so it never serves a half-uploaded version, and only
+  marked versions count as published;
+- retiring a version (rollback, or pruning) deletes its marker first, then moves the folder
+  to `retired-<N>`: Triton ignores folders that are not numbers, pods do not copy them, the
   objects stay restorable, and N is never issued again;
 - every version of a model shares its `config.pbtxt` (Triton has one config per model), so
-  a new version whose inputs or outputs differ from the published config is refused;
+  a new version whose inputs or outputs differ from the published config is refused; each
+  version also keeps a copy of the config it was published with, which a rollback puts
+  back;
 - after publishing, versions older than the newest `keep + 1` are retired (one spare beyond
-  what Triton serves, so a rollback still leaves `keep` versions served), which bounds the
-  pod's copy.
+  what Triton serves, so a rollback still leaves `keep` versions served), and so are the
+  unmarked leftovers of failed exports; this bounds the pods' copies.
+
+One export or rollback of a model at a time: two at once could both take the same number.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ from workloads.serve.triton_config import CONFIG_FILENAME
 
 PUBLISHED_MARKER = "PUBLISHED"
 RETIRED_PREFIX = "retired-"
+# The config a version was published with, kept in its folder (Triton reads only the
+# model's own config.pbtxt and ignores this file).
+VERSION_CONFIG = "published-config.pbtxt"
 
 
 class StoreError(Exception):
@@ -42,11 +50,13 @@ class StoreError(Exception):
 
 
 class ModelStore(Protocol):
-    def entries(self, model: str) -> tuple[list[str], list[str]]:
-        """(folder names, file names) directly under `<model>/`."""
+    def keys(self, model: str) -> list[str]:
+        """Every file under `<model>/`, relative to it ("3/model.onnx", "config.pbtxt")."""
         ...
 
     def read_text(self, relative: str) -> str: ...
+
+    def copy_file(self, relative: str, new_relative: str) -> None: ...
 
     def put_tree(self, local: Path, relative: str) -> None: ...
 
@@ -74,15 +84,14 @@ class LocalStore:
         where = err.filename or self.root
         return StoreError(f"{where}: {err.strerror or err}")
 
-    def entries(self, model: str) -> tuple[list[str], list[str]]:
+    def keys(self, model: str) -> list[str]:
         directory = self.root / model
         try:
             if not directory.is_dir():
-                return [], []
-            children = list(directory.iterdir())
+                return []
+            return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
         except OSError as err:
             raise self._fail(err) from None
-        return [p.name for p in children if p.is_dir()], [p.name for p in children if p.is_file()]
 
     def read_text(self, relative: str) -> str:
         try:
@@ -106,6 +115,9 @@ class LocalStore:
             shutil.copyfile(local, target)
         except OSError as err:
             raise self._fail(err) from None
+
+    def copy_file(self, relative: str, new_relative: str) -> None:
+        self.put_file(self.root / relative, new_relative)
 
     def remove_file(self, relative: str) -> None:
         try:
@@ -163,19 +175,17 @@ class S3Store:
         # --only-show-errors exists for the transfer commands (cp, mv, rm, sync), not for ls.
         return self.run(["aws", "s3", *args, *self._region(), "--only-show-errors"])
 
-    def entries(self, model: str) -> tuple[list[str], list[str]]:
+    def keys(self, model: str) -> list[str]:
         # The API call rather than `aws s3 ls`, which fails on a prefix that does not exist
         # yet (a model's first version); the CLI follows the pages itself.
         base = f"{self.key_prefix}{model}/"
         out = self.run(["aws", "s3api", "list-objects-v2", "--bucket", self.bucket, "--prefix", base,
-                        "--delimiter", "/", "--output", "json", *self._region()])
+                        "--output", "json", *self._region()])
         try:
             listing = json.loads(out) if out.strip() else {}
         except json.JSONDecodeError:
             raise StoreError(f"{self.uri}/{model}/: the AWS CLI's listing is not JSON") from None
-        folders = [p["Prefix"][len(base):].rstrip("/") for p in listing.get("CommonPrefixes") or []]
-        files = [c["Key"][len(base):] for c in listing.get("Contents") or []]
-        return folders, files
+        return sorted(c["Key"][len(base):] for c in listing.get("Contents") or [])
 
     def read_text(self, relative: str) -> str:
         return self.run(["aws", "s3", "cp", f"{self.uri}/{relative}", "-", *self._region()])
@@ -185,6 +195,9 @@ class S3Store:
 
     def put_file(self, local: Path, relative: str) -> None:
         self._s3("cp", str(local), f"{self.uri}/{relative}")
+
+    def copy_file(self, relative: str, new_relative: str) -> None:
+        self._s3("cp", f"{self.uri}/{relative}", f"{self.uri}/{new_relative}")
 
     def remove_file(self, relative: str) -> None:
         self._s3("rm", f"{self.uri}/{relative}")
@@ -207,26 +220,44 @@ def open_store(target: str, region: str | None = None, run: Runner = aws_cli) ->
     return LocalStore(path)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What one model's folder holds."""
+
+    published: list[int]  # version folders with their marker, oldest first
+    unfinished: list[int]  # version folders without it: an upload in progress, or a failed one
+    retired: list[int]
+    has_config: bool
+
+    @property
+    def issued(self) -> int:
+        return max([*self.published, *self.unfinished, *self.retired], default=0)
+
+
+def layout(store: ModelStore, model: str) -> Layout:
+    keys = store.keys(model)
+    folders = {key.split("/", 1)[0] for key in keys if "/" in key}
+    numbered = {n for n in map(_number, folders) if n is not None}
+    marked = {n for n in numbered if f"{n}/{PUBLISHED_MARKER}" in keys}
+    retired = {n for f in folders if f.startswith(RETIRED_PREFIX)
+               and (n := _number(f[len(RETIRED_PREFIX):])) is not None}
+    return Layout(sorted(marked), sorted(numbered - marked), sorted(retired), CONFIG_FILENAME in keys)
+
+
 def versions(store: ModelStore, model: str) -> list[int]:
-    """The model's version folders, oldest first (what Triton may serve)."""
-    folders, _ = store.entries(model)
-    return sorted(n for n in map(_number, folders) if n is not None)
-
-
-def _retired(store: ModelStore, model: str) -> list[int]:
-    folders, _ = store.entries(model)
-    return sorted(n for f in folders if f.startswith(RETIRED_PREFIX)
-                  and (n := _number(f[len(RETIRED_PREFIX):])) is not None)
+    """The model's completely published versions, oldest first (what pods serve)."""
+    return layout(store, model).published
 
 
 def next_version(store: ModelStore, model: str) -> int:
-    """One above every number ever issued, retired ones included."""
-    return max([*versions(store, model), *_retired(store, model)], default=0) + 1
+    """One above every number ever issued: published, unfinished and retired."""
+    return layout(store, model).issued + 1
 
 
 def published_config(store: ModelStore, model: str) -> str | None:
-    _, files = store.entries(model)
-    return store.read_text(f"{model}/{CONFIG_FILENAME}") if CONFIG_FILENAME in files else None
+    if not layout(store, model).has_config:
+        return None
+    return store.read_text(f"{model}/{CONFIG_FILENAME}")
 
 
 def stage_version(staging: Path, model: str, version: int, config_text: str, files: Sequence[Path]) -> Path:
@@ -236,6 +267,7 @@ def stage_version(staging: Path, model: str, version: int, config_text: str, fil
     version_dir.mkdir(parents=True, exist_ok=False)
     for file in files:
         shutil.copyfile(file, version_dir / file.name)
+    (version_dir / VERSION_CONFIG).write_text(config_text)
     (model_dir / CONFIG_FILENAME).write_text(config_text)
     (model_dir / PUBLISHED_MARKER).write_text(f"{model} {version}\n")
     return model_dir
@@ -250,25 +282,30 @@ def _retire(store: ModelStore, model: str, version: int) -> None:
 
 def publish(store: ModelStore, model_dir: Path, version: int, keep: int) -> list[int]:
     """Upload the staged version's files, then the config, then the version's marker; then
-    retire versions older than the newest `keep + 1`. Returns the versions retired."""
+    retire published versions older than the newest `keep + 1` and unfinished leftovers.
+    Returns the versions retired."""
     model = model_dir.name
-    if version in versions(store, model) or version in _retired(store, model):
+    if version <= layout(store, model).issued:
         raise StoreError(f"{store.describe()}/{model}/{version} was issued before; versions are never overwritten")
     store.put_tree(model_dir / str(version), f"{model}/{version}")
     store.put_file(model_dir / CONFIG_FILENAME, f"{model}/{CONFIG_FILENAME}")
     store.put_file(model_dir / PUBLISHED_MARKER, f"{model}/{version}/{PUBLISHED_MARKER}")
-    old = versions(store, model)[:-(keep + 1)]
+    now = layout(store, model)
+    old = sorted([*now.published[:-(keep + 1)], *now.unfinished])
     for number in old:
         _retire(store, model, number)
     return old
 
 
 def rollback(store: ModelStore, model: str) -> tuple[int, int]:
-    """Retire the newest version; returns (retired, now newest). Refuses to retire the last one."""
-    found = versions(store, model)
-    if len(found) < 2:
-        raise StoreError(
-            f"{store.describe()}/{model} has {len(found)} version(s); rollback needs an older one to go back to"
-        )
-    _retire(store, model, found[-1])
-    return found[-1], found[-2]
+    """Retire the newest published version and put back the config the one before it was
+    published with; returns (retired, now newest). Refuses to retire the last one."""
+    now = layout(store, model)
+    if len(now.published) < 2:
+        raise StoreError(f"{store.describe()}/{model} has {len(now.published)} published version(s); rollback "
+                         "needs an older one to go back to")
+    newest, previous = now.published[-1], now.published[-2]
+    _retire(store, model, newest)
+    if f"{previous}/{VERSION_CONFIG}" in store.keys(model):
+        store.copy_file(f"{model}/{previous}/{VERSION_CONFIG}", f"{model}/{CONFIG_FILENAME}")
+    return newest, previous

@@ -16,6 +16,7 @@ from workloads.serve.repository import (
     next_version,
     open_store,
     publish,
+    published_config,
     rollback,
     stage_version,
     versions,
@@ -39,10 +40,12 @@ def test_layout_markers_and_versions_grow(tmp_path):
     assert next_version(store, "gpt") == 1
     assert publish(store, staged(tmp_path, 1, b"one"), 1, keep=2) == []
     assert publish(store, staged(tmp_path, 2, b"two"), 2, keep=2) == []
-    (tmp_path / "repo" / "gpt" / "scratch").mkdir()  # not a version: ignored, as Triton does
-    (tmp_path / "repo" / "gpt" / "07").mkdir()  # nor is a number with a leading zero
-    assert tree(tmp_path / "repo") == ["gpt/1/PUBLISHED", "gpt/1/model.onnx", "gpt/2/PUBLISHED",
-                                       "gpt/2/model.onnx", "gpt/config.pbtxt"]
+    for stray in ("scratch", "07"):  # not versions (nor is a number with a leading zero), as for Triton
+        (tmp_path / "repo" / "gpt" / stray).mkdir()
+        (tmp_path / "repo" / "gpt" / stray / PUBLISHED_MARKER).write_text("")
+    assert [f for f in tree(tmp_path / "repo") if "scratch" not in f and "07" not in f] == ["gpt/1/PUBLISHED", "gpt/1/model.onnx", "gpt/1/published-config.pbtxt",
+                                       "gpt/2/PUBLISHED", "gpt/2/model.onnx", "gpt/2/published-config.pbtxt",
+                                       "gpt/config.pbtxt"]
     assert versions(store, "gpt") == [1, 2] and next_version(store, "gpt") == 3
     assert (tmp_path / "repo/gpt/2/model.onnx").read_bytes() == b"two"
     assert (tmp_path / "repo/gpt/config.pbtxt").read_text().endswith("# v2\n")
@@ -69,13 +72,15 @@ def test_rollback_retires_the_newest_and_its_number_is_never_reused(tmp_path):
         publish(store, staged(tmp_path, v), v, keep=2)
     assert rollback(store, "gpt") == (3, 2)
     assert versions(store, "gpt") == [1, 2]
-    # Kept, without its marker, where Triton and the pods' copies do not look.
-    assert tree(tmp_path / "repo/gpt/retired-3") == ["model.onnx"]
+    # Kept, without its marker, where Triton and the pods' copies do not look; the config
+    # version 2 was published with is the model's config again.
+    assert tree(tmp_path / "repo/gpt/retired-3") == ["model.onnx", "published-config.pbtxt"]
+    assert (tmp_path / "repo/gpt/config.pbtxt").read_text().endswith("# v2\n")
     assert next_version(store, "gpt") == 4
     with pytest.raises(StoreError, match="gpt/3 was issued before"):
         publish(store, _restage(tmp_path), 3, keep=2)
     assert rollback(store, "gpt") == (2, 1)
-    with pytest.raises(StoreError, match="has 1 version\\(s\\); rollback needs an older one"):
+    with pytest.raises(StoreError, match="has 1 published version\\(s\\); rollback needs an older one"):
         rollback(store, "gpt")
     assert versions(store, "gpt") == [1]
 
@@ -88,6 +93,23 @@ def test_publishing_retires_versions_beyond_one_spare(tmp_path):
     assert versions(store, "gpt") == [3, 4, 5]
     assert sorted(p.name for p in (tmp_path / "repo/gpt").iterdir()) == [
         "3", "4", "5", "config.pbtxt", "retired-1", "retired-2"]
+
+
+def test_a_failed_export_neither_counts_nor_survives_the_next(tmp_path):
+    """An export that died after uploading files but before its marker leaves a folder pods
+    never serve: it is not a version to keep or roll back onto, its number is not reused,
+    and the next export retires it."""
+    store = LocalStore(tmp_path / "repo")
+    for v in (1, 2):
+        publish(store, staged(tmp_path, v), v, keep=1)
+    failed = staged(tmp_path, 3)
+    store.put_tree(failed / "3", "gpt/3")  # files, no marker
+    assert versions(store, "gpt") == [1, 2] and next_version(store, "gpt") == 4
+    assert rollback(store, "gpt") == (2, 1)  # onto 1, never onto the unfinished 3
+    assert publish(store, staged(tmp_path, 4), 4, keep=1) == [3]
+    assert versions(store, "gpt") == [1, 4]
+    assert sorted(p.name for p in (tmp_path / "repo/gpt").iterdir()) == [
+        "1", "4", "config.pbtxt", "retired-2", "retired-3"]
 
 
 def test_local_store_errors_are_one_line(tmp_path):
@@ -108,16 +130,16 @@ class FakeS3:
 
     It answers only the commands and options the real CLI accepts for each subcommand (an
     option the CLI would reject, such as `--only-show-errors` on `s3api` or `ls`, fails
-    here too), and lists the way `s3api list-objects-v2 --delimiter /` does.
+    here too), and lists the way `s3api list-objects-v2` does.
     """
 
     OPTIONS = {  # options each command accepts (beyond its positional arguments)
-        ("s3api", "list-objects-v2"): {"--bucket", "--prefix", "--delimiter", "--output", "--region"},
+        ("s3api", "list-objects-v2"): {"--bucket", "--prefix", "--output", "--region"},
         ("s3", "cp"): {"--recursive", "--region", "--only-show-errors"},
         ("s3", "mv"): {"--recursive", "--region", "--only-show-errors"},
         ("s3", "rm"): {"--recursive", "--region", "--only-show-errors"},
     }
-    VALUED = {"--bucket", "--prefix", "--delimiter", "--output", "--region"}
+    VALUED = {"--bucket", "--prefix", "--output", "--region"}
 
     def __init__(self, bucket: str) -> None:
         self.bucket = bucket
@@ -147,15 +169,10 @@ class FakeS3:
         return uri[len(f"s3://{self.bucket}/"):]
 
     def list_objects_v2(self, options, _positional):
-        assert options["--bucket"] == self.bucket and options["--delimiter"] == "/"
-        prefix = options["--prefix"]
-        keys = sorted(k for k in self.objects if k.startswith(prefix))
-        folders = sorted({prefix + k[len(prefix):].split("/")[0] + "/" for k in keys if "/" in k[len(prefix):]})
-        answer = {"Contents": [{"Key": k} for k in keys if "/" not in k[len(prefix):]],
-                  "CommonPrefixes": [{"Prefix": f} for f in folders]}
-        # The CLI leaves out empty lists, and prints nothing at all for an empty listing.
-        answer = {k: v for k, v in answer.items() if v}
-        return json.dumps(answer) if answer else ""
+        assert options["--bucket"] == self.bucket and options["--output"] == "json"
+        keys = sorted(k for k in self.objects if k.startswith(options["--prefix"]))
+        # The CLI prints nothing at all for an empty listing.
+        return json.dumps({"Contents": [{"Key": k, "Size": len(self.objects[k])} for k in keys]}) if keys else ""
 
     def cp(self, options, positional):
         source, target = positional
@@ -165,6 +182,8 @@ class FakeS3:
                     self.objects[self._key(target) + str(file.relative_to(source))] = file.read_bytes()
         elif target == "-":
             return self.objects[self._key(source)].decode()
+        elif source.startswith("s3://"):
+            self.objects[self._key(target)] = self.objects[self._key(source)]
         else:
             self.objects[self._key(target)] = Path(source).read_bytes()
         return ""
@@ -192,7 +211,7 @@ def test_s3_store_publishes_retires_and_rolls_back_through_the_cli(tmp_path):
     for v in (1, 2, 3, 4):
         publish(store, staged(tmp_path, v), v, keep=2)
     assert versions(store, "gpt") == [2, 3, 4] and next_version(store, "gpt") == 5
-    assert sorted(s3.objects) == [
+    assert sorted(k for k in s3.objects if not k.endswith("published-config.pbtxt")) == [
         "triton/gpt/2/PUBLISHED", "triton/gpt/2/model.onnx", "triton/gpt/3/PUBLISHED", "triton/gpt/3/model.onnx",
         "triton/gpt/4/PUBLISHED", "triton/gpt/4/model.onnx", "triton/gpt/config.pbtxt",
         "triton/gpt/retired-1/model.onnx"]
@@ -205,13 +224,15 @@ def test_s3_store_publishes_retires_and_rolls_back_through_the_cli(tmp_path):
     assert all(c[c.index("--region") + 1] == "me-central-1" for c in s3.calls)
     assert not any("--sse" in " ".join(c) for c in s3.calls)
     assert rollback(store, "gpt") == (4, 3)
-    # The marker goes before the folder moves, so no pod copies a half-moved version.
-    assert [c[1:3] for c in s3.calls[-2:]] == [["s3", "rm"], ["s3", "mv"]]
-    assert s3.calls[-2][3] == "s3://models-bucket/triton/gpt/4/PUBLISHED"
+    # The marker goes before the folder moves, so no pod copies a half-moved version; then
+    # version 3's config comes back, copied inside the bucket.
+    changes = [c for c in s3.calls if c[1:3] != ["s3api", "list-objects-v2"]][-3:]
+    assert [c[1:3] for c in changes] == [["s3", "rm"], ["s3", "mv"], ["s3", "cp"]]
+    assert changes[0][3] == "s3://models-bucket/triton/gpt/4/PUBLISHED"
+    assert changes[2][3:5] == ["s3://models-bucket/triton/gpt/3/published-config.pbtxt",
+                               "s3://models-bucket/triton/gpt/config.pbtxt"]
     assert versions(store, "gpt") == [2, 3] and next_version(store, "gpt") == 5
-    from workloads.serve.repository import published_config
-
-    assert published_config(store, "gpt").endswith("# v4\n")
+    assert published_config(store, "gpt").endswith("# v3\n")
 
 
 def test_a_failing_cli_call_is_one_line(tmp_path):
