@@ -1,9 +1,9 @@
 """What the inference service looks like on the cluster, as plain Kubernetes manifests.
 
 Triton serves the model repository in the models bucket with the config written by
-`python -m workloads.serve export`. An init container copies the repository to the pod's
-own disk with the AWS CLI, whose SDK takes its credentials from Pod Identity (so no key is
-ever stored); Triton then loads it from there. Triton is not given the bucket itself: its
+`python -m workloads.serve export`. An init container copies the served model's part of
+the repository to the pod's own disk with the AWS CLI, whose SDK takes its credentials from
+Pod Identity (so no key is ever stored); Triton then loads it from there. Triton is not given the bucket itself: its
 S3 client is built on an AWS SDK for C++ older than the first release that reads Pod
 Identity credentials (1.11.263), so it would find none. GPU
 replicas take one GPU each on the inference pool; the smb stack's replicas run ONNX Runtime

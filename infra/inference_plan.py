@@ -18,9 +18,9 @@ from workloads.serve.spec import ServeSpecError, check_serving, gpu_refusal
 # to the kubelet, the system and the platform's daemon sets (as for training pods).
 NODE_CPU_SHARE = 0.8
 NODE_MEMORY_SHARE = 0.75
-# Of a node's disk (the instance-store RAID where kubelet lives on it, else the root volume), half is
-# left to pods' ephemeral storage: the rest holds the OS and the container images (Triton's
-# alone is over 10 GB).
+# Of a node's disk (the instance-store RAID where kubelet lives on it, else the root
+# volume), half is left to pods' ephemeral storage: the rest holds the OS and the container
+# images (Triton's alone is over 10 GB).
 NODE_DISK_SHARE = 0.5
 _ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:([a-z0-9-]+):[0-9]{12}:certificate/[0-9a-f-]{36}$")
 
