@@ -1,9 +1,10 @@
 """Decode each resource's properties once per request instead of once per rule.
 
-pulumi-policy's analyzer turns a resource's property Struct into a dict, and that dict
-into Python values, separately for every rule it runs (and again for the provider's
-properties): with 28 rules that decoding is most of the pack's time. The rules never
-modify what they read, so the pack process shares one decoded copy among them.
+pulumi-policy's analyzer turns a resource's property Struct into a dict, that dict into
+Python values, and those into a read-only proxy that refuses values unknown at preview,
+separately for every rule it runs (and again for the provider's properties): with 28
+rules that work is most of the pack's time. The rules never modify what they read, so the
+pack process shares one decoded copy, and one proxy of it, among them.
 
 Results are kept per message object (the messages of one request keep their identity),
 holding a reference to each message so its id cannot be reused while it is cached.
@@ -47,8 +48,10 @@ def share_decoding_across_rules() -> None:
 
     messages = _IdentityCache()
     values = _IdentityCache()
+    proxies = _IdentityCache()
     to_dict = json_format.MessageToDict
     deserialize = policy.deserialize_properties
+    make_proxy = policy.unknown_checking_proxy
 
     class _JsonFormat:
         """json_format as the analyzer sees it, with MessageToDict shared."""
@@ -65,5 +68,10 @@ def share_decoding_across_rules() -> None:
     def deserialize_properties(props: Any, keep_unknowns: Any = None) -> Any:
         return values.get(props, keep_unknowns, lambda: deserialize(props, keep_unknowns))
 
+    def unknown_checking_proxy(props: Any) -> Any:
+        # The proxies only wrap: they hold no state of their own a rule could change.
+        return proxies.get(props, None, lambda: make_proxy(props))
+
     policy.json_format = _JsonFormat()
     policy.deserialize_properties = deserialize_properties
+    policy.unknown_checking_proxy = unknown_checking_proxy

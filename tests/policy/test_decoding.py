@@ -1,4 +1,4 @@
-"""The pack decodes each resource once per request, however many rules read it."""
+"""The pack decodes (and proxies) each resource once per request, however many rules read it."""
 
 from __future__ import annotations
 
@@ -29,6 +29,18 @@ other = policy.deserialize_properties(policy.json_format.MessageToDict(b))
 assert first is again and first == other and first is not other, (first, again, other)
 assert len(calls) == 2, calls
 assert policy.json_format.MessageToDict(a, preserving_proto_field_name=True) == {"bucket": "x", "tags": {"owner": "ml"}}
+# One proxy per decoded copy, and it still refuses values unknown at preview.
+assert policy.unknown_checking_proxy(first) is policy.unknown_checking_proxy(again)
+assert policy.unknown_checking_proxy(other) is not policy.unknown_checking_proxy(first)
+assert policy.unknown_checking_proxy(first)["tags"]["owner"] == "ml"
+from pulumi_policy.proxy import UnknownValueError
+unknown = policy.unknown_checking_proxy({"arn": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"})
+try:
+    unknown["arn"]
+except UnknownValueError:
+    pass
+else:
+    raise AssertionError("an unknown value was handed to a rule")
 print("ok")
 """
 
