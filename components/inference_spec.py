@@ -158,10 +158,15 @@ def triton_args(plan: ServingPlan) -> list[str]:
 DISK_OVERHEAD_GI = 2
 
 
+def replica_disk_gi(repository_gi: int) -> int:
+    """A replica's local disk: its repository copy and its scratch."""
+    return repository_gi + DISK_OVERHEAD_GI
+
+
 def _disk(plan: ServingPlan) -> str:
     """The pod's local disk, asked for so the scheduler places replicas where it is free
     and the kubelet evicts a replica that outgrows it rather than filling the node."""
-    return f"{plan.repository_gi + DISK_OVERHEAD_GI}Gi"
+    return f"{replica_disk_gi(plan.repository_gi)}Gi"
 
 
 def resources(plan: ServingPlan) -> dict[str, dict[str, str]]:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.inference_spec import DISK_OVERHEAD_GI
+from components.inference_spec import DISK_OVERHEAD_GI, replica_disk_gi
 from workloads.serve.spec import ServeSpecError, check_serving, gpu_refusal
 
 # What a GPU replica leaves to the node: a fifth of the CPU and a quarter of the memory go
@@ -131,7 +131,7 @@ def resolve_inference(config: Any) -> ResolvedInference | None:
             "cpuPerReplica" if cpu > usable_cpu else "memoryGiPerReplica",
             f"a replica of {cpu} cores and {memory_gi} GiB does not fit a {pool.instance_type} node "
             f"(at most {usable_cpu} cores and {usable_memory} GiB are left to pods)")
-    disk_gi = settings.repository_gi_per_replica + DISK_OVERHEAD_GI
+    disk_gi = replica_disk_gi(settings.repository_gi_per_replica)
     disk_gib, larger = node_disk(pool)
     usable_disk = math.floor(disk_gib * NODE_DISK_SHARE)
     if disk_gi > usable_disk:

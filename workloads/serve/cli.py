@@ -182,9 +182,7 @@ def _load_checkpoint(path: Path) -> tuple[Any, Any]:
 
 def _export(args: argparse.Namespace) -> int:
     from workloads.serve.export import ParityError, export_checked
-    from workloads.serve.repository import (
-        StoreError, next_version, open_store, publish, published_config, stage_version,
-    )
+    from workloads.serve.repository import StoreError, layout, open_store, publish, published_config, stage_version
     from workloads.serve.triton_config import MODEL_FILENAME, round_trip, signature_change
 
     # Settings are checked before the (slow) model load, so a typo fails at once.
@@ -194,8 +192,9 @@ def _export(args: argparse.Namespace) -> int:
     config_text = round_trip(spec)
     try:
         store = open_store(args.repository, region=args.region)
-        version = next_version(store, spec.name)
-        published = published_config(store, spec.name)
+        now = layout(store, spec.name)
+        version = now.issued + 1
+        published = published_config(store, spec.name, now)
     except StoreError as err:
         raise BadInput(f"--repository: {err}") from None
     if published is not None:

@@ -222,12 +222,16 @@ def open_store(target: str, region: str | None = None, run: Runner = aws_cli) ->
 
 @dataclass(frozen=True)
 class Layout:
-    """What one model's folder holds."""
+    """What one model's folder holds, from one listing of it."""
 
+    keys: frozenset[str]  # every file, relative to the model's folder
     published: list[int]  # version folders with their marker, oldest first
     unfinished: list[int]  # version folders without it: an upload in progress, or a failed one
     retired: list[int]
-    has_config: bool
+
+    @property
+    def has_config(self) -> bool:
+        return CONFIG_FILENAME in self.keys
 
     @property
     def issued(self) -> int:
@@ -235,13 +239,13 @@ class Layout:
 
 
 def layout(store: ModelStore, model: str) -> Layout:
-    keys = store.keys(model)
+    keys = frozenset(store.keys(model))
     folders = {key.split("/", 1)[0] for key in keys if "/" in key}
     numbered = {n for n in map(_number, folders) if n is not None}
     marked = {n for n in numbered if f"{n}/{PUBLISHED_MARKER}" in keys}
     retired = {n for f in folders if f.startswith(RETIRED_PREFIX)
                and (n := _number(f[len(RETIRED_PREFIX):])) is not None}
-    return Layout(sorted(marked), sorted(numbered - marked), sorted(retired), CONFIG_FILENAME in keys)
+    return Layout(keys, sorted(marked), sorted(numbered - marked), sorted(retired))
 
 
 def versions(store: ModelStore, model: str) -> list[int]:
@@ -254,8 +258,9 @@ def next_version(store: ModelStore, model: str) -> int:
     return layout(store, model).issued + 1
 
 
-def published_config(store: ModelStore, model: str) -> str | None:
-    if not layout(store, model).has_config:
+def published_config(store: ModelStore, model: str, now: Layout | None = None) -> str | None:
+    """The model's config.pbtxt, if it has one; `now` saves listing the folder again."""
+    if not (now or layout(store, model)).has_config:
         return None
     return store.read_text(f"{model}/{CONFIG_FILENAME}")
 
@@ -285,13 +290,15 @@ def publish(store: ModelStore, model_dir: Path, version: int, keep: int) -> list
     retire published versions older than the newest `keep + 1` and unfinished leftovers.
     Returns the versions retired."""
     model = model_dir.name
-    if version <= layout(store, model).issued:
+    before = layout(store, model)
+    if version <= before.issued:
         raise StoreError(f"{store.describe()}/{model}/{version} was issued before; versions are never overwritten")
     store.put_tree(model_dir / str(version), f"{model}/{version}")
     store.put_file(model_dir / CONFIG_FILENAME, f"{model}/{CONFIG_FILENAME}")
     store.put_file(model_dir / PUBLISHED_MARKER, f"{model}/{version}/{PUBLISHED_MARKER}")
-    now = layout(store, model)
-    old = sorted([*now.published[:-(keep + 1)], *now.unfinished])
+    # The folder is now what it was plus this version (one export at a time): no need to list it again.
+    published = [*before.published, version]
+    old = sorted([*published[:-(keep + 1)], *before.unfinished])
     for number in old:
         _retire(store, model, number)
     return old
@@ -306,6 +313,6 @@ def rollback(store: ModelStore, model: str) -> tuple[int, int]:
                          "needs an older one to go back to")
     newest, previous = now.published[-1], now.published[-2]
     _retire(store, model, newest)
-    if f"{previous}/{VERSION_CONFIG}" in store.keys(model):
+    if f"{previous}/{VERSION_CONFIG}" in now.keys:
         store.copy_file(f"{model}/{previous}/{VERSION_CONFIG}", f"{model}/{CONFIG_FILENAME}")
     return newest, previous

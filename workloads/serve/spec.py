@@ -116,8 +116,7 @@ def check_serving(
         raise ServeSpecError(
             "maxBatchSize", f"max batch size {max_batch_size} must be at least 1 for dynamic batching"
         )
-    if max_batch_size > INT32_MAX:
-        raise ServeSpecError("maxBatchSize", f"max batch size {max_batch_size} is above Triton's limit {INT32_MAX}")
+    _within_triton("maxBatchSize", f"max batch size {max_batch_size}", max_batch_size, INT32_MAX)
     if not preferred_batch_sizes:
         raise ServeSpecError("preferredBatchSizes", "preferred batch sizes must list at least one size")
     for size in preferred_batch_sizes:
@@ -138,16 +137,19 @@ def check_serving(
             "maxQueueDelayMicroseconds",
             f"max queue delay {max_queue_delay_microseconds} us is below zero; use 0 or more microseconds",
         )
-    if max_queue_delay_microseconds > UINT64_MAX:
-        raise ServeSpecError("maxQueueDelayMicroseconds",
-                             f"max queue delay {max_queue_delay_microseconds} us is above Triton's limit {UINT64_MAX}")
+    _within_triton("maxQueueDelayMicroseconds", f"max queue delay {max_queue_delay_microseconds} us",
+                   max_queue_delay_microseconds, UINT64_MAX)
     if instance_count < 1:
         raise ServeSpecError("instanceCount", f"instance count {instance_count} must be at least 1")
-    if instance_count > INT32_MAX:
-        raise ServeSpecError("instanceCount", f"instance count {instance_count} is above Triton's limit {INT32_MAX}")
+    _within_triton("instanceCount", f"instance count {instance_count}", instance_count, INT32_MAX)
     if keep_versions < 1:
         raise ServeSpecError(
             "keepVersions", f"keep versions {keep_versions} must be at least 1 (the version being served)"
         )
-    if keep_versions > INT32_MAX:
-        raise ServeSpecError("keepVersions", f"keep versions {keep_versions} is above Triton's limit {INT32_MAX}")
+    _within_triton("keepVersions", f"keep versions {keep_versions}", keep_versions, INT32_MAX)
+
+
+def _within_triton(key: str, setting: str, value: int, limit: int) -> None:
+    """Triton stores the setting in a fixed-width integer; `setting` names it with its value."""
+    if value > limit:
+        raise ServeSpecError(key, f"{setting} is above Triton's limit {limit}")

@@ -208,8 +208,13 @@ def test_s3_store_publishes_retires_and_rolls_back_through_the_cli(tmp_path):
     assert isinstance(store, S3Store)
     # A model's first version: its prefix does not exist yet.
     assert versions(store, "gpt") == [] and next_version(store, "gpt") == 1
+    def listings() -> int:
+        return sum(c[1:3] == ["s3api", "list-objects-v2"] for c in s3.calls)
+
     for v in (1, 2, 3, 4):
+        before = listings()
         publish(store, staged(tmp_path, v), v, keep=2)
+        assert listings() == before + 1  # each export lists the model's folder once
     assert versions(store, "gpt") == [2, 3, 4] and next_version(store, "gpt") == 5
     assert sorted(k for k in s3.objects if not k.endswith("published-config.pbtxt")) == [
         "triton/gpt/2/PUBLISHED", "triton/gpt/2/model.onnx", "triton/gpt/3/PUBLISHED", "triton/gpt/3/model.onnx",
@@ -223,7 +228,9 @@ def test_s3_store_publishes_retires_and_rolls_back_through_the_cli(tmp_path):
         "s3://models-bucket/triton/gpt/4/PUBLISHED"]
     assert all(c[c.index("--region") + 1] == "me-central-1" for c in s3.calls)
     assert not any("--sse" in " ".join(c) for c in s3.calls)
+    before = listings()
     assert rollback(store, "gpt") == (4, 3)
+    assert listings() == before + 1
     # The marker goes before the folder moves, so no pod copies a half-moved version; then
     # version 3's config comes back, copied inside the bucket.
     changes = [c for c in s3.calls if c[1:3] != ["s3api", "list-objects-v2"]][-3:]
