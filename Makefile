@@ -39,10 +39,11 @@ preview: setup-core
 test: setup
 	$(BIN)/python -m pytest
 
-# Third-party checks of what will be applied: rendered manifests (kubernetes-validate,
-# checkov) and the GitHub workflows (schema, zizmor). `make test` runs them too.
+# Checks of what will be applied: every chart rendered and judged as the API server and the
+# registry will (tests/rendered), the manifests, checkov, and the GitHub workflows (schema,
+# zizmor). `make test` runs them too.
 check: setup
-	$(BIN)/python -m pytest tests/checks tests/manifests
+	$(BIN)/python -m pytest tests/rendered tests/checks tests/manifests
 
 # Every benchmark, then one table in the README and the plots in docs/bench/.
 bench: setup

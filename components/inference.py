@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.addons.charts import helm_release
+from components.addons.charts import helm_chart
 from components.addons.objects import create
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.inference_spec import (
@@ -105,7 +105,7 @@ class InferenceService(pulumi.ComponentResource):
         metrics_ready: list[pulumi.Resource] = [self.deployment]
         if args.adapter is not None:
             adapter = args.adapter
-            metrics_ready.append(helm_release(
+            metrics_ready.append(helm_chart(
                 ADAPTER_RELEASE,
                 adapter_values(adapter.image_repository, adapter.image_tag, adapter.resource_metrics),
                 adapter.chart_mirror, scraped, namespace=MONITORING_NAMESPACE,

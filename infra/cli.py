@@ -1,6 +1,7 @@
 """`mlplat`: the project's command line.
 
     mlplat preview --stack NAME [--json PATH] [--markdown PATH] [--manifests DIR]
+    mlplat charts list | pull [--to DIR]
 
 Exit codes: 0 no mandatory violation, 1 at least one (or an error the real engine would
 raise), 2 bad input (unknown stack, invalid config), 3 the preview itself failed.
@@ -41,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     diagram = sub.add_parser("diagram", help="write the architecture picture (Mermaid) from a stack's component tree")
     diagram.add_argument("--stack", default="prod", help="stack to draw (default prod)")
     diagram.add_argument("--output", type=Path, metavar="PATH", help="write here instead of stdout")
+    charts = sub.add_parser("charts", help="the chart cache the offline renderer reads: where each pinned chart is, "
+                                           "or fill it from the charts' own repositories")
+    charts.add_argument("action", choices=["list", "pull"],
+                        help="list: where each pinned chart is found; pull: fetch the missing ones (needs network)")
+    charts.add_argument("--to", type=Path, metavar="DIR", help="pull into this folder (default ~/.cache/mlplat/charts)")
     docs = sub.add_parser("docs", help="regenerate the README's component reference from the code and the previews")
     docs.add_argument("--readme", type=Path, default=Path("README.md"), help="the README to update (default README.md)")
     return parser
@@ -48,8 +54,37 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"diagram": _diagram, "docs": _docs, "preview": _preview}
+    commands = {"charts": _charts, "diagram": _diagram, "docs": _docs, "preview": _preview}
     return commands[args.command](args)
+
+
+def _charts(args: argparse.Namespace) -> int:
+    from infra.chart_cache import ChartCacheError, cache_dirs, locate, pull
+    from infra.versions import CHARTS
+
+    try:
+        if args.action == "pull":
+            results = pull([(c.name, c.repository, c.version) for c in CHARTS.values()], args.to,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+            fetched = sum(r.pulled for r in results)
+            print(f"{fetched} chart(s) pulled, {len(results) - fetched} already cached")
+            return EXIT_OK
+        missing = 0
+        for chart in CHARTS.values():
+            try:
+                print(f"{chart.name} {chart.version}: {locate(chart.name, chart.version)}")
+            except ChartCacheError:
+                missing += 1
+                print(f"{chart.name} {chart.version}: missing")
+        if missing:
+            print(f"mlplat: error: {missing} pinned chart(s) missing from the chart cache "
+                  f"({', '.join(map(str, cache_dirs()))}); run `mlplat charts pull` where the chart repositories "
+                  "are reachable", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return EXIT_OK
+    except ChartCacheError as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def _docs(args: argparse.Namespace) -> int:

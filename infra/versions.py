@@ -10,6 +10,47 @@ KUBERNETES_VERSION = "1.34"
 
 ECR_HOST = "{account}.dkr.ecr.{region}.amazonaws.com"
 
+# The built-in API versions a KUBERNETES_VERSION cluster serves by default (`kubectl
+# api-versions` less CRDs; beta APIs are off unless a cluster turns them on), with their
+# kinds. Charts choose their API versions by testing these (.Capabilities.APIVersions), and
+# the API server refuses any other built-in version ("no matches for kind"). The kinds
+# are checked against the version's OpenAPI schemas in tests/unit/test_served_apis.py.
+SERVED_APIS: dict[str, tuple[str, ...]] = {
+    "v1": ("ComponentStatus", "ConfigMap", "Endpoints", "Event", "LimitRange", "Namespace", "Node",
+           "PersistentVolume", "PersistentVolumeClaim", "Pod", "PodTemplate", "ReplicationController",
+           "ResourceQuota", "Secret", "Service", "ServiceAccount"),
+    "admissionregistration.k8s.io/v1": ("MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                                        "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"),
+    "apiextensions.k8s.io/v1": ("CustomResourceDefinition",),
+    "apiregistration.k8s.io/v1": ("APIService",),
+    "apps/v1": ("ControllerRevision", "DaemonSet", "Deployment", "ReplicaSet", "StatefulSet"),
+    "authentication.k8s.io/v1": ("SelfSubjectReview", "TokenReview"),
+    "authorization.k8s.io/v1": ("LocalSubjectAccessReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview",
+                                "SubjectAccessReview"),
+    "autoscaling/v1": ("HorizontalPodAutoscaler",),
+    "autoscaling/v2": ("HorizontalPodAutoscaler",),
+    "batch/v1": ("CronJob", "Job"),
+    "certificates.k8s.io/v1": ("CertificateSigningRequest",),
+    "coordination.k8s.io/v1": ("Lease",),
+    "discovery.k8s.io/v1": ("EndpointSlice",),
+    "events.k8s.io/v1": ("Event",),
+    "flowcontrol.apiserver.k8s.io/v1": ("FlowSchema", "PriorityLevelConfiguration"),
+    "networking.k8s.io/v1": ("IPAddress", "Ingress", "IngressClass", "NetworkPolicy", "ServiceCIDR"),
+    "node.k8s.io/v1": ("RuntimeClass",),
+    "policy/v1": ("PodDisruptionBudget",),
+    "rbac.authorization.k8s.io/v1": ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"),
+    "resource.k8s.io/v1": ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice"),
+    "scheduling.k8s.io/v1": ("PriorityClass",),
+    "storage.k8s.io/v1": ("CSIDriver", "CSINode", "CSIStorageCapacity", "StorageClass", "VolumeAttachment",
+                          "VolumeAttributesClass"),
+}
+
+
+def built_in_api_versions() -> list[str]:
+    """SERVED_APIS as `.Capabilities.APIVersions` lists them: `group/version` and
+    `group/version/Kind`."""
+    return sorted({*SERVED_APIS, *(f"{gv}/{kind}" for gv, kinds in SERVED_APIS.items() for kind in kinds)})
+
 
 # --- Registry plan -------------------------------------------------------------------
 # Every third-party image the platform runs is mirrored into an in-region ECR repository;
@@ -25,6 +66,9 @@ class Image:
     source: str
     tag: str
     built_here: bool = False  # the platform's own image, pushed by CI rather than mirrored
+    # Why this mirror is not the image its chart runs upstream, where it is not; empty: it
+    # is (the render check compares each mirror with the chart's own choice).
+    differs_from_chart: str = ""
 
     @property
     def repository(self) -> str:
@@ -40,49 +84,62 @@ class Image:
 # The platform's own images share the project's version.
 PLATFORM_IMAGE_TAG = "0.1.0"
 
-# Tags follow the charts in CHARTS: each is the image that chart version runs upstream, so
-# overriding the registry in the values changes where an image comes from, never which
-# image it is.
+# Each mirror is the image its chart runs upstream at the pinned chart version (the render
+# check in tests/rendered compares every field where our values put a mirror with what the
+# chart renders there without our override); `differs_from_chart` says why where it is not.
+# Every image a rendered object names is in this plan (same check).
+_GIT_TREE = ("the chart's source tree names a development build; the published chart of this version runs this "
+             "release tag")
 IMAGES: dict[str, Image] = {
     image.name: image
     for image in (
         # NVIDIA GPU stack (GPU Operator v26.3.3 and the standalone device plugin chart).
         # GPU feature discovery ships inside the device plugin image since v0.15.
         Image("k8s-device-plugin", "nvcr.io/nvidia/k8s-device-plugin", "v0.19.3"),
-        Image("gpu-operator", "nvcr.io/nvidia/gpu-operator", "v26.3.3"),
+        Image("gpu-operator", "nvcr.io/nvidia/gpu-operator", "v26.3.3",
+              differs_from_chart=f"{_GIT_TREE} (appVersion main-latest in git, v26.3.3 when published)"),
         # The validator binary lives in the operator image since v25.10; the separate
         # validator repository stopped at v25.3.x, so this mirror copies the operator image.
-        Image("gpu-operator-validator", "nvcr.io/nvidia/gpu-operator", "v26.3.3"),
+        Image("gpu-operator-validator", "nvcr.io/nvidia/gpu-operator", "v26.3.3",
+              differs_from_chart=f"{_GIT_TREE} (appVersion main-latest in git, v26.3.3 when published)"),
         Image("k8s-mig-manager", "nvcr.io/nvidia/cloud-native/k8s-mig-manager", "v0.14.2"),
-        Image("container-toolkit", "nvcr.io/nvidia/k8s/container-toolkit", "v1.19.1"),
+        # The GPU Operator's NFD (its bundled NFD chart 0.18.3).
         Image("node-feature-discovery", "registry.k8s.io/nfd/node-feature-discovery", "v0.18.3"),
-        Image("dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter", "4.5.3-4.8.2-ubuntu22.04"),
+        # The device plugin chart 0.19.3 bundles NFD chart 0.17.3, whose templates pass flags
+        # (-metrics, -grpc-health) that NFD 0.18 removed: its pods need the 0.17 image.
+        Image("node-feature-discovery-0.17", "registry.k8s.io/nfd/node-feature-discovery", "v0.17.3"),
+        Image("dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter", "4.5.3-4.8.2-distroless"),
         # The chart's default pulls from an ECR registry in us-west-2: the mirror keeps the
         # EFA plugin in-region.
         Image("aws-efa-k8s-device-plugin", "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin",
               "v0.5.20"),
-        # Telemetry (kube-prometheus-stack 88.x: prometheus-operator v0.93).
-        Image("prometheus", "quay.io/prometheus/prometheus", "v3.13.0"),
-        Image("alertmanager", "quay.io/prometheus/alertmanager", "v0.33.0"),
+        # Telemetry (kube-prometheus-stack 88.3.0: prometheus-operator v0.93, kube-state-metrics
+        # chart 8.2.0, prometheus-node-exporter chart 4.56.1).
+        Image("prometheus", "quay.io/prometheus/prometheus", "v3.13.2-distroless"),
+        Image("alertmanager", "quay.io/prometheus/alertmanager", "v0.33.1"),
         Image("prometheus-operator", "quay.io/prometheus-operator/prometheus-operator", "v0.93.0"),
         Image("prometheus-config-reloader", "quay.io/prometheus-operator/prometheus-config-reloader", "v0.93.0"),
-        Image("kube-webhook-certgen", "ghcr.io/jkroepke/kube-webhook-certgen", "1.8.3"),
-        Image("node-exporter", "quay.io/prometheus/node-exporter", "v1.11.1"),
-        Image("kube-state-metrics", "registry.k8s.io/kube-state-metrics/kube-state-metrics", "v2.19.0"),
+        # The operator is told where Thanos lives even where no Prometheus runs a Thanos
+        # sidecar: the reference points in-region too.
+        Image("thanos", "quay.io/thanos/thanos", "v0.42.4"),
+        Image("node-exporter", "quay.io/prometheus/node-exporter", "v1.12.1-distroless"),
+        Image("kube-state-metrics", "registry.k8s.io/kube-state-metrics/kube-state-metrics", "v2.19.1"),
         # prometheus-adapter chart 5.3.0 runs adapter v0.12.0 (the inference autoscaler's metrics).
         Image("prometheus-adapter", "registry.k8s.io/prometheus-adapter/prometheus-adapter", "v0.12.0"),
-        Image("grafana", "docker.io/grafana/grafana", "13.0.2"),
-        Image("grafana-sidecar", "quay.io/kiwigrid/k8s-sidecar", "2.7.3"),
         # Scheduling.
-        Image("kueue", "registry.k8s.io/kueue/kueue", "v0.18.2"),
-        Image("jobset", "registry.k8s.io/jobset/jobset", "v0.12.0"),
-        # FSx for Lustre CSI driver and its sidecars.
+        Image("kueue", "registry.k8s.io/kueue/kueue", "v0.18.2",
+              differs_from_chart=f"{_GIT_TREE} (us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue:"
+              "release-0.18 in git)"),
+        Image("jobset", "registry.k8s.io/jobset/jobset", "v0.12.0",
+              differs_from_chart=f"{_GIT_TREE} (us-central1-docker.pkg.dev/k8s-staging-images/jobset/jobset:main "
+              "in git)"),
+        # FSx for Lustre CSI driver 1.16.0 and its sidecars.
         Image("aws-fsx-csi-driver", "public.ecr.aws/fsx-csi-driver/aws-fsx-csi-driver", "v1.8.0"),
-        Image("livenessprobe", "public.ecr.aws/csi-components/livenessprobe", "v2.18.0-eksbuild.4"),
+        Image("livenessprobe", "public.ecr.aws/csi-components/livenessprobe", "v2.18.0-eksbuild.3"),
         Image("node-driver-registrar", "public.ecr.aws/csi-components/csi-node-driver-registrar",
-              "v2.16.0-eksbuild.4"),
-        Image("external-provisioner", "public.ecr.aws/csi-components/csi-provisioner", "v6.2.0-eksbuild.3"),
-        Image("external-resizer", "public.ecr.aws/csi-components/csi-resizer", "v2.1.0-eksbuild.4"),
+              "v2.16.0-eksbuild.3"),
+        Image("external-provisioner", "public.ecr.aws/csi-components/csi-provisioner", "v6.2.0-eksbuild.2"),
+        Image("external-resizer", "public.ecr.aws/csi-components/csi-resizer", "v2.1.0-eksbuild.3"),
         # Serving and the base of the training image.
         Image("tritonserver", "nvcr.io/nvidia/tritonserver", "26.01-py3"),
         Image("pytorch", "nvcr.io/nvidia/pytorch", "26.01-py3"),
@@ -122,6 +179,8 @@ class Chart:
 
 # Chart versions were checked against each project's releases; images the charts run are
 # pinned separately in IMAGES (the values never fall back to a chart's upstream default).
+# Each chart is rendered offline from the chart cache (infra/chart_cache.py) at exactly
+# this version.
 CHARTS: dict[str, Chart] = {
     chart.name: chart
     for chart in (

@@ -13,15 +13,25 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "policies"))
 
 STACKS = ("dev", "staging", "prod", "smb")
+# The two ways a stack can advertise GPUs (mlplat:addons.devicePluginMode); every stack is
+# also previewed in the mode its file does not choose.
+DEVICE_PLUGIN_MODES = ("device-plugin", "gpu-operator")
+VARIANTS = tuple((stack, mode) for stack in STACKS for mode in DEVICE_PLUGIN_MODES)
 
 
 @cache
-def preview(stack: str):
-    """One offline preview per stack per test session (the program under mocks, judged by
-    the real pack process); tests read what the engine received from it."""
+def preview(stack: str, device_plugin_mode: str | None = None):
+    """One offline preview per stack (and device-plugin mode) per test session: the program
+    under mocks, charts rendered, judged by the real pack process; tests read what the
+    engine received from it."""
+    from infra.config import load_stack
     from infra.preview.engine import run_preview
 
-    return run_preview(stack)
+    config = load_stack(stack)
+    if device_plugin_mode is None or device_plugin_mode == config.addons.device_plugin_mode:
+        return run_preview(stack) if device_plugin_mode is None else preview(stack)
+    addons = config.addons.model_copy(update={"device_plugin_mode": device_plugin_mode})
+    return run_preview(stack, config=config.model_copy(update={"addons": addons}))
 
 
 @pytest.fixture(params=STACKS)

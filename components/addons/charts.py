@@ -1,4 +1,18 @@
-"""One Helm release of a pinned chart, from upstream or the stack's OCI mirror."""
+"""One Helm chart of a pinned version, from upstream or the stack's OCI mirror.
+
+`kubernetes.helm.v4.Chart`, not `helm.v3.Release`: the provider renders the chart
+client-side and registers every object as its own resource, so `pulumi preview --diff`
+shows each object that changes and the policy pack judges each object that will exist,
+chart internals included. What that gives up, and how each chart copes, is in the README
+("Helm charts: rendered and applied object by object"):
+- Helm hooks do not run. Every hook a chart has is listed in `DROPPED_HOOKS` with why that
+  is fine; kube-prometheus-stack's admission webhook, whose certificate only hooks make,
+  is off (components/addons/values.py).
+- No atomic rollback: a failed update stops at the object that failed, and the next
+  `pulumi up` (or the previous commit) converges. Each object is awaited on its own.
+- CRDs (the chart's crds/ folder) are ordinary resources: created before the objects that
+  use them, and updated when the chart updates them, which Helm never does.
+"""
 
 from __future__ import annotations
 
@@ -7,31 +21,52 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.addons.defaults import with_default_resources
+
+# Every Helm hook a chart of the platform has (rendered with the platform's values), which a
+# helm.v4.Chart does not run, and why that is fine. The render check (tests/rendered) fails
+# on a hook missing here and on an entry no chart renders any more.
+_NFD_PRUNE = ("NFD's post-delete cleanup: removes NFD's node labels when the chart is uninstalled. Without it the "
+              "labels stay on the nodes after an uninstall; they are only NFD's and GPU feature discovery's own, and "
+              "a new install rewrites them.")
+_GPU_OPERATOR_CRDS = ("Applies the chart's CRDs before an upgrade, because Helm never updates CRDs. A helm.v4.Chart "
+                      "applies the CRDs as ordinary resources on every update, before the objects that use them.")
+DROPPED_HOOKS: dict[tuple[str, str, str], str] = {
+    **{("nvidia-device-plugin", kind, "nvidia-device-plugin-node-feature-discovery-prune"): _NFD_PRUNE
+       for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job")},
+    **{("gpu-operator", kind, "gpu-operator-node-feature-discovery-prune"): _NFD_PRUNE
+       for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job")},
+    ("gpu-operator", "ServiceAccount", "gpu-operator-upgrade-crd-hook-sa"): _GPU_OPERATOR_CRDS,
+    ("gpu-operator", "ClusterRole", "gpu-operator-upgrade-crd-hook-role"): _GPU_OPERATOR_CRDS,
+    ("gpu-operator", "ClusterRoleBinding", "gpu-operator-upgrade-crd-hook-binding"): _GPU_OPERATOR_CRDS,
+    ("gpu-operator", "Job", "gpu-operator-upgrade-crd"): _GPU_OPERATOR_CRDS,
+}
 from components.addons.values import NAMESPACES, chart_source
 
-# Long enough for the Prometheus stack to create its volumes on a fresh cluster.
-TIMEOUT_SECONDS = 900
+
+def default_resources(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """The transform every Chart carries: limits for chart containers that set none."""
+    if not args.custom or not args.type_.startswith("kubernetes:") or "kind" not in args.props:
+        return None
+    props, filled = with_default_resources(args.props)
+    return pulumi.ResourceTransformResult(props, args.opts) if filled else None
 
 
-def helm_release(
+def helm_chart(
     chart: str,
     values: dict[str, Any],
     mirror: str | None,
     opts: pulumi.ResourceOptions,
     namespace: str | None = None,
-) -> k8s.helm.v3.Release:
+) -> k8s.helm.v4.Chart:
     source = chart_source(chart, mirror)
-    return k8s.helm.v3.Release(
+    return k8s.helm.v4.Chart(
         chart,
         name=chart,  # a fixed release name: Services and ServiceMonitors are named after it
         chart=source.chart,
         version=source.version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=source.repo) if source.repo else None,
+        repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=source.repo) if source.repo else None,
         namespace=namespace or NAMESPACES[chart],
-        create_namespace=False,  # namespaces come from SYSTEM_NAMESPACES, with their labels
         values=values,
-        atomic=True,  # a failed install or upgrade rolls back instead of leaving half a chart
-        cleanup_on_fail=True,
-        timeout=TIMEOUT_SECONDS,
-        opts=opts,
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(transforms=[default_resources])),
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.addons.charts import helm_release
+from components.addons.charts import helm_chart
 from components.addons.values import (
     AddonContext,
     efa_device_plugin_values,
@@ -27,7 +27,7 @@ class DevicePlugins(pulumi.ComponentResource):
     """Advertises `nvidia.com/gpu` on GPU nodes and `vpc.amazonaws.com/efa` on EFA nodes.
     Exactly one of the NVIDIA device plugin and the GPU Operator is installed."""
 
-    releases: list[k8s.helm.v3.Release]
+    releases: list[k8s.helm.v4.Chart]
 
     def __init__(self, name: str, args: DevicePluginsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:addons:DevicePlugins", name, None, opts)
@@ -36,13 +36,13 @@ class DevicePlugins(pulumi.ComponentResource):
         self.releases = []
         if ctx.gpu_instance_types:
             if ctx.device_plugin_mode == "gpu-operator":
-                self.releases.append(helm_release("gpu-operator", gpu_operator_values(ctx), args.chart_mirror, child))
+                self.releases.append(helm_chart("gpu-operator", gpu_operator_values(ctx), args.chart_mirror, child))
             else:
                 self.releases.append(
-                    helm_release("nvidia-device-plugin", nvidia_device_plugin_values(ctx), args.chart_mirror, child)
+                    helm_chart("nvidia-device-plugin", nvidia_device_plugin_values(ctx), args.chart_mirror, child)
                 )
         if ctx.efa_instance_types:
             self.releases.append(
-                helm_release("aws-efa-k8s-device-plugin", efa_device_plugin_values(ctx), args.chart_mirror, child)
+                helm_chart("aws-efa-k8s-device-plugin", efa_device_plugin_values(ctx), args.chart_mirror, child)
             )
         self.register_outputs({"releases": [r.name for r in self.releases]})

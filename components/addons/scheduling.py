@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.addons.charts import helm_release
+from components.addons.charts import helm_chart
 from components.addons.objects import create
 from components.addons.queues import FlavorCapacity, cluster_queue, local_queue, resource_flavors
 from components.addons.values import AddonContext, jobset_values, kueue_values
@@ -30,17 +30,17 @@ class Scheduling(pulumi.ComponentResource):
     `default` in each tenant namespace."""
 
     local_queues: dict[str, pulumi.CustomResource]
-    jobset: k8s.helm.v3.Release
-    kueue: k8s.helm.v3.Release
+    jobset: k8s.helm.v4.Chart
+    kueue: k8s.helm.v4.Chart
 
     def __init__(self, name: str, args: SchedulingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:addons:Scheduling", name, None, opts)
         ctx = args.context
         base = list(args.depends_on)
-        self.jobset = helm_release("jobset", jobset_values(ctx), args.chart_mirror,
+        self.jobset = helm_chart("jobset", jobset_values(ctx), args.chart_mirror,
                                    pulumi.ResourceOptions(parent=self, depends_on=base))
         # Kueue after JobSet: it manages JobSets only if their CRD exists when it starts.
-        self.kueue = helm_release("kueue", kueue_values(ctx), args.chart_mirror,
+        self.kueue = helm_chart("kueue", kueue_values(ctx), args.chart_mirror,
                                   pulumi.ResourceOptions(parent=self, depends_on=[*base, self.jobset]))
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.kueue])
         flavors = [create(f, after_kueue) for f in resource_flavors(args.capacities)]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
-from components.addons.charts import helm_release
+from components.addons.charts import helm_chart
 from components.addons.objects import create
 from components.addons.values import AddonContext, fsx_csi_values
 from components.addons.volumes import (
@@ -43,7 +43,7 @@ class StorageDrivers(pulumi.ComponentResource):
         self.claims = {}
         self.tenant_directories = None
         if args.lustre is not None:
-            driver = helm_release("aws-fsx-csi-driver", fsx_csi_values(args.context), args.chart_mirror,
+            driver = helm_chart("aws-fsx-csi-driver", fsx_csi_values(args.context), args.chart_mirror,
                                   pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
             for namespace, ns_resource in args.tenant_namespaces.items():
                 volume = create(scratch_volume(namespace, args.lustre),

@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.addons.alerts import AlertThresholds, gpu_prometheus_rule
-from components.addons.charts import helm_release
+from components.addons.charts import helm_chart
 from components.addons.objects import create
 from components.addons.values import NAMESPACES, AddonContext, dcgm_exporter_values, kube_prometheus_stack_values
 
@@ -22,12 +22,12 @@ class GpuTelemetryArgs:
 
 
 class GpuTelemetry(pulumi.ComponentResource):
-    stack: k8s.helm.v3.Release
+    stack: k8s.helm.v4.Chart
 
     def __init__(self, name: str, args: GpuTelemetryArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:addons:GpuTelemetry", name, None, opts)
         ctx = args.context
-        self.stack = helm_release(
+        self.stack = helm_chart(
             "kube-prometheus-stack", kube_prometheus_stack_values(ctx), args.chart_mirror,
             pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
@@ -36,6 +36,6 @@ class GpuTelemetry(pulumi.ComponentResource):
         if ctx.gpu_instance_types:
             # With the GPU Operator, its own DCGM exporter is on (gpu_operator_values).
             if ctx.device_plugin_mode == "device-plugin":
-                helm_release("dcgm-exporter", dcgm_exporter_values(ctx), args.chart_mirror, after_stack)
+                helm_chart("dcgm-exporter", dcgm_exporter_values(ctx), args.chart_mirror, after_stack)
             create(gpu_prometheus_rule(NAMESPACES["kube-prometheus-stack"], args.thresholds), after_stack)
         self.register_outputs({"release": self.stack.name})

@@ -152,7 +152,8 @@ def device_plugin_config(time_slicing_replicas: int, mig_strategy: str) -> str:
 
 def nvidia_device_plugin_values(ctx: AddonContext) -> dict[str, Any]:
     plugin = ctx.image("k8s-device-plugin")
-    nfd = ctx.image("node-feature-discovery")
+    # The NFD chart this chart bundles (0.17.3) passes flags NFD 0.18 removed.
+    nfd = ctx.image("node-feature-discovery-0.17")
     affinity = instance_type_affinity(ctx.gpu_instance_types)
     return {
         "image": {"repository": plugin.full_repository, "tag": plugin.tag, "pullPolicy": "IfNotPresent"},
@@ -218,11 +219,12 @@ def gpu_operator_values(ctx: AddonContext) -> dict[str, Any]:
             "image": {"repository": nfd.full_repository, "tag": nfd.tag},
             "worker": {"tolerations": [GPU_TOLERATION], "resources": SMALL},
             "master": {"resources": MEDIUM},
+            "gc": {"resources": SMALL},
         },
         # Components this platform does not use stay off, so no unmirrored image is pulled.
         **{name: {"enabled": False} for name in (
             "nodeStatusExporter", "gds", "gdrcopy", "vgpuManager", "vgpuDeviceManager", "vfioManager",
-            "sandboxDevicePlugin", "kataManager", "ccManager",
+            "sandboxDevicePlugin", "kataSandboxDevicePlugin", "kataManager", "ccManager",
         )},
     }
     if mig:
@@ -245,7 +247,11 @@ def efa_device_plugin_values(ctx: AddonContext) -> dict[str, Any]:
         },
         "tolerations": [GPU_TOLERATION, EFA_TOLERATION],
         "resources": SMALL,
-        "securityContext": {**NO_CAPABILITIES, "runAsNonRoot": False},
+        # The chart defaults to privileged and Helm merges maps: `privileged: None` removes
+        # that key, or the merge asks for privileged with allowPrivilegeEscalation false,
+        # which the API server refuses. The plugin only lists /dev/infiniband (hostPath) and
+        # serves the kubelet socket: root, no capabilities.
+        "securityContext": {**NO_CAPABILITIES, "privileged": None, "runAsNonRoot": False, "runAsUser": 0},
     }
 
 
@@ -294,8 +300,10 @@ def dcgm_exporter_values(ctx: AddonContext) -> dict[str, Any]:
         "affinity": instance_type_affinity(ctx.gpu_instance_types),
         "resources": MEDIUM,
         # Root to open the GPU devices, but none of SYS_ADMIN that upstream adds: that is
-        # only for profiling (DCP) fields, and none of the fields above is one.
-        "securityContext": {**NO_CAPABILITIES, "runAsNonRoot": False, "runAsUser": 0},
+        # only for profiling (DCP) fields, and none of the fields above is one. Helm merges
+        # maps, so `add: None` is what removes the chart's list.
+        "securityContext": {**NO_CAPABILITIES, "capabilities": {"add": None, "drop": ["ALL"]},
+                            "runAsNonRoot": False, "runAsUser": 0},
     }
 
 
@@ -325,8 +333,13 @@ def kube_prometheus_stack_values(ctx: AddonContext) -> dict[str, Any]:
         "prometheusOperator": {
             "image": _split_image(ctx.image("prometheus-operator")),
             "prometheusConfigReloader": {"image": _split_image(reloader), "resources": SMALL},
-            "admissionWebhooks": {"patch": {"image": _split_image(ctx.image("kube-webhook-certgen")),
-                                            "resources": SMALL}},
+            "thanosImage": _split_image(ctx.image("thanos")),
+            # The webhook's certificate comes from Helm hook Jobs, and a helm.v4.Chart runs no
+            # hooks: without them the webhook has no certificate and the operator's TLS
+            # listener no key. The operator validates rules itself (invalid ones are left out
+            # and reported), and its own endpoint serves only in-cluster metrics.
+            "admissionWebhooks": {"enabled": False},
+            "tls": {"enabled": False},
             "resources": MEDIUM,
         },
         "prometheus": {"prometheusSpec": {
@@ -346,7 +359,9 @@ def kube_prometheus_stack_values(ctx: AddonContext) -> dict[str, Any]:
         "kube-state-metrics": {"image": _split_image(ctx.image("kube-state-metrics")), "resources": MEDIUM},
         # Node metrics from every node, the tainted GPU nodes included.
         "prometheus-node-exporter": {
-            "image": _split_image(ctx.image("node-exporter")),
+            # The chart appends `-distroless` to the tag when `distroless` is on (88.3.0
+            # turns it on); the plan's tag already names the distroless build.
+            "image": {**_split_image(ctx.image("node-exporter")), "distroless": False},
             "tolerations": [GPU_TOLERATION, EFA_TOLERATION],
             "resources": SMALL,
         },
@@ -436,10 +451,12 @@ def fsx_csi_values(ctx: AddonContext) -> dict[str, Any]:
     """FSx for Lustre CSI driver. Static volumes only: the controller creates no file
     systems, so it needs no AWS permissions beyond what the node role has."""
 
-    def sidecar(name: str) -> dict[str, Any]:
+    def sidecar(name: str, pull_policy: bool = True) -> dict[str, Any]:
         img = ctx.image(name)
-        return {"image": {"repository": img.full_repository, "tag": img.tag, "pullPolicy": "IfNotPresent"},
-                "resources": SMALL}
+        image = {"repository": img.full_repository, "tag": img.tag}
+        if pull_policy:
+            image["pullPolicy"] = "IfNotPresent"
+        return {"image": image, "resources": SMALL}
 
     driver = ctx.image("aws-fsx-csi-driver")
     return {
@@ -447,8 +464,10 @@ def fsx_csi_values(ctx: AddonContext) -> dict[str, Any]:
         "sidecars": {
             "livenessProbe": sidecar("livenessprobe"),
             "nodeDriverRegistrar": sidecar("node-driver-registrar"),
-            "provisioner": sidecar("external-provisioner"),
-            "resizer": sidecar("external-resizer"),
+            # Chart 1.16.0 renders no pull policy for these two sidecars and reads no value for
+            # it; Kubernetes' default for a tagged image, IfNotPresent, applies.
+            "provisioner": sidecar("external-provisioner", pull_policy=False),
+            "resizer": sidecar("external-resizer", pull_policy=False),
         },
         # The region is set, not looked up from instance metadata: pods cannot reach IMDS.
         "controller": {"region": ctx.region, "resources": MEDIUM},

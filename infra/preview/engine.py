@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infra.checks.admission import refusals
 from infra.config import PROJECT, REPO_ROOT, ConfigError, PlatformConfig, load_stack
+from infra.preview.charts import CHART_TYPE, ChartExpander
 from infra.preview.analyzer import PACK_DIR, PolicyPackProcess, StreamingAnalysis, load_policy_config
 from infra.preview.fixtures import RegionFixture
 from infra.preview.mocks import PreviewMocks, RecordingMonitor, Registration, run_program
@@ -44,6 +47,20 @@ def engine_errors(monitor: RecordingMonitor) -> list[str]:
                 "pass the explicit provider"
             )
     return errors
+
+
+def kubernetes_refusals(registrations: list[Registration]) -> list[str]:
+    """What the API server would refuse among the Kubernetes objects, ours and the charts'
+    (infra/checks/admission.py), each line naming its release or `program`."""
+    charts = {r.urn: r.name for r in registrations if r.type == CHART_TYPE}
+    objects = []
+    for reg in registrations:
+        if reg.custom and reg.type.startswith("kubernetes:") and not reg.is_provider:
+            body = reg.inputs(mask_secrets=False)
+            if "kind" in body:
+                owner = f"release {charts[reg.parent]}" if reg.parent in charts else "program"
+                objects.append((owner, body))
+    return [f"the API server would refuse {line}" for line in refusals(objects)]
 
 
 def _package(resource_type: str) -> str:
@@ -88,14 +105,21 @@ def run_preview(
             if reg.is_provider:
                 providers[reg.urn] = reg
             analysis.submit(reg)
+            expander.on_register(reg)  # a helm.v4.Chart: its objects, as the provider registers them
 
         mocks = PreviewMocks(fixture or RegionFixture(config.region))
         monitor = RecordingMonitor(mocks, on_register=on_register)
-        progress("running the program under mocks")
+        expander = ChartExpander(monitor.registrations, monitor.make_urn, monitor.add)
+        progress("running the program under mocks, rendering its Helm charts")
         run_program(lambda: program(config), mocks, monitor, project=PROJECT, stack=stack)
+        renders = expander.finish()
         registrations = list(monitor.registrations.values())
         progress(f"analyzing {len(registrations)} resources")
-        verdict = analysis.finish(registrations)
+        # The API server's rules run while this thread mostly waits on the pack's answers.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            refused = pool.submit(kubernetes_refusals, registrations)
+            verdict = analysis.finish(registrations)
+            refusal_lines = refused.result()
     finally:
         pack.close()
     return PreviewResult(
@@ -103,8 +127,9 @@ def run_preview(
         region=config.region,
         registrations=registrations,
         verdict=verdict,
-        engine_errors=engine_errors(monitor),
+        engine_errors=engine_errors(monitor) + refusal_lines,
         component_outputs=dict(monitor.outputs),
+        charts=renders,
         seconds=time.perf_counter() - started,
     )
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pulumi
 from google.protobuf import json_format, struct_pb2
-from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.mocks import MockMonitor, _resolve_callbacks
 from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -48,6 +48,9 @@ class Registration:
     delete_before_replace: bool = False
     ignore_changes: list[str] = field(default_factory=list)
     additional_secret_outputs: list[str] = field(default_factory=list)
+    # The program's transforms on this resource (callables), which the engine also applies
+    # to the children a provider registers under it.
+    transforms: list[Any] = field(default_factory=list, repr=False, compare=False)
     _masked: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -111,6 +114,14 @@ class RecordingMonitor(MockMonitor):
             parent = ""
         return super().make_urn(parent, type_, name)
 
+    def add(self, reg: Registration) -> None:
+        """A registration made on the program's behalf (a remote component's child)."""
+        if reg.urn in self.registrations:
+            self.duplicates.append(reg.urn)
+        self.registrations[reg.urn] = reg
+        if self._on_register is not None:
+            self._on_register(reg)
+
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         if request.type != "pulumi:pulumi:Stack":
             urn = self.make_urn(request.parent, request.type, request.name)
@@ -131,6 +142,7 @@ class RecordingMonitor(MockMonitor):
                 delete_before_replace=bool(request.deleteBeforeReplace),
                 ignore_changes=list(request.ignoreChanges),
                 additional_secret_outputs=list(request.additionalSecretOutputs),
+                transforms=_resolve_callbacks(request.transforms),
             )
             self.registrations[urn] = reg
         response = super().RegisterResource(request)

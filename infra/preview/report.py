@@ -13,7 +13,9 @@ from typing import Any
 
 import yaml
 
+from infra.checks.images import references as image_references
 from infra.preview.analyzer import Verdict
+from infra.preview.charts import CHART_TYPE, ChartRender
 from infra.preview.mocks import Registration
 from infra.preview.pools import node_pool_lines
 from infra.preview.storage_report import storage_inventory, storage_markdown
@@ -30,6 +32,7 @@ class PreviewResult:
     engine_errors: list[str]
     seconds: float
     component_outputs: dict[str, list[str]] = field(default_factory=dict)  # urn -> output names
+    charts: list[ChartRender] = field(default_factory=list)  # every helm.v4.Chart and what it rendered
 
     @cached_property
     def by_urn(self) -> dict[str, Registration]:
@@ -102,6 +105,7 @@ def to_json(result: PreviewResult) -> dict[str, Any]:
             for v in result.verdict.violations
         ],
         "engineErrors": result.engine_errors,
+        "charts": chart_summaries(result),
         "advisories": result.verdict.advisories,
         "policies": policy_evidence(result.verdict),
         "summary": {
@@ -114,6 +118,49 @@ def to_json(result: PreviewResult) -> dict[str, Any]:
             "seconds": round(result.seconds, 3),
         },
     }
+
+
+def chart_summaries(result: PreviewResult) -> list[dict[str, Any]]:
+    """One entry per helm.v4.Chart: what it renders, the images its objects run, the hooks
+    Pulumi will not run, and the violations and refusals among its objects."""
+    by_parent: dict[str, list[Registration]] = {}
+    for reg in result.registrations:
+        by_parent.setdefault(reg.parent, []).append(reg)
+    failed = Counter(v.urn for v in result.verdict.violations)
+    summaries = []
+    for chart in result.charts:
+        objects = by_parent.get(chart.urn, [])
+        rendered = chart.rendered
+        images = sorted({ref for reg in objects for _where, ref in image_references(reg.inputs())
+                         if reg.type != "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"})
+        summaries.append({
+            "release": chart.resource_name,
+            "chart": rendered.release.chart if rendered else None,
+            "version": rendered.release.version if rendered else None,
+            "namespace": rendered.release.namespace if rendered else None,
+            "objects": len(objects),
+            "kinds": dict(sorted(Counter(str(reg.inputs().get("kind")) for reg in objects).items())),
+            "images": images,
+            "hooksNotRun": [f"{h.kind} {h.name} ({h.events})" for h in rendered.hooks] if rendered else [],
+            "violations": sum(failed[reg.urn] for reg in objects),
+            "refusals": sum(1 for e in result.engine_errors if e.startswith(f"the API server would refuse release "
+                                                                            f"{chart.resource_name}:")),
+            "rendered": rendered is not None,
+        })
+    return summaries
+
+
+def chart_lines(result: PreviewResult) -> list[str]:
+    """`release: chart@version, N objects, M images, V violations` per chart."""
+    lines = []
+    for c in result.report["charts"]:
+        if not c["rendered"]:
+            lines.append(f"{c['release']}: not rendered (an input is unknown until apply)")
+            continue
+        lines.append(f"{c['release']}: {c['chart']}@{c['version']} in {c['namespace']}, {c['objects']} objects, "
+                     f"{len(c['images'])} images, {c['violations']} violations, {c['refusals']} refusals"
+                     + (f", {len(c['hooksNotRun'])} hooks not run" if c["hooksNotRun"] else ""))
+    return lines
 
 
 def component_tree(result: PreviewResult) -> list[str]:
@@ -149,6 +196,8 @@ def plan_text(result: PreviewResult) -> str:
     lines += component_tree(result)
     pools = node_pool_lines(result.registrations)
     lines += ["", *pools] if pools else []
+    charts = chart_lines(result)
+    lines += ["", "Helm charts (each object its own resource):", *[f"  {line}" for line in charts]] if charts else []
     lines += ["", "Resources by type:"]
     lines += [f"  {n:5d}  {t}" for t, n in summary["byType"].items()]
     lines += ["", verdict_text(result)]
@@ -199,6 +248,20 @@ def to_markdown(result: PreviewResult) -> str:
         ref = " ".join(x for x in (control.get("name"), control.get("reference")) if x) or "-"
         out.append(f"| `{row['policy']}` | {_cell(ref)} | {row['level']} | {row['checked']} | "
                    f"{row['passed']} | {row['failed']} |")
+    if data["charts"]:
+        out += ["", "### Helm charts", "",
+                "Each chart is rendered as the Kubernetes provider applies it; every object is its own resource, "
+                "judged by the pack and the API server's rules.", "",
+                "| release | chart | objects | images | violations | refusals | hooks not run |",
+                "|---|---|---:|---:|---:|---:|---:|"]
+        for c in data["charts"]:
+            chart = f"`{c['chart']}@{c['version']}`" if c["rendered"] else "not rendered (unknown input)"
+            out.append(f"| `{c['release']}` | {chart} | {c['objects']} | {len(c['images'])} | {c['violations']} | "
+                       f"{c['refusals']} | {len(c['hooksNotRun'])} |")
+        out += ["", "<details><summary>Images by release</summary>", ""]
+        for c in data["charts"]:
+            out += [f"- `{c['release']}`: " + ", ".join(f"`{i}`" for i in c["images"])]
+        out += ["", "</details>"]
     by_urn = result.by_urn
     out += ["", *storage_markdown(storage_inventory(result.registrations, lambda r: resource_region(r, by_urn)))]
     out += ["", "<details><summary>Resources by type</summary>", "", "| type | count |", "|---|---:|"]
@@ -216,36 +279,53 @@ def _cell(text: str) -> str:
 
 
 def kubernetes_objects(result: PreviewResult) -> list[dict[str, Any]]:
+    """Every Kubernetes object the stack applies, the charts' objects included."""
+    return [body for _release, body in _objects_by_release(result)]
+
+
+def _objects_by_release(result: PreviewResult) -> list[tuple[str | None, dict[str, Any]]]:
+    charts = {r.urn: r.name for r in result.registrations if r.type == CHART_TYPE}
     objects = []
     for reg in result.registrations:
         if not reg.custom or not reg.type.startswith("kubernetes:") or reg.type == HELM_RELEASE:
             continue
         body = reg.inputs(mask_secrets=True)
         if "apiVersion" in body and "kind" in body:
-            objects.append(body)
+            objects.append((charts.get(reg.parent), _masked_by_key(reg, body)))
     return objects
 
 
+def _masked_by_key(reg: Registration, body: dict[str, Any]) -> dict[str, Any]:
+    """A Secret whose whole `data` is secret keeps its keys, each value masked, so the
+    written object still has the shape the API server expects."""
+    masked = [key for key in ("data", "stringData") if body.get(key) == "[secret]"]
+    if not masked:
+        return body
+    plain_body = reg.inputs(mask_secrets=False)
+    return {**body, **{key: {name: "[secret]" for name in plain_body.get(key) or {}} for key in masked}}
+
+
 def helm_releases(result: PreviewResult) -> list[dict[str, Any]]:
-    return [r.inputs(mask_secrets=True) for r in result.registrations if r.type == HELM_RELEASE]
+    return [r.inputs(mask_secrets=True) for r in result.registrations if r.type in (HELM_RELEASE, CHART_TYPE)]
 
 
 def write_manifests(result: PreviewResult, directory: Path) -> int:
-    """One YAML file per Kubernetes object; Helm releases' chart and values under helm/."""
+    """One YAML file per Kubernetes object: the program's at the top, each chart's under
+    charts/<release>/ beside `release.yaml` (the chart, version, namespace and values)."""
     directory.mkdir(parents=True, exist_ok=True)
     count = 0
-    for body in kubernetes_objects(result):
+    for release, body in _objects_by_release(result):
+        folder = directory / "charts" / _slug(release) if release else directory
+        folder.mkdir(parents=True, exist_ok=True)
         meta = body.get("metadata") or {}
         parts = [body["kind"], meta.get("namespace") or "", meta.get("name") or "unnamed"]
-        path = directory / (_slug("-".join(p for p in parts if p)) + ".yaml")
-        path.write_text(_yaml(body))
+        (folder / (_slug("-".join(p for p in parts if p)) + ".yaml")).write_text(_yaml(body))
         count += 1
-    releases = helm_releases(result)
-    if releases:
-        (directory / "helm").mkdir(exist_ok=True)
-        for release in releases:
-            name = release.get("name") or release.get("chart") or "release"
-            (directory / "helm" / f"{_slug(name)}.yaml").write_text(_yaml(release))
+    for release in helm_releases(result):
+        name = release.get("name") or release.get("chart") or "release"
+        folder = directory / "charts" / _slug(name)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "release.yaml").write_text(_yaml(release))
     return count
 
 

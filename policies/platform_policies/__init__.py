@@ -22,6 +22,7 @@ from .kubernetes import (
     k8s_gpu_pods_use_limits_and_tolerate_taint,
     k8s_images_from_allowed_registries,
     k8s_images_pinned,
+    k8s_no_added_capabilities,
     k8s_no_privileged_or_host_namespaces,
     k8s_workloads_run_as_non_root,
 )
@@ -69,6 +70,7 @@ KUBERNETES = [
     k8s_gpu_pods_use_limits_and_tolerate_taint,
     k8s_no_privileged_or_host_namespaces,
     k8s_workloads_run_as_non_root,
+    k8s_no_added_capabilities,
 ]
 TAGS = [storage_and_compute_tagged]
 

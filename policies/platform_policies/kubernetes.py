@@ -11,6 +11,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 from .common import DEFAULT_ALLOWED_REGIONS, UNKNOWN, Settings, flag, get, is_kubernetes, items, resource_rule
 from .controls import cis_eks, iso
 from .workloads import (
+    HELM_CHART,
     HELM_RELEASE,
     ImageRef,
     containers,
@@ -25,11 +26,27 @@ from .workloads import (
     workload,
 )
 
-HELM_TYPES = frozenset({HELM_RELEASE, "kubernetes:helm.sh/v4:Chart"})
+HELM_TYPES = frozenset({HELM_RELEASE, HELM_CHART})
+
+
+def _chart_objects_judged(args: ResourceValidationArgs) -> None:
+    """A helm.v4.Chart's pods are judged on the objects it renders, each its own resource;
+    judging its values as well would report one setting twice."""
+    if args.resource_type == HELM_CHART:
+        args.not_applicable("helm.v4.Chart: judged on each object it renders")
+
+
+# Kinds that describe no pod and name no image: a CRD's schema mentions containers and
+# images without holding any, and walking a few megabytes of schema costs the pack seconds.
+NO_WORKLOAD_TYPES = frozenset({
+    "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+    "kubernetes:core/v1:ConfigMap",
+    "kubernetes:core/v1:Secret",
+})
 
 
 def kubernetes_object(resource_type: str) -> bool:
-    return is_kubernetes(resource_type)
+    return is_kubernetes(resource_type) and resource_type not in NO_WORKLOAD_TYPES
 
 
 def _images(args: ResourceValidationArgs) -> list[tuple[str, ImageRef]]:
@@ -255,6 +272,7 @@ def _allow_listed(args: ResourceValidationArgs, entries: Any) -> None:
 
 
 def _check_privileged(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    _chart_objects_judged(args)
     if args.resource_type in HELM_TYPES:
         flags = helm_flags(get(args.props, "values"), frozenset({"privileged", *HOST_NAMESPACES}))
         if not isinstance(get(args.props, "values"), Mapping):
@@ -295,6 +313,7 @@ k8s_no_privileged_or_host_namespaces = resource_rule(
 
 
 def _check_non_root(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    _chart_objects_judged(args)
     if args.resource_type in HELM_TYPES:
         # The chart renders the pods; what the values ask for explicitly is judged here.
         values = get(args.props, "values")
@@ -332,5 +351,65 @@ k8s_workloads_run_as_non_root = resource_rule(
     framework=cis_eks("4.2", "Pod Security Standards: the restricted profile requires runAsNonRoot"),
     remediation="Build images with a non-root USER and set securityContext.runAsNonRoot=true (and a non-zero "
     "runAsUser) in the pod template.",
+    tags=["kubernetes"],
+)
+
+
+# --- Added capabilities ------------------------------------------------------------------
+
+CAPABILITIES_SCHEMA = {
+    "allowedCapabilities": {
+        "type": "array",
+        "default": [],
+        "description": "Workloads that may add Linux capabilities, each with the capabilities it may add and the "
+        "reason a reviewer accepted.",
+        "items": {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "minLength": 1},
+                "namespace": {"type": "string", "minLength": 1},
+                "name": {"type": "string", "minLength": 1},
+                "capabilities": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "reason": {"type": "string", "minLength": 1},
+            },
+            "required": ["kind", "namespace", "name", "capabilities", "reason"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def _capability(name: Any) -> str:
+    return str(name).upper().removeprefix("CAP_")
+
+
+def _check_capabilities(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    _chart_objects_judged(args)
+    specs = _pod_specs_or_skip(args)
+    this = workload(args.resource_type, args.props, args.name)
+    allowed: set[str] = set()
+    for entry in settings["allowedCapabilities"] or []:
+        if isinstance(entry, Mapping) and this.matches(entry):
+            allowed |= {_capability(c) for c in entry.get("capabilities") or []}
+    for spec_path, spec in specs:
+        for path, container in containers(spec):
+            added = get(container, "securityContext", "capabilities", "add")
+            for cap in items(added):
+                if cap is UNKNOWN or _capability(cap) in allowed:
+                    continue
+                report(f"{_label(args)}: {spec_path}.{path} ({get(container, 'name')}) adds capability {cap}")
+
+
+k8s_no_added_capabilities = resource_rule(
+    name="k8s-no-added-capabilities",
+    description="Containers add no Linux capabilities beyond those allow-listed, per workload and with reasons, in "
+    "the stack's policy config.",
+    applies=kubernetes_object,
+    check=_check_capabilities,
+    config=CAPABILITIES_SCHEMA,
+    framework=cis_eks("4.2.8", "Minimize the admission of containers with added capabilities"),
+    remediation="Drop the capability (and set capabilities.drop: [ALL]); for a chart, set the whole capabilities map "
+    "in its values (Helm merges maps: `add: null` removes a chart's list). If a node daemon truly needs one, add it "
+    "to allowedCapabilities in policies/config/<env>.json with the reason.",
     tags=["kubernetes"],
 )

@@ -17,6 +17,9 @@ from typing import Any
 from .common import UNKNOWN, get, items
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+# A helm.v4.Chart is a component: the provider registers each object it renders as its
+# own resource, and those objects are judged one by one.
+HELM_CHART = "kubernetes:helm.sh/v4:Chart"
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
@@ -39,10 +42,10 @@ class Workload:
 
 
 def workload(resource_type: str, props: Any, resource_name: str) -> Workload:
-    if resource_type == HELM_RELEASE:
+    if resource_type in (HELM_RELEASE, HELM_CHART):
         name = get(props, "name")
         namespace = get(props, "namespace")
-        return Workload("Release", namespace if isinstance(namespace, str) and namespace else "default",
+        return Workload("Release" if resource_type == HELM_RELEASE else "Chart", namespace if isinstance(namespace, str) and namespace else "default",
                         name if isinstance(name, str) and name else resource_name)
     kind = get(props, "kind")
     name = get(props, "metadata", "name")

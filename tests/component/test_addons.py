@@ -12,14 +12,14 @@ import yaml
 
 from components.addons import AddonsArgs, ClusterAddons, LustreVolume
 from components.addons.queues import PoolCapacity
-from components.addons.values import AddonContext, chart_source, kueue_manager_config
+from components.addons.values import NAMESPACES, AddonContext, chart_source, kueue_manager_config
 from components.tenancy import Tenancy, TenancyArgs
 from components.tenancy_spec import Tenant
 from infra.versions import CHARTS
 from tests.component.recorder import Recording, record
 
 ACCOUNT, REGION = "111122223333", "me-central-1"
-RELEASE = "kubernetes:helm.sh/v3:Release"
+RELEASE = "kubernetes:helm.sh/v4:Chart"
 TENANTS = (
     Tenant("research", 64, 512, 24, 96, cohort="training", groups=("mlplat:research-developers",)),
     Tenant("serving", 8, 64, 4, 0, instance_types=("g6e.2xlarge",)),
@@ -81,7 +81,7 @@ def test_release_pins_the_chart_version_and_source(rec, chart):
     assert inputs["version"] == CHARTS[chart].version
     assert inputs["chart"] == source.chart
     assert inputs.get("repositoryOpts", {}).get("repo") == source.repo
-    assert inputs["name"] == chart and inputs["atomic"] is True and inputs["createNamespace"] is False
+    assert inputs["name"] == chart and inputs["namespace"] == NAMESPACES[chart]
 
 
 def test_values_reach_the_engine_unchanged(rec):

@@ -33,7 +33,7 @@ SERVICE = "kubernetes:core/v1:Service"
 HPA = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-RELEASE = "kubernetes:helm.sh/v3:Release"
+RELEASE = "kubernetes:helm.sh/v4:Chart"
 CERT = "arn:aws:acm:me-central-1:111122223333:certificate/12345678-90ab-cdef-1234-567890abcdef"
 MODELS_ARN, KEY_ARN = "arn:aws:s3:::mlplat-test-models", "arn:aws:kms:me-central-1:111122223333:key/m"
 

@@ -138,6 +138,11 @@ RESOURCE_CASES: list[Case] = [
     Case("k8s-workloads-run-as-non-root", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
     Case("k8s-workloads-run-as-non-root", DEPLOYMENT,
          deployment(_pod({**GOOD_CONTAINER, "securityContext": {}})), True, provider=None),
+    Case("k8s-no-added-capabilities", DEPLOYMENT, deployment(_pod({**GOOD_CONTAINER, "securityContext": {
+        **GOOD_CONTAINER["securityContext"], "capabilities": {"drop": ["ALL"]}}})), False, provider=None),
+    Case("k8s-no-added-capabilities", DAEMONSET, deployment(_pod({**GOOD_CONTAINER, "securityContext": {
+        **GOOD_CONTAINER["securityContext"], "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}}})), True,
+         provider=None),
     # --- tags
     Case("storage-and-compute-tagged", "aws:efs/fileSystem:FileSystem", {"encrypted": True, "kmsKeyId": KEY_ARN},
          False, provider={"region": "me-central-1", "defaultTags": json.dumps({"tags": TAGS})}),

@@ -43,6 +43,7 @@ EXPECTED = {
     "gpu_pod_without_toleration.py": "k8s-gpu-pods-use-limits-and-tolerate-taint",
     "privileged_daemonset.py": "k8s-no-privileged-or-host-namespaces",
     "root_workload.py": "k8s-workloads-run-as-non-root",
+    "added_capability.py": "k8s-no-added-capabilities",
     "untagged_volume.py": "storage-and-compute-tagged",
 }
 

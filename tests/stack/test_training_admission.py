@@ -13,7 +13,7 @@ import yaml
 from tests.conftest import STACKS, preview
 from tests.helpers import of_type, one
 
-RELEASE = "kubernetes:helm.sh/v3:Release"
+RELEASE = "kubernetes:helm.sh/v4:Chart"
 JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 JOB = "kubernetes:batch/v1:Job"

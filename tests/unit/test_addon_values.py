@@ -203,11 +203,10 @@ def test_prometheus_and_alertmanager_volumes_on_the_encrypted_class():
     assert GPU_TOLERATION in values["prometheus-node-exporter"]["tolerations"]
 
 
-def test_dcgm_exporter_on_gpu_nodes_without_sys_admin():
+def test_dcgm_exporter_on_gpu_nodes():
     values = dcgm_exporter_values(PROD)
     assert values["tolerations"] == [GPU_TOLERATION]
     assert required_instance_types(values["affinity"]) == ["g6e.2xlarge", "p5.48xlarge"]
-    assert values["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert values["serviceMonitor"]["enabled"] is True
     assert values["customMetrics"] == dcgm_metrics_csv()
 

@@ -252,7 +252,8 @@ def test_registry_plan_maps_every_image_to_an_in_region_repository():
 def test_registry_plan_covers_what_the_platform_runs():
     needed = {"k8s-device-plugin", "node-feature-discovery", "gpu-operator", "dcgm-exporter",
               "aws-efa-k8s-device-plugin", "prometheus", "alertmanager", "prometheus-operator",
-              "prometheus-config-reloader", "node-exporter", "kube-state-metrics", "grafana", "kueue", "jobset",
+              "prometheus-config-reloader", "node-exporter", "kube-state-metrics", "kueue", "jobset", "thanos",
+              "node-feature-discovery-0.17",
               "aws-fsx-csi-driver", "tritonserver", "pytorch", "training", "serving", "checks"}
     assert needed <= set(IMAGES)
 

@@ -1,0 +1,183 @@
+"""The render check: every Helm release of every stack, in both device-plugin modes,
+rendered by the real Helm engine as the Kubernetes provider's helm.v4.Chart applies it
+(the cluster's Kubernetes version, the API versions the stack's charts serve, hooks
+dropped, CRDs included, the program's transforms applied), then judged as the cluster and
+the registry will judge it. The objects are those the offline preview registered, so
+they are exactly what the policy pack judged too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import kubernetes_validate
+import pytest
+
+from components.addons.charts import DROPPED_HOOKS
+from infra.checks.admission import refusals
+from infra.checks.apiserver import containers, pod_specs
+from infra.checks.crd_schema import Outcome, is_custom
+from infra.checks.images import inert, object_id, references
+from infra.checks.release import findings
+from infra.checks.values_read import ACCEPTED_UNREAD, leaves, unread
+from infra.preview.charts import CHART_TYPE
+from infra.preview.fixtures import ACCOUNT_ID
+from infra.render import _load_chart, first_deploy_api_versions, locate, render
+from infra.versions import KUBERNETES_VERSION
+from tests.conftest import VARIANTS, preview
+
+IDS = [f"{stack}-{mode}" for stack, mode in VARIANTS]
+
+
+@pytest.fixture(params=VARIANTS, ids=IDS)
+def variant(request):
+    return preview(*request.param)
+
+
+def chart_objects(result) -> Iterator[tuple[str, dict]]:
+    """(release, object) for every object a chart of the stack renders, as registered."""
+    charts = {r.urn: r.name for r in result.registrations if r.type == CHART_TYPE}
+    for reg in result.registrations:
+        if reg.parent in charts and reg.custom:
+            yield charts[reg.parent], reg.inputs(mask_secrets=False)
+
+
+def renders():
+    """Every distinct rendered release of every variant (stacks share most of them)."""
+    seen = {}
+    for stack, mode in VARIANTS:
+        for chart in preview(stack, mode).charts:
+            key = chart.rendered.release.key(KUBERNETES_VERSION, ())
+            seen.setdefault(key, chart.rendered)
+    return list(seen.values())
+
+
+def test_every_chart_renders_into_registered_objects(variant):
+    charts = [r for r in variant.registrations if r.type == CHART_TYPE]
+    assert charts and len(variant.charts) == len(charts)
+    counts = {}
+    for release, _obj in chart_objects(variant):
+        counts[release] = counts.get(release, 0) + 1
+    for chart in variant.charts:
+        assert chart.rendered is not None, f"{chart.resource_name}: not rendered"
+        assert counts.get(chart.resource_name) == len(chart.rendered.objects), chart.resource_name
+
+
+def test_the_api_server_refuses_nothing(variant):
+    charts = {r.urn for r in variant.registrations if r.type == CHART_TYPE}
+    objects = [(f"release {release}", obj) for release, obj in chart_objects(variant)]
+    objects += [("program", r.inputs(mask_secrets=False)) for r in variant.registrations
+                if r.custom and r.type.startswith("kubernetes:") and r.parent not in charts and "kind" in r.inputs()]
+    outcome = Outcome()
+    assert refusals(objects, outcome) == []
+    custom = [o for _owner, o in objects if is_custom(o) and o["kind"] != "CustomResourceDefinition"]
+    assert custom, "every stack applies custom resources (Kueue queues at least)"
+    # Every CEL rule on the way was evaluated; none was passed for want of a function.
+    assert outcome.rules_skipped == []
+    assert outcome.rules_evaluated > 0
+    assert variant.engine_errors == []
+
+
+def test_every_object_passes_kubernetes_validate_strict():
+    """Each distinct built-in object of every variant, charts' and ours, against the
+    Kubernetes version's OpenAPI schema with unknown fields refused."""
+    seen, errors = set(), []
+    version = f"{KUBERNETES_VERSION}.0"
+    for stack, mode in VARIANTS:
+        for reg in preview(stack, mode).registrations:
+            if not reg.custom or not reg.type.startswith("kubernetes:") or reg.type == CHART_TYPE:
+                continue
+            obj = reg.inputs(mask_secrets=False)
+            text = json.dumps(obj, sort_keys=True)
+            if "kind" not in obj or is_custom(obj) or text in seen:
+                continue
+            seen.add(text)
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as err:
+                errors.append(f"{stack}-{mode} {object_id(obj)}: {'.'.join(map(str, err.path))}: {err.message}")
+    assert len(seen) > 300
+    assert errors == []
+
+
+def test_every_release_passes_the_render_check():
+    """In-region images from the plan, mirrors equal to what the pinned charts run, and
+    nothing the API server refuses, release by release."""
+    problems = [line for rendered in renders() for line in findings(rendered, ACCOUNT_ID, "me-central-1")]
+    assert problems == []
+
+
+def test_inert_image_references_are_only_gpu_operator_operands_that_are_off():
+    seen = {}
+    for rendered in renders():
+        for obj in rendered.objects:
+            for where, ref in references(obj):
+                reason = inert(obj, where)
+                if reason:
+                    seen[(rendered.release.chart, object_id(obj), where.split(".")[1])] = reason
+    assert {chart for chart, _obj, _field in seen} == {"gpu-operator"}
+    fields = {field for _chart, _obj, field in seen}
+    assert fields >= {"driver", "toolkit", "dcgm", "gds", "gdrcopy", "sandboxDevicePlugin"}
+    assert not fields & {"devicePlugin", "dcgmExporter", "validator", "gfd", "operator"}  # what runs
+
+
+def test_every_hook_pulumi_will_not_run_has_a_reason():
+    hooks = {(r.release.chart, h.kind, h.name) for r in renders() for h in r.hooks}
+    assert hooks - set(DROPPED_HOOKS) == set(), "a chart has a hook nobody has accepted losing"
+    assert set(DROPPED_HOOKS) - hooks == set(), "stale DROPPED_HOOKS entries"
+    assert all(len(reason) > 40 for reason in DROPPED_HOOKS.values())
+
+
+def test_a_first_deploy_creates_the_objects_a_running_cluster_has():
+    """On a new cluster the provider renders before any CRD exists; the objects must be
+    the same, or a first `pulumi up` would leave some out."""
+    for rendered in renders():
+        first = render(rendered.release, KUBERNETES_VERSION, first_deploy_api_versions(rendered.release))
+        assert [object_id(o) for o in first.objects] == [object_id(o) for o in rendered.objects], \
+            rendered.release.name
+
+
+def test_no_values_key_goes_unread():
+    """Perturb every leaf of the values we pass, release by release; a leaf whose change
+    alters nothing is a setting that does nothing. Each (chart, key) is proven once."""
+    by_chart = {}
+    for rendered in renders():
+        by_chart.setdefault(rendered.release.chart, []).append(rendered.release)
+
+    def unread_in(chart: str) -> list[str]:
+        found, proven = [], set()
+        defaults = _load_chart(locate(chart, by_chart[chart][0].version)).values
+        for spec in by_chart[chart]:
+            missing = unread(spec, defaults, skip=frozenset(proven))
+            found += [f"{chart}: {path}" for path in missing if (chart, path) not in ACCEPTED_UNREAD]
+            proven |= {p for p, _v in leaves(spec.values) if ".".join(p) not in missing}
+        return sorted(set(found))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # Helm renders outside the GIL
+        results = list(pool.map(unread_in, sorted(by_chart)))
+    assert [line for lines in results for line in lines] == []
+    passed = {(spec.chart, ".".join(p)) for specs in by_chart.values() for spec in specs for p, _v in leaves(spec.values)}
+    assert set(ACCEPTED_UNREAD) <= passed, "stale ACCEPTED_UNREAD entries"
+
+
+def test_chart_containers_all_have_limits(variant):
+    missing = [f"{release}: {object_id(obj)} {c.get('name')}" for release, obj in chart_objects(variant)
+               if obj.get("kind") != "CustomResourceDefinition"
+               for c in _containers(obj) if not (c.get("resources") or {}).get("limits")]
+    assert missing == []
+
+
+def _containers(obj: dict) -> Iterator[dict]:
+    for _path, spec in pod_specs(obj):
+        for _where, container in containers(spec):
+            yield container
+
+
+def test_a_chart_version_changes_the_cache_key_and_nothing_else_does():
+    rendered = renders()[0]
+    spec = rendered.release
+    assert spec.key(KUBERNETES_VERSION, ()) != replace(spec, version="0.0.1").key(KUBERNETES_VERSION, ())
+    assert spec.key(KUBERNETES_VERSION, ()) == replace(spec, values=dict(spec.values)).key(KUBERNETES_VERSION, ())
+    assert spec.key(KUBERNETES_VERSION, ()) != spec.key("1.33", ())
