@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.machine import cpu_name  # noqa: E402
 from workloads.train.data import generate_synthetic_shards  # noqa: E402
 from workloads.train.metrics import read_metrics  # noqa: E402
 
@@ -35,16 +36,6 @@ CPU_RUNS = {"fp32": ["--precision", "fp32"], "bf16": ["--precision", "bf16"]}
 # GPU: GPT-2 small, 16 sequences of 1024 tokens per step.
 GPU_MODEL = ["--model", "gpt2-124m", "--micro-batch", "16"]
 GPU_RUNS = {"bf16+compile": ["--precision", "bf16", "--compile"]}
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpu_model_of(device_name: str) -> str | None:

@@ -5,9 +5,10 @@ the stack's OCI mirror). The offline preview and the render checks must see the 
 chart without a network, so they read it from a cache:
 
 - `$MLPLAT_CHART_CACHE` (one or more folders, separated like PATH), when set;
-- otherwise `../shared/charts` beside the repository (the chart sources at the pinned
-  versions, with a PROVENANCE.md), then the user cache `~/.cache/mlplat/charts`, which
-  `mlplat charts pull` fills from the charts' own repositories.
+- otherwise `../shared/charts` beside the repository (or `shared/charts` inside a copy
+  that carries it: the chart sources at the pinned versions, with a PROVENANCE.md), then
+  the user cache `~/.cache/mlplat/charts`, which `mlplat charts pull` fills from the
+  charts' own repositories.
 
 A folder holds either packaged charts, `<name>-<version>.tgz` (what `pull` writes), or
 chart source trees, `<name>/Chart.yaml`. A source tree counts for a pinned version when
@@ -31,8 +32,17 @@ import yaml
 from infra.config import REPO_ROOT, ConfigError
 
 CACHE_ENV = "MLPLAT_CHART_CACHE"
-SHARED_CACHE = REPO_ROOT.parent / "shared" / "charts"
 PROVENANCE = "PROVENANCE.md"
+
+
+def shared_folder(name: str) -> Path:
+    """`shared/<name>` beside the checkout, or inside it where a copy of the working tree
+    carries it (the GPU machine's copy does); the first that exists, else the former."""
+    candidates = [REPO_ROOT.parent / "shared" / name, REPO_ROOT / "shared" / name]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+SHARED_CACHE = shared_folder("charts")
 
 
 class ChartCacheError(ConfigError):

@@ -14,11 +14,11 @@ from typing import Any
 
 from infra.checks.apiserver import Problem, object_label, problems
 from infra.checks.crd_schema import CrdIndex, Outcome, is_custom, load_crd_files, validate
-from infra.config import REPO_ROOT
+from infra.chart_cache import shared_folder
 from infra.versions import KUBERNETES_VERSION, SERVED_APIS
 
 # CRDs of kinds that the platform creates but no chart of its own installs.
-CRD_FOLDER = REPO_ROOT.parent / "shared" / "crds"
+CRD_FOLDER = shared_folder("crds")
 
 
 def crd_index(objects: Sequence[Mapping[str, Any]], fallback: Path | None = CRD_FOLDER) -> CrdIndex:

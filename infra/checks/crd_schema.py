@@ -13,9 +13,10 @@ Kubernetes CEL libraries that cel-python lacks is counted as not evaluated, neve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +101,18 @@ class CrdIndex:
 
     def validator(self, key: tuple[str, str, str]) -> Draft4Validator:
         if key not in self._validators:
-            root = json_schema(self.schemas[key])
-            root.setdefault("properties", {}).update(_ROOT_FIELDS)
-            root["properties"].setdefault("status", {"type": "object"})
-            self._validators[key] = Draft4Validator(root)
+            self._validators[key] = _validator(json.dumps(self.schemas[key], sort_keys=True))
         return self._validators[key]
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_text: str) -> Draft4Validator:
+    """One validator per distinct schema in a process: stacks share most CRDs, and mapping
+    a large schema onto JSON Schema costs more than comparing its text."""
+    root = json_schema(json.loads(schema_text))
+    root.setdefault("properties", {}).update(_ROOT_FIELDS)
+    root["properties"].setdefault("status", {"type": "object"})
+    return Draft4Validator(root)
 
 
 @dataclass

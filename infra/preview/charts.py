@@ -81,9 +81,13 @@ def child_name(prefix: str, obj: Mapping[str, Any]) -> str:
     return f"{prefix}:{name}"
 
 
+def _is_secret(obj: Mapping[str, Any]) -> bool:
+    return obj.get("apiVersion") == "v1" and obj.get("kind") == "Secret"
+
+
 def _properties(obj: Mapping[str, Any]) -> struct_pb2.Struct:
     body = dict(obj)
-    if body.get("apiVersion") == "v1" and body.get("kind") == "Secret":
+    if _is_secret(body):
         for key in ("data", "stringData"):  # the provider marks a Secret's contents secret
             if key in body:
                 body[key] = {SIG_KEY: SECRET_SIG, "value": body[key]}
@@ -140,7 +144,9 @@ def children(chart: Registration, rendered: Rendered, make_urn: Callable[[str, s
         regs.append((obj, Registration(
             urn=urn, type=typ, name=name, parent=chart.urn, custom=True, provider_ref=chart.provider_ref,
             properties=_properties(obj), dependencies=[], property_dependencies={}, protect=False,
-            retain_on_delete=_keep(meta),
+            retain_on_delete=_keep(meta), known_inputs=obj,
+            # Only a Secret's inputs differ once masked; the others are the object itself.
+            _masked=None if _is_secret(obj) else obj,
         )))
     for obj, reg in regs:  # what the provider's dependency graph orders first
         meta = obj.get("metadata") or {}

@@ -52,6 +52,9 @@ class Registration:
     # to the children a provider registers under it.
     transforms: list[Any] = field(default_factory=list, repr=False, compare=False)
     _masked: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # The unmasked inputs where they are known without decoding (a chart's child: the object
+    # the preview rendered); None: decode `properties`.
+    known_inputs: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def provider_urn(self) -> str:
@@ -65,6 +68,8 @@ class Registration:
         """Plain inputs for reports: secrets masked, references shown as URNs. The masked
         form is decoded once and shared by every report: treat it as read-only."""
         if not mask_secrets:
+            if self.known_inputs is not None:
+                return self.known_inputs
             return plain(json_format.MessageToDict(self.properties), mask_secrets=False)
         if self._masked is None:
             self._masked = plain(json_format.MessageToDict(self.properties), mask_secrets=True)

@@ -8,12 +8,17 @@ pack process shares one decoded copy, and one proxy of it, among them.
 
 Results are kept per message object (the messages of one request keep their identity),
 holding a reference to each message so its id cannot be reused while it is cached.
+
+Decoding is also deferred until a rule reads the properties: most rules decide from the
+resource type alone that they do not judge it, and some resources (a CRD's schema runs to
+megabytes) no rule ever reads.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 # Enough for every resource of a large stack's AnalyzeStack request.
@@ -41,6 +46,40 @@ class _IdentityCache:
         return value
 
 
+class _Deferred:
+    """Deserialized properties, worked out the first time they are needed."""
+
+    __slots__ = ("_compute", "_value", "_lock")
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self._compute: Callable[[], Any] | None = compute
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def value(self) -> Any:
+        with self._lock:
+            if self._compute is not None:
+                self._value, self._compute = self._compute(), None
+            return self._value
+
+
+class _LazyProxy(Mapping):
+    """The read-only proxy of deferred properties: a Mapping, like the SDK's own proxy,
+    that builds that proxy on first access."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._deferred = _Deferred(make)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._deferred.value()[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._deferred.value())
+
+    def __len__(self) -> int:
+        return len(self._deferred.value())
+
+
 def share_decoding_across_rules() -> None:
     """Install the shared decoding in pulumi-policy's analyzer (this process only)."""
     from google.protobuf import json_format
@@ -66,10 +105,14 @@ def share_decoding_across_rules() -> None:
             return messages.get(message, None, lambda: to_dict(message))
 
     def deserialize_properties(props: Any, keep_unknowns: Any = None) -> Any:
-        return values.get(props, keep_unknowns, lambda: deserialize(props, keep_unknowns))
+        if keep_unknowns:  # remediation reads the decoded values itself: decode now
+            return values.get(props, keep_unknowns, lambda: deserialize(props, keep_unknowns))
+        return values.get(props, keep_unknowns, lambda: _Deferred(lambda: deserialize(props, keep_unknowns)))
 
     def unknown_checking_proxy(props: Any) -> Any:
         # The proxies only wrap: they hold no state of their own a rule could change.
+        if isinstance(props, _Deferred):
+            return proxies.get(props, None, lambda: _LazyProxy(lambda: make_proxy(props.value())))
         return proxies.get(props, None, lambda: make_proxy(props))
 
     policy.json_format = _JsonFormat()

@@ -33,8 +33,10 @@ def findings(tmp_path_factory) -> list[dict]:
         # checkov costs time per file. CRDs hold schemas, not workloads: no checkov
         # Kubernetes check reads them.
         for body in kubernetes_objects(preview(stack, mode)):
-            text = yaml.safe_dump(body, sort_keys=True)
-            if body["kind"] == "CustomResourceDefinition" or text in seen:
+            if body["kind"] == "CustomResourceDefinition":
+                continue
+            text = yaml.dump(body, Dumper=yaml.CSafeDumper, sort_keys=True)
+            if text in seen:
                 continue
             seen.add(text)
             (root / f"{len(seen):05d}.yaml").write_text(text)

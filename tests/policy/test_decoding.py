@@ -1,4 +1,5 @@
-"""The pack decodes (and proxies) each resource once per request, however many rules read it."""
+"""The pack decodes (and proxies) each resource once per request, however many rules read it,
+and not at all when no rule reads it."""
 
 from __future__ import annotations
 
@@ -26,14 +27,29 @@ b.update({"bucket": "x", "tags": {"owner": "ml"}})
 first = policy.deserialize_properties(policy.json_format.MessageToDict(a))
 again = policy.deserialize_properties(policy.json_format.MessageToDict(a))
 other = policy.deserialize_properties(policy.json_format.MessageToDict(b))
-assert first is again and first == other and first is not other, (first, again, other)
-assert len(calls) == 2, calls
+assert first is again and first is not other, (first, again, other)
+# One proxy per decoded copy; nothing is decoded until a rule reads it.
+proxy = policy.unknown_checking_proxy(first)
+assert proxy is policy.unknown_checking_proxy(again)
+assert policy.unknown_checking_proxy(other) is not proxy
+assert calls == [], calls
+assert proxy["tags"]["owner"] == "ml" and dict(proxy)["bucket"] == "x"
+assert len(calls) == 1, calls
+assert dict(policy.unknown_checking_proxy(other)) == dict(proxy) and len(calls) == 2, calls
 assert policy.json_format.MessageToDict(a, preserving_proto_field_name=True) == {"bucket": "x", "tags": {"owner": "ml"}}
-# One proxy per decoded copy, and it still refuses values unknown at preview.
-assert policy.unknown_checking_proxy(first) is policy.unknown_checking_proxy(again)
-assert policy.unknown_checking_proxy(other) is not policy.unknown_checking_proxy(first)
-assert policy.unknown_checking_proxy(first)["tags"]["owner"] == "ml"
+# Remediation decodes at once, as the SDK expects.
+assert policy.deserialize_properties(policy.json_format.MessageToDict(a), True) == {"bucket": "x", "tags": {"owner": "ml"}}
 from pulumi_policy.proxy import UnknownValueError
+# It still refuses values unknown at preview, decoded lazily or not.
+c = struct_pb2.Struct()
+c.update({"arn": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"})
+lazy = policy.unknown_checking_proxy(policy.deserialize_properties(policy.json_format.MessageToDict(c)))
+try:
+    lazy["arn"]
+except UnknownValueError:
+    pass
+else:
+    raise AssertionError("an unknown value was handed to a rule")
 unknown = policy.unknown_checking_proxy({"arn": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"})
 try:
     unknown["arn"]
