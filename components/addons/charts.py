@@ -22,6 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.addons.defaults import with_default_resources
+from components.addons.values import NAMESPACES, chart_source
 
 # Every Helm hook a chart of the platform has (rendered with the platform's values), which a
 # helm.v4.Chart does not run, and why that is fine. The render check (tests/rendered) fails
@@ -41,7 +42,6 @@ DROPPED_HOOKS: dict[tuple[str, str, str], str] = {
     ("gpu-operator", "ClusterRoleBinding", "gpu-operator-upgrade-crd-hook-binding"): _GPU_OPERATOR_CRDS,
     ("gpu-operator", "Job", "gpu-operator-upgrade-crd"): _GPU_OPERATOR_CRDS,
 }
-from components.addons.values import NAMESPACES, chart_source
 
 
 def default_resources(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:

@@ -99,7 +99,8 @@ def _object_rules(obj: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
     annotations = meta.get("annotations") or {}
     total = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
     if total > MAX_ANNOTATIONS_BYTES:
-        yield "metadata.annotations", "ValidateAnnotationsSize", f"Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"
+        yield ("metadata.annotations", "ValidateAnnotationsSize",
+               f"Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes")
     for key, value in annotations.items():
         if not isinstance(value, str):
             yield f"metadata.annotations[{key}]", "ValidateAnnotations", "Invalid value: annotation values are strings"
@@ -176,9 +177,11 @@ def containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]
 def _pod_spec_rules(spec: Mapping[str, Any], kind: Any, path: str) -> Iterator[tuple[str, str, str]]:
     restart = spec.get("restartPolicy", "Always")
     if kind in LONG_RUNNING and restart != "Always":
-        yield "restartPolicy", "ValidatePodTemplateSpec", f"Unsupported value: {restart!r}: supported values: \"Always\""
+        yield ("restartPolicy", "ValidatePodTemplateSpec",
+               f"Unsupported value: {restart!r}: supported values: \"Always\"")
     if kind in ("Job", "CronJob") and restart not in ("OnFailure", "Never"):
-        yield "restartPolicy", "ValidateJobSpec", f"Unsupported value: {restart!r}: supported values: \"OnFailure\", \"Never\""
+        yield ("restartPolicy", "ValidateJobSpec",
+               f"Unsupported value: {restart!r}: supported values: \"OnFailure\", \"Never\"")
     if spec.get("shareProcessNamespace") and spec.get("hostPID"):
         yield "securityContext.shareProcessNamespace", "validatePodSpecSecurityContext", \
             "Invalid value: true: ShareProcessNamespace and HostPID cannot both be enabled"
@@ -190,8 +193,9 @@ def _pod_spec_rules(spec: Mapping[str, Any], kind: Any, path: str) -> Iterator[t
         volumes[name] = volume
         sources = [k for k in volume if k in VOLUME_SOURCES]
         if len(sources) != 1:
-            yield f"volumes[{i}]", "validateVolumeSource", \
-                f"{'Forbidden: may not specify more than 1 volume type' if sources else 'Required value: must specify a volume type'}"
+            message = "Forbidden: may not specify more than 1 volume type" if sources else \
+                "Required value: must specify a volume type"
+            yield f"volumes[{i}]", "validateVolumeSource", message
         host_path = volume.get("hostPath")
         if isinstance(host_path, Mapping) and str(host_path.get("type", "")) not in HOST_PATH_TYPES:
             yield f"volumes[{i}].hostPath.type", "validateHostPathType", \
@@ -213,11 +217,14 @@ def _pod_spec_rules(spec: Mapping[str, Any], kind: Any, path: str) -> Iterator[t
 def _requirement_rules(expression: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
     operator, values = expression.get("operator"), expression.get("values") or []
     if operator not in SELECTOR_OPERATORS:
-        yield "operator", "ValidateNodeSelectorRequirement", f"Invalid value: {operator!r}: not a valid selector operator"
+        yield ("operator", "ValidateNodeSelectorRequirement",
+               f"Invalid value: {operator!r}: not a valid selector operator")
     elif operator in ("In", "NotIn") and not values:
-        yield "values", "ValidateNodeSelectorRequirement", "Required value: must be specified when `operator` is 'In' or 'NotIn'"
+        yield ("values", "ValidateNodeSelectorRequirement",
+               "Required value: must be specified when `operator` is 'In' or 'NotIn'")
     elif operator in ("Exists", "DoesNotExist") and values:
-        yield "values", "ValidateNodeSelectorRequirement", "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+        yield ("values", "ValidateNodeSelectorRequirement",
+               "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
 
 
 def _toleration_rules(tolerations: list[Any]) -> Iterator[tuple[str, str, str]]:
@@ -227,11 +234,13 @@ def _toleration_rules(tolerations: list[Any]) -> Iterator[tuple[str, str, str]]:
         where = f"tolerations[{i}]"
         operator = toleration.get("operator", "Equal")
         if operator == "Exists" and toleration.get("value"):
-            yield f"{where}.operator", "ValidateTolerations", "Invalid value: value must be empty when `operator` is 'Exists'"
+            yield (f"{where}.operator", "ValidateTolerations",
+                   "Invalid value: value must be empty when `operator` is 'Exists'")
         if operator not in ("Equal", "Exists"):
             yield f"{where}.operator", "ValidateTolerations", f"Unsupported value: {operator!r}"
         if not toleration.get("key") and operator != "Exists":
-            yield f"{where}.operator", "ValidateTolerations", "Invalid value: operator must be Exists when `key` is empty"
+            yield (f"{where}.operator", "ValidateTolerations",
+                   "Invalid value: operator must be Exists when `key` is empty")
         effect = toleration.get("effect", "")
         if effect not in TOLERATION_EFFECTS:
             yield f"{where}.effect", "ValidateTolerations", f"Unsupported value: {effect!r}"
@@ -255,7 +264,8 @@ def _container_rules(container: Mapping[str, Any], names: set[str], volumes: Map
         port_name = port.get("name")
         if port_name:
             if len(port_name) > 15 or not IANA_SVC_NAME.match(port_name):
-                yield f"ports[{i}].name", "validateContainerPorts", f"Invalid value: {port_name!r}: must be an IANA_SVC_NAME (at most 15 characters)"
+                yield (f"ports[{i}].name", "validateContainerPorts",
+                       f"Invalid value: {port_name!r}: must be an IANA_SVC_NAME (at most 15 characters)")
             if port_name in port_names:
                 yield f"ports[{i}].name", "validateContainerPorts", f"Duplicate value: {port_name!r}"
             port_names.add(port_name)
@@ -329,7 +339,8 @@ def _resource_rules(resources: Mapping[str, Any]) -> Iterator[tuple[str, str, st
         elif "/" in resource and "kubernetes.io/" not in resource:
             if limit_value is None or request_value != limit_value:
                 yield f"resources.requests[{resource}]", "validateResourceRequirements", \
-                    f"Invalid value: {request!r}: must be equal to {resource} limit (extended resources are not overcommitted)"
+                    f"Invalid value: {request!r}: must be equal to {resource} limit (extended resources are not " \
+                    "overcommitted)"
         elif limit_value is not None and request_value is not None and request_value > limit_value:
             yield f"resources.requests[{resource}]", "validateResourceRequirements", \
                 f"Invalid value: {request!r}: must be less than or equal to {resource} limit of {limit}"

@@ -310,8 +310,9 @@ def helm_releases(result: PreviewResult) -> list[dict[str, Any]]:
 
 
 def write_manifests(result: PreviewResult, directory: Path) -> int:
-    """One YAML file per Kubernetes object: the program's at the top, each chart's under
-    charts/<release>/ beside `release.yaml` (the chart, version, namespace and values)."""
+    """One file per Kubernetes object, YAML (CRDs: JSON): the program's at the top, each
+    chart's under charts/<release>/ beside `release.yaml` (the chart, version, namespace and
+    values)."""
     directory.mkdir(parents=True, exist_ok=True)
     count = 0
     for release, body in _objects_by_release(result):
@@ -319,7 +320,13 @@ def write_manifests(result: PreviewResult, directory: Path) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         meta = body.get("metadata") or {}
         parts = [body["kind"], meta.get("namespace") or "", meta.get("name") or "unnamed"]
-        (folder / (_slug("-".join(p for p in parts if p)) + ".yaml")).write_text(_yaml(body))
+        stem = _slug("-".join(p for p in parts if p))
+        if body["kind"] == "CustomResourceDefinition":
+            # Megabytes of schema: JSON (which kubectl reads as well) is written ten times
+            # faster than YAML, and nobody reads a CRD line by line.
+            (folder / f"{stem}.json").write_text(json.dumps(body, indent=1) + "\n")
+        else:
+            (folder / f"{stem}.yaml").write_text(_yaml(body))
         count += 1
     for release in helm_releases(result):
         name = release.get("name") or release.get("chart") or "release"

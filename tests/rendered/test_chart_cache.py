@@ -8,7 +8,6 @@ import functools
 import http.server
 import shutil
 import threading
-from pathlib import Path
 
 import pytest
 import yaml
