@@ -223,8 +223,10 @@ def main() -> None:
     print(f"  {'N':>4} {'resources':>9} {'bare s':>8} {'full s':>8} {'ratio':>6} {'full ms/res':>11}")
     rows = []
     for n in [int(x) for x in args.pools.split(",")]:
-        bare = [_fresh(["--worker", "bare", "--n", str(n)]) for _ in range(args.repeat)]
-        full = [_fresh(["--worker", "full", "--n", str(n)]) for _ in range(args.repeat)]
+        bare, full = [], []
+        for _ in range(args.repeat):  # alternately, so a drift in the machine's speed hits both
+            bare.append(_fresh(["--worker", "bare", "--n", str(n)]))
+            full.append(_fresh(["--worker", "full", "--n", str(n)]))
         bare_s = statistics.median(b["seconds"] for b in bare)
         full_s = statistics.median(f["seconds"] for f in full)
         resources = full[0]["resources"]

@@ -13,10 +13,31 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "policies"))
 
 STACKS = ("dev", "staging", "prod", "smb")
-# The two ways a stack can advertise GPUs (mlplat:addons.devicePluginMode); every stack is
-# also previewed in the mode its file does not choose.
+# The two ways a stack can advertise GPUs (mlplat:addons.devicePluginMode); every stack with
+# GPU pools is also previewed in the mode its file does not choose (without GPUs the mode
+# changes nothing: no device plugin is installed either way).
 DEVICE_PLUGIN_MODES = ("device-plugin", "gpu-operator")
-VARIANTS = tuple((stack, mode) for stack in STACKS for mode in DEVICE_PLUGIN_MODES)
+
+
+@cache
+def _variants() -> tuple[tuple[str, str], ...]:
+    from infra.catalog import lookup
+    from infra.config import load_stack
+
+    found = []
+    for stack in STACKS:
+        config = load_stack(stack)
+        has_gpus = any(lookup(pool.instance_type).has_gpu for pool in config.node_pools)
+        found += [(stack, mode) for mode in (DEVICE_PLUGIN_MODES if has_gpus else (config.addons.device_plugin_mode,))]
+    return tuple(found)
+
+
+def __getattr__(name: str):
+    """`VARIANTS`, worked out when a test module asks for it: every pytest process loads
+    this file, most never need the stack files read."""
+    if name == "VARIANTS":
+        return _variants()
+    raise AttributeError(name)
 
 
 @cache

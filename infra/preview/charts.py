@@ -21,6 +21,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
+from infra.config import ConfigError
 from infra.preview.mocks import SECRET_SIG, SIG_KEY, UNKNOWN, Registration
 from infra.render import (
     Rendered,
@@ -179,21 +180,30 @@ class ChartExpander:
         self.renders: dict[str, ChartRender] = {}
         self.order: list[str] = []
         self._pending: list[tuple[Registration, ReleaseSpec]] = []
+        self.error: ConfigError | None = None
 
     def on_register(self, reg: Registration) -> None:
-        if reg.type != CHART_TYPE:
+        if reg.type != CHART_TYPE or self.error is not None:
             return
         self.order.append(reg.urn)
-        spec = chart_spec(reg.inputs(mask_secrets=False), reg.name)
-        if spec is None:
-            self.renders[reg.urn] = ChartRender(reg.urn, reg.name, None)
-        elif stack_independent(spec):
-            self._expand(reg, spec, relevant_api_versions(spec, ()))
-        else:
-            self._pending.append((reg, spec))
+        try:
+            spec = chart_spec(reg.inputs(mask_secrets=False), reg.name)
+            if spec is None:
+                self.renders[reg.urn] = ChartRender(reg.urn, reg.name, None)
+            elif stack_independent(spec):
+                self._expand(reg, spec, relevant_api_versions(spec, ()))
+            else:
+                self._pending.append((reg, spec))
+        except ConfigError as err:
+            # Raised once the program has run, from `finish`: raised here, on the thread
+            # that registers the resource, it would surface once per chart.
+            self.error = err
 
     def finish(self) -> list[ChartRender]:
-        """Expand the charts that waited; every chart's render, in registration order."""
+        """Expand the charts that waited; every chart's render, in registration order.
+        Raises the first chart error (a chart the cache lacks, one Helm refuses)."""
+        if self.error is not None:
+            raise self.error
         served: set[str] = set()
         for _ in range(3):
             rendered = [r.rendered for r in self.renders.values() if r.rendered is not None]
