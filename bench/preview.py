@@ -220,7 +220,7 @@ def main() -> None:
           f"{len(STACKS)} stacks x {len(MODES)} modes: cold {render_cold:.2f} s, warm {render_warm:.2f} s")
 
     print(f"\nSynthetic stack: N GPU node pools (median of {args.repeat} fresh processes each)")
-    print(f"  {'N':>4} {'resources':>9} {'bare s':>8} {'full s':>8} {'ratio':>6} {'full ms/res':>11}")
+    print(f"  {'N':>4} {'resources':>9} {'bare s':>8} {'full s':>8} {'ratio':>6} {'full ms/res':>11}  pairs")
     rows = []
     for n in [int(x) for x in args.pools.split(",")]:
         bare, full = [], []
@@ -230,12 +230,14 @@ def main() -> None:
         bare_s = statistics.median(b["seconds"] for b in bare)
         full_s = statistics.median(f["seconds"] for f in full)
         resources = full[0]["resources"]
+        ratios = [f["seconds"] / b["seconds"] for b, f in zip(bare, full)]  # each pair ran back to back
         row = {"pools": n, "resources": resources, "bare_resources": bare[0]["resources"], "bare_s": round(bare_s, 3),
                "full_s": round(full_s, 3), "ratio": round(full_s / bare_s, 3),
+               "pair_ratios": [round(r, 2) for r in ratios],
                "full_ms_per_resource": round(1000 * full_s / resources, 2)}
         rows.append(row)
         print(f"  {n:>4} {resources:>9} {bare_s:>8.2f} {full_s:>8.2f} {row['ratio']:>6.2f} "
-              f"{row['full_ms_per_resource']:>11.2f}")
+              f"{row['full_ms_per_resource']:>11.2f}  {' '.join(f'{r:.2f}' for r in ratios)}")
     worst = max(r["ratio"] for r in rows)
     machine = finish(machine)
     print(f"\nworst ratio {worst:.2f} (target <= 1.3); prod warm {stacks['prod']:.2f} s (target < 6 s), "
