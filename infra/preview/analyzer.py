@@ -306,10 +306,11 @@ class StreamingAnalysis:
             raise self._error
         policies = self.policies
         verdict = Verdict(policies=policies)
+        # Built while the pack still works through the last Analyze requests.
+        stack = analyzer_pb2.AnalyzeStackRequest(resources=[self._stack_resource(r) for r in registrations])
         resource_policies = [p.name for p in policies if not p.stack_policy]
         for reg, future in self._futures:
             self._collect(verdict, reg.urn, future.result(), resource_policies)
-        stack = analyzer_pb2.AnalyzeStackRequest(resources=[self._stack_resource(r) for r in registrations])
         stack_policies = [p.name for p in policies if p.stack_policy]
         answer = self.pack.stub.AnalyzeStack(stack)
         stack_urns: dict[str, list[str]] = {}
