@@ -140,6 +140,10 @@ def table() -> str:
     sections: list[tuple[list[list[str]], str, str]] = []
     if (data := load("preview")) is not None:
         sections.append((*preview_rows(data), _machine(data)))
+    if (data := load("test-time")) is not None:
+        rows = [[f"test suite, this change against {data['base'][:8]} (pytest, warm render cache)",
+                 f"{data['base_s']:.0f} s -> {data['head_s']:.0f} s ({data['added_s']:+.0f} s)", "render check <= +60 s"]]
+        sections.append((rows, "", _machine(data)))
     if (data := load("policy")) is not None:
         sections.append((*policy_rows(data), _machine(data)))
     trains = [load(p.stem) for p in sorted(RESULTS.glob("train-*.json"))]
@@ -151,7 +155,7 @@ def table() -> str:
     for rows, _, machine in sections:
         lines += [f"| {name} | {value} | {target} | {machine} |" for name, value, target in rows]
     lines.append("")
-    lines += [f"![{Path(plot).stem}]({plot})" for _, plot, _ in sections]
+    lines += [f"![{Path(plot).stem}]({plot})" for _, plot, _ in sections if plot]
     lines += ["", END]
     return "\n".join(lines)
 
