@@ -165,17 +165,25 @@ def render(
 
 
 def _load_chart(source: Path) -> Any:
-    from helm_python import Chart
-    from helm_python.errors import HelmError
-
+    """The chart, loaded once per process, for what only reads it (metadata, values, CRDs).
+    Never render with it: Helm drops a subchart that a render's values turn off from the
+    loaded chart itself, so a later render of the same handle would lack it."""
     with _lock:
         chart = _charts.get(source)
         if chart is None:
-            try:
-                chart = _charts[source] = Chart.load(source)
-            except HelmError as err:
-                raise ChartCacheError(f"{source}: not a loadable chart: {_one_line(str(err))}") from None
+            chart = _charts[source] = _fresh_chart(source)
         return chart
+
+
+def _fresh_chart(source: Path) -> Any:
+    """A chart handle of its own, for one render (tens of milliseconds for the largest)."""
+    from helm_python import Chart
+    from helm_python.errors import HelmError
+
+    try:
+        return Chart.load(source)
+    except HelmError as err:
+        raise ChartCacheError(f"{source}: not a loadable chart: {_one_line(str(err))}") from None
 
 
 def templates(spec: ReleaseSpec, kube_version: str = KUBERNETES_VERSION,
@@ -192,19 +200,19 @@ def _templates(spec: ReleaseSpec, source: Path, kube_version: str,
     from helm_python import _native
     from helm_python.errors import HelmError
 
-    chart = _load_chart(source)
     values = _wire(spec.values)
     options = {"name": spec.name, "namespace": spec.namespace, "kube_version": kube_version_string(kube_version),
                "api_versions": list(api_versions), "is_install": True}
-    try:
-        chart.validate_schema(values)
-        # The packaged Chart.render() does not pass the Kubernetes or API versions; the
-        # library's own render call does.
-        manifests = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values),
-                                                   json.dumps(options)))
-        merged = chart.merge_values(values)
-    except HelmError as err:
-        raise RenderError(f"{_where(spec)}: helm: {_one_line(str(err))}") from None
+    with _fresh_chart(source) as chart:
+        try:
+            chart.validate_schema(values)
+            merged = chart.merge_values(values)
+            # The packaged Chart.render() does not pass the Kubernetes or API versions; the
+            # library's own render call does.
+            manifests = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values),
+                                                       json.dumps(options)))
+        except HelmError as err:
+            raise RenderError(f"{_where(spec)}: helm: {_one_line(str(err))}") from None
     return manifests, merged
 
 
@@ -419,7 +427,8 @@ def served_api_versions(specs: Iterable[ReleaseSpec]) -> list[str]:
         chart = _load_chart(source)
         where = _where(spec)
         try:
-            merged = chart.merge_values(_wire(spec.values))
+            with _fresh_chart(source) as fresh:
+                merged = fresh.merge_values(_wire(spec.values))
         except HelmError as err:
             raise RenderError(f"{where}: helm: {_one_line(str(err))}") from None
         disabled = disabled_subcharts(chart.metadata, merged)

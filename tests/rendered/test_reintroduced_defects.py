@@ -87,6 +87,8 @@ def test_dcgm_exporter_keeping_the_charts_sys_admin_is_blocked_by_the_pack():
         chart = _chart_registration("dcgm-exporter")
         daemonset = next(c for c in children(chart, rendered("dcgm-exporter", values), _urn)
                          if c.type == "kubernetes:apps/v1:DaemonSet")
+        # The pack reports the rule by name and the resource by URN, which names the release.
+        assert daemonset.name == "dcgm-exporter:monitoring/dcgm-exporter"
         return check(rule, daemonset.type, daemonset.inputs(mask_secrets=False), provider_props=None,
                      name=daemonset.name)
 
