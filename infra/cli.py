@@ -10,6 +10,7 @@ raise), 2 bad input (unknown stack, invalid config), 3 the preview itself failed
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -55,7 +56,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {"charts": _charts, "diagram": _diagram, "docs": _docs, "preview": _preview}
-    return commands[args.command](args)
+    code = commands[args.command](args)
+    if argv is None:
+        # Run as the command: tearing the interpreter down (pulumi_aws's thousands of classes,
+        # the preview's objects) takes most of a second after the work is done, and nothing
+        # is left to it: every file is written and closed, the policy pack is stopped.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _charts(args: argparse.Namespace) -> int:

@@ -322,9 +322,10 @@ def write_manifests(result: PreviewResult, directory: Path) -> int:
         parts = [body["kind"], meta.get("namespace") or "", meta.get("name") or "unnamed"]
         stem = _slug("-".join(p for p in parts if p))
         if body["kind"] == "CustomResourceDefinition":
-            # Megabytes of schema: JSON (which kubectl reads as well) is written ten times
-            # faster than YAML, and nobody reads a CRD line by line.
-            (folder / f"{stem}.json").write_text(json.dumps(body, indent=1) + "\n")
+            # Megabytes of schema: compact JSON (kubectl reads it as well; `jq .` pretty-prints
+            # it) is what json's C encoder writes, a second faster for prod than indented
+            # JSON and more so than YAML; nobody reads a CRD line by line.
+            (folder / f"{stem}.json").write_text(json.dumps(body, separators=(",", ":")) + "\n")
         else:
             (folder / f"{stem}.yaml").write_text(_yaml(body))
         count += 1

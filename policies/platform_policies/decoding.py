@@ -16,6 +16,7 @@ megabytes) no rule ever reads.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -80,6 +81,15 @@ class _LazyProxy(Mapping):
         return len(self._deferred.value())
 
 
+# The analyzer's methods whose `MessageToDict(properties)` goes straight into
+# `deserialize_properties` (Configure keeps its dict as the policies' config).
+_DECODED_LATER = frozenset({"Analyze", "AnalyzeStack", "Remediate", "_get_provider_resource"})
+
+
+def _value(props: Any) -> Any:
+    return props.value() if isinstance(props, _Deferred) else props
+
+
 def share_decoding_across_rules() -> None:
     """Install the shared decoding in pulumi-policy's analyzer (this process only)."""
     from google.protobuf import json_format
@@ -102,12 +112,16 @@ def share_decoding_across_rules() -> None:
         def MessageToDict(message: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 (protobuf's name)
             if args or kwargs:
                 return to_dict(message, *args, **kwargs)
+            if sys._getframe(1).f_code.co_name in _DECODED_LATER:
+                # Even turning the Struct into a dict is deferred: for a CRD that is
+                # megabytes no rule reads.
+                return messages.get(message, None, lambda: _Deferred(lambda: to_dict(message)))
             return messages.get(message, None, lambda: to_dict(message))
 
     def deserialize_properties(props: Any, keep_unknowns: Any = None) -> Any:
         if keep_unknowns:  # remediation reads the decoded values itself: decode now
-            return values.get(props, keep_unknowns, lambda: deserialize(props, keep_unknowns))
-        return values.get(props, keep_unknowns, lambda: _Deferred(lambda: deserialize(props, keep_unknowns)))
+            return values.get(props, keep_unknowns, lambda: deserialize(_value(props), keep_unknowns))
+        return values.get(props, keep_unknowns, lambda: _Deferred(lambda: deserialize(_value(props), keep_unknowns)))
 
     def unknown_checking_proxy(props: Any) -> Any:
         # The proxies only wrap: they hold no state of their own a rule could change.
