@@ -21,6 +21,7 @@ from infra.preview.pools import node_pool_lines
 from infra.preview.storage_report import storage_inventory, storage_markdown
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 
 
 @dataclass
@@ -131,8 +132,8 @@ def chart_summaries(result: PreviewResult) -> list[dict[str, Any]]:
     for chart in result.charts:
         objects = by_parent.get(chart.urn, [])
         rendered = chart.rendered
-        images = sorted({ref for reg in objects for _where, ref in image_references(reg.inputs())
-                         if reg.type != "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"})
+        images = sorted({ref for reg in objects if reg.type != CRD_TYPE  # megabytes of schema, no image
+                         for _where, ref in image_references(reg.inputs())})
         summaries.append({
             "release": chart.resource_name,
             "chart": rendered.release.chart if rendered else None,
