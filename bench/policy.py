@@ -99,6 +99,7 @@ def check_times(registrations: list[Registration], repeat: int) -> dict:
             for reg in registrations:
                 analysis.submit(reg)
             verdict = analysis.finish(registrations)
+            analysis.close()
             seconds.append(time.perf_counter() - begun)
             cpu.append(_cpu_seconds(pid) - cpu_begun)
             mandatory = len(verdict.mandatory)

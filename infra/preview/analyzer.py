@@ -2,8 +2,8 @@
 
 The pack is started as `python -m pulumi.policy <engine> <pack-dir>`; it prints its port
 on the first line of stdout and serves `pulumirpc.Analyzer`. Resources are sent to
-`Analyze` as they register (futures, so the pack works while the program still runs),
-then all of them to `AnalyzeStack`.
+`Analyze` as they register, so the pack works while the program still runs, then all of
+them to `AnalyzeStack`; those calls go through a relay process (infra/preview/relay.py).
 """
 
 from __future__ import annotations
@@ -24,14 +24,12 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from infra.config import REPO_ROOT, ConfigError
 from infra.preview.mocks import Registration
+from infra.preview.relay import read_frame, write_frame
 
 PACK_DIR = REPO_ROOT / "policies"
 # Stack policies name the resource types they judge as `scope:<type>` tags, so evidence
 # can be counted per resource for them too.
 SCOPE_TAG = "scope:"
-
-# Analyze requests sent ahead of the pack's answers.
-MAX_IN_FLIGHT = 64
 
 LEVELS = {
     "advisory": analyzer_pb2.ADVISORY,
@@ -107,6 +105,7 @@ class PolicyPackProcess:
             stderr=subprocess.PIPE,
             env=env,
         )
+        self.port = ""  # where the pack serves, once it has started
         self._channel: grpc.Channel | None = None
         self._stub: analyzer_pb2_grpc.AnalyzerStub | None = None
         self._ready = threading.Event()
@@ -121,6 +120,7 @@ class PolicyPackProcess:
             last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
             self._start_error = f"policy pack in {self.pack_dir} did not start: {last[0]}"
         else:
+            self.port = line
             self._channel = grpc.insecure_channel(
                 f"127.0.0.1:{line}", options=[("grpc.max_receive_message_length", 256 << 20),
                                               ("grpc.max_send_message_length", 256 << 20)]
@@ -203,10 +203,11 @@ def _level(value: Any, source: str, where: str) -> str | None:
 class StreamingAnalysis:
     """Sends each registered resource to `Analyze` as soon as it exists.
 
-    A worker thread configures the pack (which waits for it to start); resources that
+    The gRPC calls are made by a relay process (infra/preview/relay.py), so they cost the
+    program's process only the serialized bytes. A worker thread configures the pack
+    (which waits for it to start) and then hands the relay the pack's port; resources that
     register meanwhile wait in a backlog, which the worker sends once the pack is
-    configured. From then on each resource is sent by the thread that registers it: a
-    separate sender thread would compete for the GIL with the program and fall behind.
+    configured. From then on each resource is sent by the thread that registers it.
     """
 
     def __init__(self, pack: PolicyPackProcess, providers: Mapping[str, Registration],
@@ -216,13 +217,12 @@ class StreamingAnalysis:
         self.policies: list[PolicyDescription] = []
         self._configure = configure
         self._error: BaseException | None = None
-        self._futures: list[tuple[Registration, Any]] = []
+        self._sent: list[Registration] = []  # in the order the relay answers
         self._backlog: list[Registration] = []
         self._ready = False
         self._lock = threading.Lock()
-        # Thousands of requests in flight at once make the channel cancel some of them
-        # (seen at 5,000 resources); the pack answers one at a time anyway.
-        self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+        self._relay = subprocess.Popen([sys.executable, "-m", "infra.preview.relay"], cwd=REPO_ROOT,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self._worker = threading.Thread(target=self._configure_then_drain, daemon=True)
         self._worker.start()
 
@@ -236,6 +236,7 @@ class StreamingAnalysis:
     def _configure_then_drain(self) -> None:
         try:
             self.policies = self._configure()
+            self._write(b"P", self.pack.port.encode())
         except BaseException as err:  # re-raised in finish(), on the caller's thread
             self._error = err
         while True:
@@ -250,11 +251,20 @@ class StreamingAnalysis:
     def _send(self, reg: Registration) -> None:
         if self._error is not None:
             return
-        self._in_flight.acquire()
-        future = self.pack.stub.Analyze.future(self._analyze_request(reg))
-        future.add_done_callback(lambda _done: self._in_flight.release())
-        with self._lock:
-            self._futures.append((reg, future))
+        request = reg.urn.encode() + b"\n" + self._analyze_request(reg).SerializeToString()
+        extras = self._stack_fields(reg).SerializeToString()
+        with self._lock:  # a request and its stack fields, together and in answer order
+            try:
+                self._write(b"A", request)
+                self._write(b"X", extras)
+            except OSError as err:  # the relay is gone; finish() says why
+                self._error = err
+                return
+            self._sent.append(reg)
+
+    def _write(self, tag: bytes, payload: bytes) -> None:
+        assert self._relay.stdin is not None
+        write_frame(self._relay.stdin, tag, payload)
 
     def _provider(self, reg: Registration) -> analyzer_pb2.AnalyzerProviderResource | None:
         provider = self.providers.get(reg.provider_urn)
@@ -283,36 +293,29 @@ class StreamingAnalysis:
             request.provider.CopyFrom(provider)
         return request
 
-    def _stack_resource(self, reg: Registration) -> analyzer_pb2.AnalyzerResource:
-        resource = analyzer_pb2.AnalyzerResource(
-            type=reg.type,
-            properties=reg.properties,
-            urn=reg.urn,
-            name=reg.name,
-            options=self._options(reg),
-            parent=reg.parent,
-            dependencies=reg.dependencies,
-        )
-        provider = self._provider(reg)
-        if provider is not None:
-            resource.provider.CopyFrom(provider)
+    @staticmethod
+    def _stack_fields(reg: Registration) -> analyzer_pb2.AnalyzerResource:
+        """What AnalyzeStack's resource adds to the resource's Analyze request."""
+        resource = analyzer_pb2.AnalyzerResource(parent=reg.parent, dependencies=reg.dependencies)
         for key, urns in reg.property_dependencies.items():
             resource.propertyDependencies[key].urns.extend(urns)
         return resource
 
     def finish(self, registrations: Iterable[Registration]) -> Verdict:
         self._worker.join()
-        if self._error is not None:
-            raise self._error
+        registrations = list(registrations)
+        answers = None
+        if self._error is None or isinstance(self._error, OSError):  # a broken pipe: the relay says why
+            answers = self._relay_answers([r.urn for r in registrations])
+        if self._error is not None or answers is None:
+            raise self._error or PackError("the policy relay gave no answer")
         policies = self.policies
         verdict = Verdict(policies=policies)
-        # Built while the pack still works through the last Analyze requests.
-        stack = analyzer_pb2.AnalyzeStackRequest(resources=[self._stack_resource(r) for r in registrations])
+        responses, stack_answer = answers
         resource_policies = [p.name for p in policies if not p.stack_policy]
-        for reg, future in self._futures:
-            self._collect(verdict, reg.urn, future.result(), resource_policies)
+        for reg, answer in zip(self._sent, responses):
+            self._collect(verdict, reg.urn, analyzer_pb2.AnalyzeResponse.FromString(answer), resource_policies)
         stack_policies = [p.name for p in policies if p.stack_policy]
-        answer = self.pack.stub.AnalyzeStack(stack)
         stack_urns: dict[str, list[str]] = {}
         for policy in policies:
             if policy.stack_policy:
@@ -320,8 +323,39 @@ class StreamingAnalysis:
                 # them if it declares none), unless it declared itself inapplicable.
                 verdict.checked.setdefault(policy.name, set())
                 stack_urns[policy.name] = [r.urn for r in registrations if not policy.scope or r.type in policy.scope]
-        self._collect(verdict, "", answer, stack_policies, stack_urns=stack_urns)
+        self._collect(verdict, "", analyzer_pb2.AnalyzeResponse.FromString(stack_answer), stack_policies,
+                      stack_urns=stack_urns)
         return verdict
+
+    def _relay_answers(self, order: list[str]) -> tuple[list[bytes], bytes] | None:
+        """Every Analyze answer, in the order sent, and the AnalyzeStack answer."""
+        assert self._relay.stdin is not None and self._relay.stdout is not None
+        try:
+            self._write(b"F", "\n".join(dict.fromkeys(order)).encode())
+            self._relay.stdin.close()
+        except OSError:
+            pass  # the relay is gone: what it said comes below
+        responses: list[bytes] = []
+        while (frame := read_frame(self._relay.stdout)) is not None:
+            tag, payload = frame
+            if tag == b"R":
+                responses.append(payload)
+            elif tag == b"S":
+                return responses, payload
+            else:
+                self._error = PackError(payload.decode(errors="replace"))
+                return None
+        stderr = self._relay.stderr.read().decode(errors="replace") if self._relay.stderr else ""
+        last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+        self._error = PackError(f"the policy relay exited: {last[0]}")
+        return None
+
+    def close(self) -> None:
+        self._relay.kill()
+        self._relay.wait()
+        for stream in (self._relay.stdin, self._relay.stdout, self._relay.stderr):
+            if stream is not None:
+                stream.close()
 
     @staticmethod
     def _collect(verdict: Verdict, urn: str, answer: Any, names: list[str],

@@ -91,6 +91,7 @@ def run_preview(
     # Start the pack first: its start-up overlaps with the program's run.
     progress(f"starting the policy pack (python -m pulumi.policy), config {_display(policy_file)}")
     pack = PolicyPackProcess(pack_dir)
+    analysis: StreamingAnalysis | None = None
     try:
         providers: dict[str, Registration] = {}
 
@@ -121,6 +122,8 @@ def run_preview(
             verdict = analysis.finish(registrations)
             refusal_lines = refused.result()
     finally:
+        if analysis is not None:
+            analysis.close()
         pack.close()
     return PreviewResult(
         stack=stack,

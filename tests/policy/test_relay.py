@@ -1,0 +1,102 @@
+"""The relay that sends the preview's Analyze requests to the pack from its own process."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from google.protobuf import struct_pb2
+from pulumi.runtime.proto import analyzer_pb2
+
+from infra.preview.analyzer import PackError, PolicyPackProcess, StreamingAnalysis
+from infra.preview.mocks import Registration
+from infra.preview.relay import _field, read_frame, write_frame
+
+PROVIDER = "urn:pulumi:t::p::pulumi:providers:aws::p"
+
+
+def _reg(name: str, properties: dict, *, type_: str = "aws:s3/bucket:Bucket", parent: str = "",
+         dependencies: list[str] | None = None) -> Registration:
+    struct = struct_pb2.Struct()
+    struct.update(properties)
+    return Registration(urn=f"urn:pulumi:t::p::{type_}::{name}", type=type_, name=name, parent=parent, custom=True,
+                        provider_ref=f"{PROVIDER}::id" if not type_.startswith("pulumi:") else "",
+                        properties=struct, dependencies=dependencies or [], property_dependencies={"bucket": [PROVIDER]},
+                        protect=True, retain_on_delete=False)
+
+
+def test_a_request_followed_by_the_stack_fields_is_the_stack_resource():
+    provider = _reg("p", {"region": "me-central-1"}, type_="pulumi:providers:aws")
+    analysis = StreamingAnalysis.__new__(StreamingAnalysis)
+    analysis.providers = {PROVIDER: provider}
+    reg = _reg("logs", {"bucket": "logs", "tags": {"a": "b"}}, parent="urn:pulumi:t::p::c:C::c", dependencies=[PROVIDER])
+
+    joined = analysis._analyze_request(reg).SerializeToString() + analysis._stack_fields(reg).SerializeToString()
+    resource = analyzer_pb2.AnalyzerResource.FromString(joined)
+
+    assert (resource.type, resource.urn, resource.name) == (reg.type, reg.urn, "logs")
+    assert resource.properties == reg.properties
+    assert resource.options.protect and resource.options.parent == reg.parent
+    assert resource.provider.urn == PROVIDER and resource.provider.properties["region"] == "me-central-1"
+    assert resource.parent == reg.parent and list(resource.dependencies) == [PROVIDER]
+    assert list(resource.propertyDependencies["bucket"].urns) == [PROVIDER]
+    stack = analyzer_pb2.AnalyzeStackRequest.FromString(_field(1, joined) + _field(1, joined))
+    assert [r.urn for r in stack.resources] == [reg.urn, reg.urn]
+    big = b"x" * 300_000  # a length that takes a three-byte varint
+    assert struct_pb2.Value.FromString(_field(3, big)).string_value == big.decode()
+
+
+def test_frames_round_trip_and_a_cut_frame_reads_as_the_end():
+    stream = io.BytesIO()
+    write_frame(stream, b"A", b"urn\nbody")
+    write_frame(stream, b"F", b"")
+    stream.seek(0)
+    assert read_frame(stream) == (b"A", b"urn\nbody")
+    assert read_frame(stream) == (b"F", b"")
+    assert read_frame(stream) is None
+    assert read_frame(io.BytesIO(stream.getvalue()[:7])) is None
+
+
+def test_verdicts_come_back_through_the_relay_for_each_resource_and_the_stack():
+    pack = PolicyPackProcess()
+    try:
+        policies = pack.info()
+        pack.configure(policies, {}, "test")
+        provider = _reg("p", {"region": "me-central-1"}, type_="pulumi:providers:aws")
+        bad = _reg("bad", {"bucket": "bad", "region": "eu-west-1"})
+        analysis = StreamingAnalysis(pack, {PROVIDER: provider}, lambda: policies)
+        try:
+            for reg in (provider, bad):
+                analysis.submit(reg)
+            verdict = analysis.finish([provider, bad])
+        finally:
+            analysis.close()
+    finally:
+        pack.close()
+    residency = [v for v in verdict.violations if v.policy == "aws-resources-in-allowed-regions"]
+    assert [(v.urn, v.level) for v in residency] == [(bad.urn, "mandatory")]
+    assert "eu-west-1" in residency[0].message
+    assert bad.urn in verdict.checked["aws-resources-in-allowed-regions"]
+
+
+def test_a_pack_that_dies_mid_preview_is_one_error_line():
+    pack = PolicyPackProcess()
+    try:
+        policies = pack.info()
+        pack.configure(policies, {}, "test")
+        analysis = StreamingAnalysis(pack, {}, lambda: policies)
+        try:
+            analysis.submit(_reg("first", {"bucket": "first"}))
+            analysis._worker.join()
+            pack._proc.kill()
+            pack._proc.wait()
+            analysis.submit(_reg("second", {"bucket": "second"}))
+            with pytest.raises(PackError) as raised:
+                analysis.finish([])
+        finally:
+            analysis.close()
+    finally:
+        pack.close()
+    message = str(raised.value)
+    assert message.startswith("the policy pack failed: UNAVAILABLE"), message
+    assert "\n" not in message
