@@ -19,6 +19,9 @@ import pulumi_policy.deserialize as real
 calls = []
 original = real.deserialize_properties
 policy.deserialize_properties = lambda props, keep=None: calls.append(1) or original(props, keep)
+converted = []
+to_dict = json_format.MessageToDict
+json_format.MessageToDict = lambda message, *a, **k: converted.append(1) or to_dict(message, *a, **k)
 from platform_policies.decoding import share_decoding_across_rules
 share_decoding_across_rules()
 a, b = struct_pb2.Struct(), struct_pb2.Struct()
@@ -57,6 +60,21 @@ except UnknownValueError:
     pass
 else:
     raise AssertionError("an unknown value was handed to a rule")
+# Inside the analyzer's Analyze, even the Struct-to-dict step waits for a rule to read;
+# Configure keeps a plain dict (the policies' config).
+def Analyze(message):
+    return policy.unknown_checking_proxy(policy.deserialize_properties(policy.json_format.MessageToDict(message)))
+def Configure(message):
+    return policy.json_format.MessageToDict(message)
+crd = struct_pb2.Struct()
+crd.update({"spec": {"group": "example.com"}})
+converted.clear()
+read_later = Analyze(crd)
+assert converted == [], converted
+assert read_later["spec"]["group"] == "example.com" and len(converted) == 1, converted
+settings = struct_pb2.Struct()
+settings.update({"allowedRegions": ["me-central-1"]})
+assert Configure(settings) == {"allowedRegions": ["me-central-1"]}
 print("ok")
 """
 
