@@ -92,7 +92,12 @@ class InferenceService(pulumi.ComponentResource):
         ready: list[pulumi.Resource] = [sa, *fences]
         if self.role.association is not None:
             ready.append(self.role.association)
-        run = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *ready])
+        # Created with no replicas (inference_spec.deployment says why); after that the publish
+        # step and the HorizontalPodAutoscaler own the count, so the program never sends it
+        # again: with server-side apply the provider leaves an ignored field to its other
+        # managers (pulumi-kubernetes #2491, #2258).
+        run = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *ready],
+                                     ignore_changes=["spec.replicas"])
         self.deployment = create(deployment(plan), run)
         self.service = create(service(plan), in_ns)
         balancer = load_balancer_service(plan)

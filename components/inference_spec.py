@@ -260,13 +260,18 @@ def pod_spec(plan: ServingPlan) -> dict[str, Any]:
 
 
 def deployment(plan: ServingPlan) -> dict[str, Any]:
-    """No `replicas`: the HorizontalPodAutoscaler owns the count, and a deploy must not
-    reset it to a fixed number in the middle of a busy hour."""
+    """Created with zero replicas. A new environment has no model in the bucket yet, so a
+    replica's fetch container would exit, the Deployment would never become ready and the
+    first `pulumi up` would fail waiting for it. Publishing the first model scales it up
+    (README, "First model"); the HorizontalPodAutoscaler, idle while the count is zero,
+    owns the count from then on, and a deploy never resets it in the middle of a busy hour
+    (the program ignores later changes to `replicas`)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(plan),
         "spec": {
+            "replicas": 0,
             "selector": {"matchLabels": selector(plan)},
             # A new replica must be ready before an old one goes: capacity never drops.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},

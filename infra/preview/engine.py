@@ -49,9 +49,9 @@ def engine_errors(monitor: RecordingMonitor) -> list[str]:
     return errors
 
 
-def kubernetes_refusals(registrations: list[Registration]) -> list[str]:
-    """What the API server would refuse among the Kubernetes objects, ours and the charts'
-    (infra/checks/admission.py), each line naming its release or `program`."""
+def kubernetes_objects(registrations: list[Registration]) -> list[tuple[str, dict]]:
+    """(owner, object) for every Kubernetes object, ours and the charts', as it will be
+    applied; the owner is `release <name>` or `program`."""
     charts = {r.urn: r.name for r in registrations if r.type == CHART_TYPE}
     objects = []
     for reg in registrations:
@@ -60,7 +60,13 @@ def kubernetes_refusals(registrations: list[Registration]) -> list[str]:
             if "kind" in body:
                 owner = f"release {charts[reg.parent]}" if reg.parent in charts else "program"
                 objects.append((owner, body))
-    return [f"the API server would refuse {line}" for line in refusals(objects)]
+    return objects
+
+
+def kubernetes_refusals(registrations: list[Registration]) -> list[str]:
+    """What the API server would refuse among the Kubernetes objects (infra/checks/admission.py),
+    each line naming its release or `program`."""
+    return [f"the API server would refuse {line}" for line in refusals(kubernetes_objects(registrations))]
 
 
 def _package(resource_type: str) -> str:

@@ -171,8 +171,11 @@ def test_rolling_updates_never_lose_a_replica_and_spread_across_zones(gpu):
     deployment = obj(gpu, DEPLOYMENT)
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
                                               "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
-    # The autoscaler owns the replica count; the program never sets it.
-    assert "replicas" not in deployment["spec"]
+    # Created with none (no model is published in a new environment); the publish step and
+    # then the autoscaler own the count, and the program never sends it again.
+    assert deployment["spec"]["replicas"] == 0
+    [registered] = [r for r in gpu.of_type(DEPLOYMENT) if r.inputs()["metadata"]["name"] == "triton"]
+    assert registered.ignore_changes == ["spec.replicas"]
     zone, host = pod(gpu)["topologySpreadConstraints"]
     assert (zone["topologyKey"], zone["whenUnsatisfiable"], zone["maxSkew"]) == (
         "topology.kubernetes.io/zone", "DoNotSchedule", 1)

@@ -1,0 +1,106 @@
+"""What the first `pulumi up` of a brand-new environment would wait on and never get.
+
+The Kubernetes provider waits for what it creates to become ready: a Deployment,
+StatefulSet or ReplicaSet until its replicas are available, a Job until it completes, a
+bare Pod until it runs (pulumi-kubernetes' await logic; a DaemonSet with no node to run
+on is ready at once). A new environment has no model published and no dataset yet, and
+no GPU node until capacity is granted, so an object whose readiness needs one of them
+stalls the update until the provider's timeout (ten minutes for a Deployment) and fails
+it. `pulumi.com/skipAwait` turns the wait off; it is allowed only with a written reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from infra.checks.images import object_id
+
+SKIP_AWAIT = "pulumi.com/skipAwait"
+# Kinds the provider waits on, and whether a replica count says how many pods it waits for.
+AWAITED = {"Deployment": True, "StatefulSet": True, "ReplicaSet": True, "Job": False, "Pod": False}
+# Extended resources only GPU nodes offer (the device plugins'): a pod asking for one waits for such a node.
+GPU_RESOURCE_PREFIXES = ("nvidia.com/", "vpc.amazonaws.com/efa")
+# Objects allowed to skip the provider's wait (object id -> why). None needs to today.
+SKIP_AWAIT_REASONS: dict[str, str] = {}
+
+
+def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: Sequence[str],
+          gpu_node_labels: Mapping[str, frozenset[str]],
+          skip_reasons: Mapping[str, str] = SKIP_AWAIT_REASONS) -> list[str]:
+    """One line per object the first deploy would wait on: `<owner>: <object>: <why>`.
+
+    `data_locations`: where data arrives only after the deploy (s3://<models bucket>, ...);
+    a pod whose containers name one reads it at start. `gpu_node_labels`: node labels only
+    GPU nodes carry (label -> values); a pod that requires one waits for a GPU node.
+    `skip_reasons`: object id -> why it may skip the provider's wait."""
+    lines = []
+    for owner, obj in objects:
+        kind = str(obj.get("kind"))
+        ident = object_id(obj)
+        skipped = str(((obj.get("metadata") or {}).get("annotations") or {}).get(SKIP_AWAIT, "")).lower() == "true"
+        if skipped:
+            if ident not in skip_reasons:
+                lines.append(f"{owner}: {ident}: sets {SKIP_AWAIT} with no reason listed beside it")
+            continue
+        if kind not in AWAITED or (AWAITED[kind] and _replicas(obj) == 0):
+            continue
+        spec = _pod_spec(obj)
+        needs = [*_reads_data(spec, data_locations), *_needs_gpu_node(spec, gpu_node_labels)]
+        if needs:
+            lines.append(f"{owner}: {ident}: waits for {' and '.join(needs)}, which a new environment does not have")
+    return lines
+
+
+def _replicas(obj: Mapping[str, Any]) -> int:
+    replicas = (obj.get("spec") or {}).get("replicas")
+    return 1 if replicas is None else int(replicas)  # the API server's default
+
+
+def _pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    if obj.get("kind") == "Pod":
+        return obj.get("spec") or {}
+    return ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+def _containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    for key in ("initContainers", "containers"):
+        yield from spec.get(key) or []
+
+
+def _reads_data(spec: Mapping[str, Any], locations: Sequence[str]) -> list[str]:
+    found = []
+    for container in _containers(spec):
+        words = [*(container.get("command") or []), *(container.get("args") or []),
+                 *(str(e.get("value", "")) for e in container.get("env") or [])]
+        for location in locations:
+            if any(location in str(word) for word in words) and location not in found:
+                found.append(location)
+    return [f"data in {location} (container reads it at start)" for location in found]
+
+
+def _needs_gpu_node(spec: Mapping[str, Any], labels: Mapping[str, frozenset[str]]) -> list[str]:
+    for container in _containers(spec):
+        amounts = {**((container.get("resources") or {}).get("requests") or {}),
+                   **((container.get("resources") or {}).get("limits") or {})}
+        asked = sorted(k for k in amounts if k.startswith(GPU_RESOURCE_PREFIXES))
+        if asked:
+            return [f"a GPU node ({container.get('name')} asks for {', '.join(asked)})"]
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if value in labels.get(key, frozenset()):
+            return [f"a GPU node (nodeSelector {key}={value})"]
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    # Every term must be one only GPU nodes satisfy (terms are ORed).
+    if terms and all(_gpu_only(term, labels) for term in terms):
+        return ["a GPU node (required node affinity)"]
+    return []
+
+
+def _gpu_only(term: Mapping[str, Any], labels: Mapping[str, frozenset[str]]) -> bool:
+    for expression in term.get("matchExpressions") or []:
+        values = set(expression.get("values") or [])
+        if expression.get("operator") == "In" and values and values <= labels.get(expression.get("key"), frozenset()):
+            return True
+    return False
