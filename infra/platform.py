@@ -17,10 +17,13 @@ from components.training import TrainingJob
 from infra.cluster_services import ClusterServices, build_cluster_services, lustre_volume
 from infra.compute import build_compute
 from infra.config import PROJECT, PlatformConfig
+from infra.descriptor import OUTPUT as DESCRIPTOR_OUTPUT
+from infra.descriptor import cluster_descriptor_output
 from infra.inference import build_inference
 from infra.preflight import pool_zones
-from infra.storage import Storage, build_keys, build_storage, export_storage, storage_names
+from infra.storage import Storage, build_keys, build_storage, export_storage, lustre_output, storage_names
 from infra.training import build_training
+from infra.versions import registry_host
 
 
 # One customer-managed key per class of data, so access to one class can be granted or
@@ -78,5 +81,10 @@ def build_platform(config: PlatformConfig) -> Platform:
     pulumi.export("region", config.region)
     export_storage(keys, storage)
     pulumi.export("cluster", compute.cluster.eks.name)
+    pulumi.export(DESCRIPTOR_OUTPUT, cluster_descriptor_output(
+        environment=pulumi.get_stack(), region=config.region, account_id=account_id, cluster=compute.cluster,
+        vpc_cidr=config.network.vpc_cidr, registry_host=registry_host(account_id, config.region),
+        buckets={p: b.bucket.bucket for p, b in storage.buckets.items()},
+        keys={c: k.arn for c, k in keys.keys.items()}, lustre=lustre_output(storage)))
     return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
                     services, training, inference)

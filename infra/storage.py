@@ -10,6 +10,7 @@ the policies never wait on a resource.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
@@ -166,6 +167,12 @@ def export_storage(keys: PlatformKeys, storage: Storage) -> None:
     pulumi.export("workloadLogGroup", storage.workload_logs.log_group.name)
     pulumi.export("ebsDefaultKey", storage.volumes.default_key.key_arn)
     if storage.lustre is not None:
-        fs = storage.lustre.file_system
-        pulumi.export("lustre", {"fileSystemId": fs.id, "dnsName": fs.dns_name, "mountName": fs.mount_name,
-                                 "path": DATASETS_PATH})
+        pulumi.export("lustre", lustre_output(storage))
+
+
+def lustre_output(storage: Storage) -> dict[str, Any] | None:
+    """Where the Lustre scratch file system is, as stack outputs name it."""
+    if storage.lustre is None:
+        return None
+    fs = storage.lustre.file_system
+    return {"fileSystemId": fs.id, "dnsName": fs.dns_name, "mountName": fs.mount_name, "path": DATASETS_PATH}

@@ -14,7 +14,7 @@ from infra.config import PROJECT, REPO_ROOT, ConfigError, PlatformConfig, load_s
 from infra.preview.charts import CHART_TYPE, ChartExpander
 from infra.preview.analyzer import PACK_DIR, PolicyPackProcess, StreamingAnalysis, load_policy_config
 from infra.preview.fixtures import RegionFixture
-from infra.preview.mocks import PreviewMocks, RecordingMonitor, Registration, run_program
+from infra.preview.mocks import PreviewMocks, RecordingMonitor, Registration, run_program, stack_exports
 from infra.preview.report import PreviewResult
 
 Program = Callable[[PlatformConfig], Any]
@@ -119,6 +119,7 @@ def run_preview(
         expander = ChartExpander(monitor.registrations, monitor.make_urn, monitor.add)
         progress("running the program under mocks, rendering its Helm charts")
         run_program(lambda: program(config), mocks, monitor, project=PROJECT, stack=stack)
+        exports = stack_exports()
         renders = expander.finish()
         registrations = list(monitor.registrations.values())
         progress(f"analyzing {len(registrations)} resources")
@@ -138,6 +139,7 @@ def run_preview(
         verdict=verdict,
         engine_errors=engine_errors(monitor) + refusal_lines,
         component_outputs=dict(monitor.outputs),
+        stack_outputs=exports,
         charts=renders,
         seconds=time.perf_counter() - started,
     )

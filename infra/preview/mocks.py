@@ -367,3 +367,18 @@ def run_program(
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
     _sync_await(run_pulumi_func(program))
+
+
+def stack_exports() -> dict[str, Any]:
+    """The program's `pulumi.export`s once it has run, as `pulumi stack output` shows them
+    (secrets masked). Under mocks the root stack registers its outputs before the program
+    runs, so they are read from the stack resource itself."""
+    from pulumi.runtime.settings import get_root_resource
+
+    root = get_root_resource()
+    exports: dict[str, Any] = {}
+    for name, value in (getattr(root, "outputs", None) or {}).items():
+        output = pulumi.Output.from_input(value)
+        secret = _sync_await(output.is_secret())
+        exports[name] = "[secret]" if secret else _sync_await(output.future())
+    return exports

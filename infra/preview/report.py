@@ -34,6 +34,7 @@ class PreviewResult:
     seconds: float
     component_outputs: dict[str, list[str]] = field(default_factory=dict)  # urn -> output names
     charts: list[ChartRender] = field(default_factory=list)  # every helm.v4.Chart and what it rendered
+    stack_outputs: dict[str, Any] = field(default_factory=dict)  # the stack's exports, secrets masked
 
     @cached_property
     def by_urn(self) -> dict[str, Registration]:
