@@ -27,6 +27,10 @@ class ClusterArgs:
     secrets_key_arn: pulumi.Input[str]  # envelope encryption of Kubernetes secrets
     logs_key_arn: pulumi.Input[str]
     log_retention_days: int
+    # The cluster's standing administrators (access entries with cluster admin): the role
+    # `pulumi up` runs as, and the break-glass role.
+    deployer_role_arn: str
+    break_glass_role_arn: str
     # Empty: the API server has no public endpoint at all.
     public_access_cidrs: tuple[str, ...] = ()
     admin_role_arns: tuple[str, ...] = ()
@@ -86,18 +90,22 @@ class Cluster(pulumi.ComponentResource):
             enabled_cluster_log_types=list(spec.CONTROL_PLANE_LOG_TYPES),
             access_config=aws.eks.ClusterAccessConfigArgs(
                 authentication_mode="API",
-                # The identity that runs `pulumi up` manages the cluster's Kubernetes
-                # objects through the provider below, so it keeps admin access.
-                bootstrap_cluster_creator_admin_permissions=True,
+                # No implicit admin for whoever created the cluster: the deployer and
+                # break-glass roles get theirs from access entries below, visible and
+                # revocable. EKS reads this only at creation, and a change replaces the
+                # cluster, so it is ignored afterwards (hashicorp/terraform-provider-aws
+                # #35824); README "Cluster administrators" moves an existing cluster over.
+                bootstrap_cluster_creator_admin_permissions=False,
             ),
             # The managed add-ons below replace the self-managed ones EKS would install.
             bootstrap_self_managed_addons=False,
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type="STANDARD"),
             deletion_protection=args.deletion_protection,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.log_group, *attachments]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.log_group, *attachments],
+                                        ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"]),
         )
         self.cluster_security_group_id = self.eks.vpc_config.cluster_security_group_id
-        self._access_entries(name, args)
+        deployer_admin = self._access_entries(name, args)
         self._addons(name, args)
 
         kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data).apply(
@@ -107,20 +115,25 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-k8s",
             kubeconfig=kubeconfig,
             enable_server_side_apply=True,
-            opts=child,
+            # The provider authenticates as the deployer role: not before it is admin.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[deployer_admin]),
         )
         self.register_outputs(
             {"name": self.eks.name, "endpoint": self.eks.endpoint, "clusterSecurityGroupId": self.cluster_security_group_id}
         )
 
-    def _access_entries(self, name: str, args: ClusterArgs) -> None:
+    def _access_entries(self, name: str, args: ClusterArgs) -> aws.eks.AccessPolicyAssociation:
+        """Every access entry; returns the deployer's admin association."""
         child = pulumi.ResourceOptions(parent=self)
-        grants = [(arn, spec.ADMIN_POLICY, "admin") for arn in args.admin_role_arns]
+        grants = [(args.deployer_role_arn, spec.ADMIN_POLICY, "deployer"),
+                  (args.break_glass_role_arn, spec.ADMIN_POLICY, "break-glass")]
+        grants += [(arn, spec.ADMIN_POLICY, "admin") for arn in args.admin_role_arns]
         grants += [(arn, spec.VIEW_POLICY, "view") for arn in args.read_only_role_arns]
+        associations = {}
         for arn, policy_arn, kind in grants:
             key = f"{name}-{kind}-{spec.principal_key(arn)}"
             entry = aws.eks.AccessEntry(key, cluster_name=self.eks.name, principal_arn=arn, type="STANDARD", opts=child)
-            aws.eks.AccessPolicyAssociation(
+            associations[kind] = aws.eks.AccessPolicyAssociation(
                 key,
                 cluster_name=self.eks.name,
                 principal_arn=entry.principal_arn,
@@ -128,6 +141,7 @@ class Cluster(pulumi.ComponentResource):
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                 opts=child,
             )
+        return associations["deployer"]
 
     def _addons(self, name: str, args: ClusterArgs) -> None:
         """The add-ons nodes need before they can become Ready."""

@@ -30,9 +30,11 @@ def build_compute(
     keys: dict[str, aws.kms.Key],
     pool_zones: dict[str, tuple[str, ...]],
     aws_provider: aws.Provider,
+    account_id: str,
 ) -> Compute:
     """`prefix` is mlplat-<stack>, also the cluster's name; `keys` the CMKs by data class;
-    `pool_zones` the zones each pool may use (from the preflight check)."""
+    `pool_zones` the zones each pool may use (from the preflight check); `account_id` the
+    deploying account, where the administrator roles named by name live."""
     aws_opts = pulumi.ResourceOptions(providers={"aws": aws_provider})
     logs_key, volumes_key = keys["logs"].arn, keys["volumes"].arn
     network = Network(
@@ -61,6 +63,8 @@ def build_compute(
             logs_key_arn=logs_key,
             log_retention_days=config.storage.log_retention_days,
             public_access_cidrs=public.cidrs if public.enabled else (),
+            deployer_role_arn=config.cluster.role_arn(config.cluster.deployer_role or "", account_id),
+            break_glass_role_arn=config.cluster.role_arn(config.cluster.break_glass_role or "", account_id),
             admin_role_arns=config.cluster.admin_role_arns,
             read_only_role_arns=config.cluster.read_only_role_arns,
             deletion_protection=config.cluster.deletion_protection,

@@ -295,13 +295,35 @@ class PublicEndpointConfig(_Model):
 _ROLE_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$"
 
 
+_ROLE_NAME = r"^[A-Za-z0-9+=,.@_-]{1,64}$"
+
+
 class ClusterConfig(_Model):
     version: str = Field(default=KUBERNETES_VERSION, pattern=r"^1\.[0-9]{2}$")
     public_endpoint: PublicEndpointConfig = PublicEndpointConfig()
+    # The cluster's two standing administrators, roles in the deploying account by name
+    # (or ARN): the role `pulumi up` runs as, and the break-glass role for when that path
+    # is down. Required: without them the identity that created the cluster would be its
+    # only admin (PlatformConfig._administrators).
+    deployer_role: str | None = None
+    break_glass_role: str | None = None
     admin_role_arns: tuple[str, ...] = ()
     read_only_role_arns: tuple[str, ...] = ()
     # The control plane cannot be deleted until this is turned off in a separate update.
     deletion_protection: bool = True
+
+    @field_validator("deployer_role", "break_glass_role")
+    @classmethod
+    def _role(cls, value: str | None) -> str | None:
+        import re
+
+        if value is not None and not (re.match(_ROLE_ARN, value) or re.match(_ROLE_NAME, value)):
+            raise ValueError(f"{value!r} is neither an IAM role name nor a role ARN (arn:aws:iam::<account>:role/<name>)")
+        return value
+
+    def role_arn(self, role: str, account_id: str) -> str:
+        """A role named in this config, as an ARN in the deploying account."""
+        return role if role.startswith("arn:") else f"arn:aws:iam::{account_id}:role/{role}"
 
     @field_validator("admin_role_arns", "read_only_role_arns")
     @classmethod
@@ -614,6 +636,26 @@ class PlatformConfig(_Model):
             if pool.role == "gpu" and pool.pinned_zone_id:
                 return pool.pinned_zone_id
         return None
+
+    @model_validator(mode="after")
+    def _administrators(self) -> PlatformConfig:
+        for key, role in (("deployerRole", self.cluster.deployer_role), ("breakGlassRole", self.cluster.break_glass_role)):
+            if role is None:
+                raise _KeyError(f"{PROJECT}:cluster.{key}", "is not set; name the role (in the deploying account) "
+                                "that gets cluster admin, so the identity that created the cluster is not its only admin")
+        if self.cluster.deployer_role == self.cluster.break_glass_role:
+            raise _KeyError(f"{PROJECT}:cluster.breakGlassRole", "is the deployer role; break-glass access must "
+                            "not depend on the deploy path it stands in for")
+        # One access entry per IAM role: these two already have theirs.
+        named = {self.cluster.deployer_role, self.cluster.break_glass_role}
+        others = [("cluster.adminRoleArns", arn) for arn in self.cluster.admin_role_arns]
+        others += [("cluster.readOnlyRoleArns", arn) for arn in self.cluster.read_only_role_arns]
+        others += [(f"tenants[{i}].roleArns", arn) for i, t in enumerate(self.tenants) for arn in t.role_arns]
+        for key, arn in others:
+            if arn in named or arn.rsplit("/", 1)[-1] in named:
+                raise _KeyError(f"{PROJECT}:{key}", f"{arn!r} is the deployer or break-glass role, which is "
+                                "cluster admin already; an IAM role has one access entry")
+        return self
 
     @model_validator(mode="after")
     def _lustre_placed(self) -> PlatformConfig:

@@ -71,7 +71,7 @@ def build_platform(config: PlatformConfig) -> Platform:
     names = storage_names(config, pulumi.get_stack(), account_id)
     keys = build_keys(config, prefix, names, account_id, aws_opts)
 
-    compute = build_compute(config, prefix, keys.keys, zones_by_pool, provider)
+    compute = build_compute(config, prefix, keys.keys, zones_by_pool, provider, account_id)
     storage = build_storage(config, prefix, names, account_id, keys, compute.network, aws_opts)
     services = build_cluster_services(config, account_id, compute, provider, lustre_volume(config, storage))
     training = build_training(config, account_id, prefix, compute.cluster, storage, keys.keys, services, provider)

@@ -17,6 +17,8 @@ LOGS_KEY = "arn:aws:kms:me-central-1:111122223333:key/logs"
 VOLUMES_KEY = "arn:aws:kms:me-central-1:111122223333:key/volumes"
 ADMIN = "arn:aws:iam::111122223333:role/platform-admin"
 VIEWER = "arn:aws:iam::111122223333:role/auditor"
+DEPLOYER = "arn:aws:iam::111122223333:role/mlplat-deployer"
+BREAK_GLASS = "arn:aws:iam::111122223333:role/mlplat-break-glass"
 
 
 def build(public_cidrs: tuple[str, ...] = ()):
@@ -24,7 +26,8 @@ def build(public_cidrs: tuple[str, ...] = ()):
         cluster = Cluster("cluster", ClusterArgs(
             cluster_name="mlplat-test", region="me-central-1", version="1.34",
             subnet_ids=("subnet-a", "subnet-b", "subnet-c"), secrets_key_arn=SECRETS_KEY, logs_key_arn=LOGS_KEY,
-            log_retention_days=365, public_access_cidrs=public_cidrs, admin_role_arns=(ADMIN,),
+            log_retention_days=365, deployer_role_arn=DEPLOYER, break_glass_role_arn=BREAK_GLASS,
+            public_access_cidrs=public_cidrs, admin_role_arns=(ADMIN,),
             read_only_role_arns=(VIEWER,)), opts=opts(provider))
         CoreAddons("core-addons", CoreAddonsArgs(cluster_name="mlplat-test", cluster=cluster.eks,
                                                  volumes_key_arn=VOLUMES_KEY),
@@ -80,10 +83,27 @@ def test_cluster_settings(rec):
 
 def test_access_entries_from_config(rec):
     entries = {r.inputs()["principalArn"] for r in rec.of_type("aws:eks/accessEntry:AccessEntry")}
-    assert entries == {ADMIN, VIEWER}
-    associations = {(r.name.split("-")[1], r.inputs()["policyArn"].rsplit("/", 1)[-1], r.inputs()["accessScope"]["type"])
+    assert entries == {DEPLOYER, BREAK_GLASS, ADMIN, VIEWER}
+    associations = {(r.inputs()["principalArn"], r.inputs()["policyArn"].rsplit("/", 1)[-1],
+                     r.inputs()["accessScope"]["type"])
                     for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")}
-    assert associations == {("admin", "AmazonEKSClusterAdminPolicy", "cluster"), ("view", "AmazonEKSViewPolicy", "cluster")}
+    assert associations == {(DEPLOYER, "AmazonEKSClusterAdminPolicy", "cluster"),
+                            (BREAK_GLASS, "AmazonEKSClusterAdminPolicy", "cluster"),
+                            (ADMIN, "AmazonEKSClusterAdminPolicy", "cluster"), (VIEWER, "AmazonEKSViewPolicy", "cluster")}
+
+
+def test_the_creator_gets_no_implicit_admin_and_an_existing_cluster_is_not_replaced(rec):
+    cluster = eks(rec)
+    assert cluster.inputs()["accessConfig"]["bootstrapClusterCreatorAdminPermissions"] is False
+    # EKS reads the flag only at creation; a change would replace the cluster.
+    assert cluster.ignore_changes == ["accessConfig.bootstrapClusterCreatorAdminPermissions"]
+
+
+def test_the_kubernetes_provider_waits_for_the_deployer_to_be_admin(rec):
+    [provider] = rec.of_type("pulumi:providers:kubernetes")
+    [deployer] = [r for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+                  if r.inputs()["principalArn"] == DEPLOYER]
+    assert deployer.urn in provider.dependencies
 
 
 def test_addons_pinned_from_versions(rec):

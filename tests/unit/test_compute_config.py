@@ -182,7 +182,7 @@ def test_bad_vpc_cidr_and_zones():
         ("placementGroupZoneId: mec1-az1", "placementGroupZoneId: mec1-az7",
          "mlplat:nodePools[1].placementGroupZoneId: 'mec1-az7' is not one of the network's zones"),
         ("maxSize: 16", "maxSize: 1", "mlplat:nodePools[1]: minSize 2 is above maxSize 1"),
-        ("  mlplat:nodePools:", "  mlplat:cluster: {publicEndpoint: {enabled: true}}\n  mlplat:nodePools:",
+        ("    deployerRole: mlplat-deployer", "    deployerRole: mlplat-deployer\n    publicEndpoint: {enabled: true}",
          "mlplat:cluster.publicEndpoint: enabled without cidrs"),
     ],
 )
@@ -213,7 +213,7 @@ def test_public_endpoint_wide_range_refused():
 
 def test_public_endpoint_with_allow_list_parses():
     raw = raw_stack()
-    raw["mlplat:cluster"] = {"publicEndpoint": {"enabled": True, "cidrs": ["203.0.113.0/24"]},
+    raw["mlplat:cluster"] = {**raw["mlplat:cluster"], "publicEndpoint": {"enabled": True, "cidrs": ["203.0.113.0/24"]},
                              "adminRoleArns": ["arn:aws:iam::111122223333:role/platform-admin"]}
     config = parse_config(raw, SOURCE, from_stack_file=True)
     assert config.cluster.public_endpoint.cidrs == ("203.0.113.0/24",)

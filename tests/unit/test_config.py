@@ -115,3 +115,25 @@ def test_invalid_yaml_names_line(tmp_path):
     path.write_text("config:\n  aws:region: [me-central-1\n")
     with pytest.raises(ConfigError, match=r"Pulumi.x.yaml: line \d+ is not valid YAML"):
         load_stack_file(path)
+
+
+def test_cluster_administrators_are_required_and_distinct():
+    assert bad(lambda raw: raw["mlplat:cluster"].pop("breakGlassRole")) == (
+        "stacks/Pulumi.dev.yaml: mlplat:cluster.breakGlassRole: is not set; name the role (in the deploying "
+        "account) that gets cluster admin, so the identity that created the cluster is not its only admin")
+    same = bad(lambda raw: raw["mlplat:cluster"].update({"breakGlassRole": "mlplat-deployer"}))
+    assert same.startswith("stacks/Pulumi.dev.yaml: mlplat:cluster.breakGlassRole: is the deployer role")
+    twice = bad(lambda raw: raw["mlplat:cluster"].update(
+        {"adminRoleArns": ["arn:aws:iam::111122223333:role/mlplat-break-glass"]}))
+    assert twice.startswith("stacks/Pulumi.dev.yaml: mlplat:cluster.adminRoleArns: "
+                            "'arn:aws:iam::111122223333:role/mlplat-break-glass' is the deployer or break-glass role")
+    assert "is neither an IAM role name nor a role ARN" in bad(
+        lambda raw: raw["mlplat:cluster"].update({"deployerRole": "role with spaces"}))
+
+
+def test_administrator_roles_by_name_live_in_the_deploying_account():
+    config = parse_config(raw_stack("dev"), "stacks/Pulumi.dev.yaml", from_stack_file=True)
+    assert config.cluster.role_arn(config.cluster.deployer_role, "123456789012") == \
+        "arn:aws:iam::123456789012:role/mlplat-deployer"
+    arn = "arn:aws:iam::210987654321:role/ops/break-glass"
+    assert config.cluster.role_arn(arn, "123456789012") == arn

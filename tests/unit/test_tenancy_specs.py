@@ -229,7 +229,7 @@ def test_groups_and_role_arns():
         "name the groups those roles are mapped to")
     admin = "arn:aws:iam::111122223333:role/platform-admin"
     assert tenants_error([tenant(groups=["g"], roleArns=[admin])],
-                         **{"mlplat:cluster": {"adminRoleArns": [admin]}}) == (
+                         **{"mlplat:cluster": {**raw_stack("dev")["mlplat:cluster"], "adminRoleArns": [admin]}}) == (
         f"stacks/Pulumi.dev.yaml: mlplat:tenants[0].roleArns: '{admin}' already has an access entry; "
         "an IAM role maps to one set of groups only")
 
