@@ -21,14 +21,19 @@ from infra.config import ConfigError, _Model
 OUTPUT = "clusterDescriptor"
 
 
-class LustreDescriptor(_Model):
+class _Descriptor(_Model):
+    # Fields a newer cloud layer adds are ignored, so an older cluster layer still reads it.
+    model_config = {**_Model.model_config, "extra": "ignore"}
+
+
+class LustreDescriptor(_Descriptor):
     file_system_id: str = Field(min_length=1)
     dns_name: str = Field(min_length=1)
     mount_name: str = Field(min_length=1)
     path: str = Field(min_length=1)  # the datasets folder inside the file system
 
 
-class ClusterDescriptor(_Model):
+class ClusterDescriptor(_Descriptor):
     """Facts of the cloud layer; names follow the stack outputs' camelCase."""
 
     environment: str = Field(min_length=1)  # the cloud layer's stack

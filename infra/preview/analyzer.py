@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -221,8 +222,11 @@ class StreamingAnalysis:
         self._backlog: list[Registration] = []
         self._ready = False
         self._lock = threading.Lock()
+        self._relay_stderr = tempfile.TemporaryFile()
         self._relay = subprocess.Popen([sys.executable, "-m", "infra.preview.relay"], cwd=REPO_ROOT,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       # A file, not a pipe: unread, a pipe would fill and stall the relay.
+                                       stderr=self._relay_stderr)
         self._worker = threading.Thread(target=self._configure_then_drain, daemon=True)
         self._worker.start()
 
@@ -345,7 +349,9 @@ class StreamingAnalysis:
             else:
                 self._error = PackError(payload.decode(errors="replace"))
                 return None
-        stderr = self._relay.stderr.read().decode(errors="replace") if self._relay.stderr else ""
+        self._relay.wait()
+        self._relay_stderr.seek(0)
+        stderr = self._relay_stderr.read().decode(errors="replace")
         last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
         self._error = PackError(f"the policy relay exited: {last[0]}")
         return None
@@ -353,9 +359,12 @@ class StreamingAnalysis:
     def close(self) -> None:
         self._relay.kill()
         self._relay.wait()
-        for stream in (self._relay.stdin, self._relay.stdout, self._relay.stderr):
+        for stream in (self._relay.stdin, self._relay.stdout, self._relay_stderr):
             if stream is not None:
-                stream.close()
+                try:
+                    stream.close()
+                except OSError:  # frames still buffered for a relay that is gone: nothing to deliver
+                    pass
 
     @staticmethod
     def _collect(verdict: Verdict, urn: str, answer: Any, names: list[str],

@@ -129,9 +129,11 @@ def run_preview(
             verdict = analysis.finish(registrations)
             refusal_lines = refused.result()
     finally:
-        if analysis is not None:
-            analysis.close()
-        pack.close()
+        try:
+            if analysis is not None:
+                analysis.close()
+        finally:
+            pack.close()  # whatever happened above: never leave the pack process running
     return PreviewResult(
         stack=stack,
         region=config.region,

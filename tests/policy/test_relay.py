@@ -100,3 +100,32 @@ def test_a_pack_that_dies_mid_preview_is_one_error_line():
     message = str(raised.value)
     assert message.startswith("the policy pack failed: UNAVAILABLE"), message
     assert "\n" not in message
+
+
+def test_a_program_that_raises_leaves_no_process_behind(monkeypatch):
+    import pulumi_aws as aws
+
+    from infra.config import ConfigError, load_stack
+    from infra.preview import analyzer, engine
+
+    started: list = []
+    real_popen = analyzer.subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        process = real_popen(*args, **kwargs)
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(analyzer.subprocess, "Popen", recording_popen)
+
+    def program(config):
+        provider = aws.Provider("p", region=config.region)
+        for name in ("a", "b", "c"):
+            aws.s3.Bucket(name, opts=__import__("pulumi").ResourceOptions(provider=provider))
+        raise ConfigError("stacks/Pulumi.dev.yaml: mlplat:x: bad")
+
+    with pytest.raises(Exception) as raised:
+        engine.run_preview("dev", program=program, config=load_stack("dev"))
+    assert not isinstance(raised.value, BrokenPipeError), raised.value
+    assert len(started) == 2  # the pack and the relay
+    assert all(process.poll() is not None for process in started), [p.args for p in started]

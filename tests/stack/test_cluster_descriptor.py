@@ -74,3 +74,9 @@ def test_a_descriptor_of_another_region_or_environment_is_refused():
         "point it at the cloud layer of its own environment")
     bad = {**copy.deepcopy(data), "endpoint": "http://10.0.0.1"}
     assert _refusal(bad).startswith(f"cluster layer prod-cluster: {SOURCE}: `endpoint`: String should match")
+
+
+def test_a_field_a_newer_cloud_layer_adds_is_ignored():
+    data = {**copy.deepcopy(exported("prod")), "oidcIssuer": "https://oidc.example"}
+    assert parse_descriptor(data, layer="prod-cluster", source=SOURCE, environment="prod",
+                            region="me-central-1").cluster_name == "mlplat-prod"
