@@ -25,7 +25,7 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from infra.config import REPO_ROOT, ConfigError
 from infra.preview.mocks import Registration
-from infra.preview.relay import read_frame, write_frame
+from infra.preview.relay import CHANNEL_OPTIONS, last_line, read_frame, write_frame
 
 PACK_DIR = REPO_ROOT / "policies"
 # Stack policies name the resource types they judge as `scope:<type>` tags, so evidence
@@ -118,14 +118,10 @@ class PolicyPackProcess:
         line = self._proc.stdout.readline().decode().strip()
         if not line.isdigit():
             stderr = self._proc.stderr.read().decode() if self._proc.stderr else ""
-            last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
-            self._start_error = f"policy pack in {self.pack_dir} did not start: {last[0]}"
+            self._start_error = f"policy pack in {self.pack_dir} did not start: {last_line(stderr)}"
         else:
             self.port = line
-            self._channel = grpc.insecure_channel(
-                f"127.0.0.1:{line}", options=[("grpc.max_receive_message_length", 256 << 20),
-                                              ("grpc.max_send_message_length", 256 << 20)]
-            )
+            self._channel = grpc.insecure_channel(f"127.0.0.1:{line}", options=CHANNEL_OPTIONS)
             self._stub = analyzer_pb2_grpc.AnalyzerStub(self._channel)
         self._ready.set()
 
@@ -352,8 +348,7 @@ class StreamingAnalysis:
         self._relay.wait()
         self._relay_stderr.seek(0)
         stderr = self._relay_stderr.read().decode(errors="replace")
-        last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
-        self._error = PackError(f"the policy relay exited: {last[0]}")
+        self._error = PackError(f"the policy relay exited: {last_line(stderr)}")
         return None
 
     def close(self) -> None:

@@ -32,6 +32,8 @@ ANALYZE_STACK = "/pulumirpc.Analyzer/AnalyzeStack"
 # some of them (seen at 5,000 resources), and the pack answers one at a time anyway.
 MAX_IN_FLIGHT = 64
 _HEADER = struct.Struct(">cI")
+# Every channel to the pack: a stack request carries every resource, CRD schemas included.
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
 
 
 def write_frame(stream: BinaryIO, tag: bytes, payload: bytes) -> None:
@@ -48,6 +50,11 @@ def read_frame(stream: BinaryIO) -> tuple[bytes, bytes] | None:
     if len(payload) < size:
         return None
     return tag, payload
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of a process's error output: what failed."""
+    return ([ln for ln in text.strip().splitlines() if ln.strip()][-1:] or ["no output"])[0]
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -73,9 +80,7 @@ def serve(source: BinaryIO, sink: BinaryIO) -> None:
         while (frame := read_frame(source)) is not None:
             tag, payload = frame
             if tag == b"P":
-                channel = grpc.insecure_channel(
-                    f"127.0.0.1:{payload.decode()}", options=[("grpc.max_receive_message_length", 256 << 20),
-                                                              ("grpc.max_send_message_length", 256 << 20)])
+                channel = grpc.insecure_channel(f"127.0.0.1:{payload.decode()}", options=CHANNEL_OPTIONS)
                 # No serializers: requests and answers pass through as bytes.
                 analyze = channel.unary_unary(ANALYZE)
                 analyze_stack = channel.unary_unary(ANALYZE_STACK)
