@@ -11,9 +11,10 @@ it. `pulumi.com/skipAwait` turns the wait off; it is allowed only with a written
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from infra.checks.apiserver import containers
 from infra.checks.images import object_id
 
 SKIP_AWAIT = "pulumi.com/skipAwait"
@@ -63,14 +64,9 @@ def _pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
 
 
-def _containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
-    for key in ("initContainers", "containers"):
-        yield from spec.get(key) or []
-
-
 def _reads_data(spec: Mapping[str, Any], locations: Sequence[str]) -> list[str]:
     found = []
-    for container in _containers(spec):
+    for _where, container in containers(spec):
         words = [*(container.get("command") or []), *(container.get("args") or []),
                  *(str(e.get("value", "")) for e in container.get("env") or [])]
         for location in locations:
@@ -80,7 +76,7 @@ def _reads_data(spec: Mapping[str, Any], locations: Sequence[str]) -> list[str]:
 
 
 def _needs_gpu_node(spec: Mapping[str, Any], labels: Mapping[str, frozenset[str]]) -> list[str]:
-    for container in _containers(spec):
+    for _where, container in containers(spec):
         amounts = {**((container.get("resources") or {}).get("requests") or {}),
                    **((container.get("resources") or {}).get("limits") or {})}
         asked = sorted(k for k in amounts if k.startswith(GPU_RESOURCE_PREFIXES))
