@@ -65,6 +65,7 @@ HOST_KEY = "kubernetes.io/hostname"
 # TLS 1.3 and 1.2 only, forward-secret ciphers (AWS's recommended NLB policy).
 TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 NLB_CLASS = "service.k8s.aws/nlb"
+SKIP_AWAIT = "pulumi.com/skipAwait"
 LB_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer"
 # The Prometheus that kube-prometheus-stack (release "kube-prometheus-stack") runs.
 PROMETHEUS_URL = f"http://kube-prometheus-stack-prometheus.{MONITORING_NAMESPACE}.svc"
@@ -283,11 +284,13 @@ def deployment(plan: ServingPlan) -> dict[str, Any]:
 
 
 def service(plan: ServingPlan) -> dict[str, Any]:
-    """Inside the cluster: HTTP/REST and gRPC (the smoke client speaks gRPC)."""
+    """Inside the cluster: HTTP/REST and gRPC (the smoke client speaks gRPC). The provider
+    does not wait for it to target a pod: serving starts at zero replicas and is scaled up
+    once a model is published (infra/checks/first_deploy.py lists why)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(plan),
+        "metadata": {**_meta(plan), "annotations": {SKIP_AWAIT: "true"}},
         "spec": {
             "type": "ClusterIP",
             "selector": selector(plan),

@@ -296,6 +296,9 @@ def dcgm_exporter_values(ctx: AddonContext) -> dict[str, Any]:
         "arguments": ["-f", "/etc/dcgm-exporter/default-counters.csv"],
         "customMetrics": dcgm_metrics_csv(),
         "serviceMonitor": {"enabled": ctx.telemetry, "interval": "15s"},
+        # Its pods run only on GPU instance types, which a new environment may not have:
+        # the provider must not wait for the Service to target one (first_deploy.py).
+        "service": {"annotations": {"pulumi.com/skipAwait": "true"}},
         "tolerations": [GPU_TOLERATION],
         "affinity": instance_type_affinity(ctx.gpu_instance_types),
         "resources": MEDIUM,

@@ -2,8 +2,9 @@
 
 The Kubernetes provider waits for what it creates to become ready: a Deployment,
 StatefulSet or ReplicaSet until its replicas are available, a Job until it completes, a
-bare Pod until it runs (pulumi-kubernetes' await logic; a DaemonSet with no node to run
-on is ready at once). A new environment has no model published and no dataset yet, and
+bare Pod until it runs, and a Service with a selector until it targets a ready pod
+(pulumi-kubernetes' await logic; a DaemonSet with no node to run on is ready at once, but
+a Service in front of it then targets nothing). A new environment has no model published and no dataset yet, and
 no GPU node until capacity is granted, so an object whose readiness needs one of them
 stalls the update until the provider's timeout (ten minutes for a Deployment) and fails
 it. `pulumi.com/skipAwait` turns the wait off; it is allowed only with a written reason.
@@ -22,8 +23,15 @@ SKIP_AWAIT = "pulumi.com/skipAwait"
 AWAITED = {"Deployment": True, "StatefulSet": True, "ReplicaSet": True, "Job": False, "Pod": False}
 # Extended resources only GPU nodes offer (the device plugins'): a pod asking for one waits for such a node.
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "vpc.amazonaws.com/efa")
-# Objects allowed to skip the provider's wait (object id -> why). None needs to today.
-SKIP_AWAIT_REASONS: dict[str, str] = {}
+# Objects allowed to skip the provider's wait (object id -> why).
+SKIP_AWAIT_REASONS: dict[str, str] = {
+    "Service inference/triton": "its Deployment starts at zero replicas and is scaled up once a model is published "
+                                "(README: a new environment, and its first model)",
+    "Service monitoring/dcgm-exporter": "the exporter runs only on GPU instance types; a new environment may have "
+                                        "no GPU node for weeks, and Prometheus finds the pods when they come",
+}
+# Pods that Services may select.
+WORKLOADS = ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "Pod")
 
 
 def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: Sequence[str],
@@ -36,11 +44,11 @@ def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: S
     GPU nodes carry (label -> values); a pod that requires one waits for a GPU node.
     `skip_reasons`: object id -> why it may skip the provider's wait."""
     lines = []
+    objects = list(objects)
     for owner, obj in objects:
         kind = str(obj.get("kind"))
         ident = object_id(obj)
-        skipped = str(((obj.get("metadata") or {}).get("annotations") or {}).get(SKIP_AWAIT, "")).lower() == "true"
-        if skipped:
+        if _skips_await(obj):
             if ident not in skip_reasons:
                 lines.append(f"{owner}: {ident}: sets {SKIP_AWAIT} with no reason listed beside it")
             continue
@@ -50,7 +58,61 @@ def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: S
         needs = [*_reads_data(spec, data_locations), *_needs_gpu_node(spec, gpu_node_labels)]
         if needs:
             lines.append(f"{owner}: {ident}: waits for {' and '.join(needs)}, which a new environment does not have")
+    lines += _services_without_pods(objects, data_locations, gpu_node_labels, skip_reasons)
     return lines
+
+
+def _skips_await(obj: Mapping[str, Any]) -> bool:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(SKIP_AWAIT, "")).lower() == "true"
+
+
+def _services_without_pods(objects: Sequence[tuple[str, Mapping[str, Any]]], data_locations: Sequence[str],
+                           gpu_node_labels: Mapping[str, frozenset[str]], skip_reasons: Mapping[str, str]) -> list[str]:
+    """Services the provider would wait on while every workload they select has no pod that
+    can become ready in a new environment. A Service whose pods come from elsewhere (an
+    operator's StatefulSet) selects nothing here and is not judged."""
+    lines = []
+    for owner, service in objects:
+        spec = service.get("spec") or {}
+        selector = spec.get("selector") or {}
+        if service.get("kind") != "Service" or spec.get("type") == "ExternalName" or not selector:
+            continue
+        if _skips_await(service):
+            continue  # judged with the other skipAwait objects (a reason must be listed)
+        namespace = (service.get("metadata") or {}).get("namespace")
+        blocked = []
+        for _owner, obj in objects:
+            if obj.get("kind") not in WORKLOADS or (obj.get("metadata") or {}).get("namespace") != namespace:
+                continue
+            labels = _pod_labels(obj)
+            if not all(labels.get(k) == v for k, v in selector.items()):
+                continue
+            why = _no_ready_pod(obj, data_locations, gpu_node_labels)
+            if why is None:
+                blocked = []
+                break
+            blocked.append(f"{object_id(obj)} {why}")
+        if blocked:
+            lines.append(f"{owner}: {object_id(service)}: waits for a ready pod, but {'; '.join(blocked)} in a "
+                         "new environment")
+    return lines
+
+
+def _pod_labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    if obj.get("kind") == "Pod":
+        return (obj.get("metadata") or {}).get("labels") or {}
+    return (((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+
+
+def _no_ready_pod(obj: Mapping[str, Any], data_locations: Sequence[str],
+                  gpu_node_labels: Mapping[str, frozenset[str]]) -> str | None:
+    """Why a workload has no ready pod in a new environment, or None if it can have one."""
+    if AWAITED.get(str(obj.get("kind"))) and _replicas(obj) == 0:
+        return "has zero replicas"
+    spec = _pod_spec(obj)
+    needs = [*_reads_data(spec, data_locations), *_needs_gpu_node(spec, gpu_node_labels)]
+    return f"waits for {' and '.join(needs)}" if needs else None
 
 
 def _replicas(obj: Mapping[str, Any]) -> int:

@@ -23,10 +23,17 @@ def data_locations(result) -> list[str]:
     return [f"s3://{buckets[name]}" for name in DATA_BUCKETS]
 
 
+def node_labels(inputs: dict) -> dict[str, str]:
+    """The labels a node group's nodes carry: the group's own, and the ones kubelet and EKS
+    set (instance type, node group name)."""
+    return {**(inputs.get("labels") or {}), "node.kubernetes.io/instance-type": inputs["instanceTypes"][0],
+            "eks.amazonaws.com/nodegroup": inputs.get("nodeGroupName") or ""}
+
+
 def gpu_node_labels(result) -> dict[str, frozenset[str]]:
     """Node labels (key -> values) that only the GPU node groups carry, from the node groups
     the program will create."""
-    groups = [r.inputs(mask_secrets=False).get("labels") or {} for r in result.registrations
+    groups = [node_labels(r.inputs(mask_secrets=False)) for r in result.registrations
               if r.type == "aws:eks/nodeGroup:NodeGroup"]
     gpu = [labels for labels in groups if labels.get(GPU_PRESENT) == "true"]
     other = [labels for labels in groups if labels.get(GPU_PRESENT) != "true"]
@@ -109,3 +116,37 @@ def test_only_gpu_node_groups_count_as_gpu_nodes():
     labels = gpu_node_labels(result)
     assert labels[GPU_PRESENT] == frozenset({"true"})
     assert _pools(result) - labels["mlplat.io/pool"], "prod has a pool without GPUs: it is no GPU node"
+
+
+def test_a_service_waits_for_pods_its_workloads_cannot_start():
+    result = preview("prod")
+    objects = copy.deepcopy(kubernetes_objects(result.registrations))
+    triton = next(o for owner, o in objects if owner == "program" and o["kind"] == "Service"
+                  and o["metadata"]["name"] == "triton")
+    dcgm = next(o for owner, o in objects if owner == "release dcgm-exporter" and o["kind"] == "Service")
+    for service in (triton, dcgm):
+        del service["metadata"]["annotations"][SKIP_AWAIT]  # the defect: the provider waits for a ready pod
+    lines = first_deploy_waits(result, objects)
+    assert sorted(lines) == [
+        "program: Service inference/triton: waits for a ready pod, but Deployment inference/triton has zero "
+        "replicas in a new environment",
+        "release dcgm-exporter: Service monitoring/dcgm-exporter: waits for a ready pod, but DaemonSet "
+        "monitoring/dcgm-exporter waits for a GPU node (required node affinity) in a new environment"]
+
+
+def test_a_service_with_one_workload_that_can_start_does_not_wait():
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a", "namespace": "ml"},
+                  "spec": {"replicas": 0, "template": {"metadata": {"labels": {"app": "x"}},
+                                                       "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    daemon = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "b", "namespace": "ml"},
+              "spec": {"template": {"metadata": {"labels": {"app": "x", "tier": "b"}},
+                                    "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "ml"},
+               "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}}
+    assert waits([("program", deployment), ("program", daemon), ("program", service)],
+                 data_locations=[], gpu_node_labels={}) == []
+    assert waits([("program", deployment), ("program", service)], data_locations=[], gpu_node_labels={}) == [
+        "program: Service ml/s: waits for a ready pod, but Deployment ml/a has zero replicas in a new environment"]
+    # Pods of another namespace, or a Service selecting pods an operator makes: nothing to judge.
+    elsewhere = {**deployment, "metadata": {"name": "a", "namespace": "other"}}
+    assert waits([("program", elsewhere), ("program", service)], data_locations=[], gpu_node_labels={}) == []
