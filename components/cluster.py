@@ -1,7 +1,7 @@
 """`Cluster`: a private EKS control plane with encrypted secrets, every log type, access
-entries from config, the add-ons nodes need to join, and a Kubernetes provider built
-from it. `CoreAddons`: the add-ons that need running nodes (CoreDNS, EBS CSI) and the
-encrypted default StorageClass."""
+entries from config and the add-ons nodes need to join. `CoreAddons`: the add-ons that
+need running nodes (CoreDNS, EBS CSI). Both are the cloud layer's; what runs inside the
+cluster is the cluster layer's (infra/cluster_layer.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.specs import cluster as spec
@@ -41,7 +40,7 @@ class ClusterArgs:
 class Cluster(pulumi.ComponentResource):
     eks: aws.eks.Cluster
     log_group: aws.cloudwatch.LogGroup
-    k8s_provider: k8s.Provider
+    deployer_admin: aws.eks.AccessPolicyAssociation
     cluster_security_group_id: pulumi.Output[str]
     addons: dict[str, aws.eks.Addon]
 
@@ -105,19 +104,10 @@ class Cluster(pulumi.ComponentResource):
                                         ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"]),
         )
         self.cluster_security_group_id = self.eks.vpc_config.cluster_security_group_id
-        deployer_admin = self._access_entries(name, args)
+        # The cluster layer's Kubernetes provider authenticates as the deployer role: the
+        # cloud layer, applied first, makes it admin.
+        self.deployer_admin = self._access_entries(name, args)
         self._addons(name, args)
-
-        kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data).apply(
-            lambda v: json.dumps(spec.kubeconfig(v[0], v[1], v[2], args.region))
-        )
-        self.k8s_provider = k8s.Provider(
-            f"{name}-k8s",
-            kubeconfig=kubeconfig,
-            enable_server_side_apply=True,
-            # The provider authenticates as the deployer role: not before it is admin.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[deployer_admin]),
-        )
         self.register_outputs(
             {"name": self.eks.name, "endpoint": self.eks.endpoint, "clusterSecurityGroupId": self.cluster_security_group_id}
         )
@@ -203,16 +193,15 @@ def _addon(
 class CoreAddonsArgs:
     cluster_name: str
     cluster: aws.eks.Cluster
-    volumes_key_arn: pulumi.Input[str]  # default StorageClass and the CSI driver's grants
+    volumes_key_arn: pulumi.Input[str]  # the CSI driver's grants (the cluster layer's StorageClass uses the key)
 
 
 class CoreAddons(pulumi.ComponentResource):
-    """Add-ons that schedule pods (so wait for nodes: pass the node groups in
-    `depends_on`), and the default StorageClass. Kubernetes objects use the provider
-    given in `opts.providers`."""
+    """EKS add-ons that schedule pods (so wait for nodes: pass the node groups in
+    `depends_on`). The default StorageClass they serve is the cluster layer's
+    (infra/cluster_layer.py)."""
 
     addons: dict[str, aws.eks.Addon]
-    storage_class: k8s.storage.v1.StorageClass
 
     def __init__(self, name: str, args: CoreAddonsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:cluster:CoreAddons", name, None, opts)
@@ -239,17 +228,4 @@ class CoreAddons(pulumi.ComponentResource):
                 pod_identity=[("ebs-csi-controller-sa", ebs_role.role.arn)], opts=after_nodes,
             ),
         }
-        sc = spec.default_storage_class("")
-        self.storage_class = k8s.storage.v1.StorageClass(
-            f"{name}-{sc['metadata']['name']}",
-            metadata=k8s.meta.v1.ObjectMetaArgs(**sc["metadata"]),
-            provisioner=sc["provisioner"],
-            parameters=pulumi.Output.from_input(args.volumes_key_arn).apply(
-                lambda arn: spec.default_storage_class(arn)["parameters"]
-            ),
-            reclaim_policy=sc["reclaim_policy"],
-            volume_binding_mode=sc["volume_binding_mode"],
-            allow_volume_expansion=sc["allow_volume_expansion"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.addons["aws-ebs-csi-driver"]]),
-        )
-        self.register_outputs({"storageClass": sc["metadata"]["name"]})
+        self.register_outputs({"addons": sorted(self.addons)})

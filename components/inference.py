@@ -9,7 +9,6 @@ import pulumi
 
 from components.addons.charts import helm_chart
 from components.addons.objects import create
-from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.inference_spec import (
     ADAPTER_RELEASE,
     ServingPlan,
@@ -21,7 +20,6 @@ from components.inference_spec import (
     namespace,
     network_policies,
     pod_monitor,
-    s3_statements,
     service,
     service_account,
 )
@@ -40,31 +38,24 @@ class MetricsAdapter:
 @dataclass(frozen=True)
 class InferenceServiceArgs:
     plan: ServingPlan
-    role_name: str  # the Pod Identity role's IAM name
-    cluster_name: pulumi.Input[str]  # where the Pod Identity association is made
-    bucket_arn: pulumi.Input[str]  # the models bucket
-    key_arn: pulumi.Input[str]  # the models key
-    repository_prefix: str  # the model repository's key prefix in the bucket
     adapter: MetricsAdapter | None = None  # None: the cluster already serves the metric APIs
     # The Prometheus stack (its CRDs and its Prometheus), the device plugins, the nodes.
     depends_on: tuple[pulumi.Resource, ...] = ()
 
 
 class InferenceService(pulumi.ComponentResource):
-    """Triton's Deployment with its namespace, network policies, ServiceAccount and Pod
-    Identity role, the ClusterIP Service (and the internal TLS NLB where asked for), the
+    """Triton's Deployment with its namespace, network policies and ServiceAccount, the
+    ClusterIP Service (and the internal TLS NLB where asked for), the
     HorizontalPodAutoscaler with prometheus-adapter, the PodDisruptionBudget and the
-    PodMonitor. Kubernetes objects use the `kubernetes` provider of `opts.providers`, the
-    IAM role the `aws` one."""
+    PodMonitor. The Pod Identity role the ServiceAccount gets is the cloud layer's
+    (`serving_identity`, infra/inference.py)."""
 
     deployment: pulumi.CustomResource
     service: pulumi.CustomResource
-    role: PodIdentityRole
 
     def __init__(self, name: str, args: InferenceServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:inference:InferenceService", name, None, opts)
         plan = args.plan
-        child = pulumi.ResourceOptions(parent=self)
         after = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
 
         ns = create(namespace(plan), after)
@@ -74,24 +65,9 @@ class InferenceService(pulumi.ComponentResource):
         # Deny-all first, so no pod ever runs without its fences.
         fences = [create(policy, in_ns) for policy in network_policies(plan)]
 
-        self.role = PodIdentityRole(
-            f"{name}-identity",
-            PodIdentityRoleArgs(
-                role_name=args.role_name, namespace=plan.namespace, service_account=plan.service_account,
-                cluster_name=args.cluster_name,
-                statements=tuple(
-                    pulumi.Output.all(args.bucket_arn, args.key_arn).apply(
-                        lambda a, i=i: s3_statements(a[0], args.repository_prefix, a[1])[i])
-                    for i in range(len(s3_statements("", "", "")))
-                ),
-            ),
-            opts=child,
-        )
-        # Credentials before the pods: a pod started before its Pod Identity association
-        # gets no AWS credentials until it restarts, and the repository is fetched only at start.
+        # The Pod Identity association is the cloud layer's, applied before this layer, so
+        # pods started here get credentials; the repository is fetched only at start.
         ready: list[pulumi.Resource] = [sa, *fences]
-        if self.role.association is not None:
-            ready.append(self.role.association)
         # Created with no replicas (inference_spec.deployment says why); after that the publish
         # step and the HorizontalPodAutoscaler own the count, so the program never sends it
         # again: with server-side apply the provider leaves an ignored field to its other
@@ -120,5 +96,4 @@ class InferenceService(pulumi.ComponentResource):
             "namespace": plan.namespace,
             "service": plan.name,
             "model": plan.model,
-            "roleArn": self.role.role.arn,
         })

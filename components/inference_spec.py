@@ -66,6 +66,9 @@ HOST_KEY = "kubernetes.io/hostname"
 TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 NLB_CLASS = "service.k8s.aws/nlb"
 SKIP_AWAIT = "pulumi.com/skipAwait"
+# Triton's name: its Deployment, Service and the ServiceAccount the cloud layer's Pod
+# Identity association names.
+SERVICE_ACCOUNT = "triton"
 LB_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer"
 # The Prometheus that kube-prometheus-stack (release "kube-prometheus-stack") runs.
 PROMETHEUS_URL = f"http://kube-prometheus-stack-prometheus.{MONITORING_NAMESPACE}.svc"
@@ -101,7 +104,7 @@ class ServingPlan:
     vpc_cidr: str
     endpoint_cidrs: tuple[str, ...] = ()  # the S3 gateway endpoint's prefix list
     load_balancer: LoadBalancerPlan | None = None
-    name: str = "triton"  # Deployment, Service, ServiceAccount, HPA, PDB
+    name: str = SERVICE_ACCOUNT  # Deployment, Service, ServiceAccount, HPA, PDB
     repository_gi: int = 20  # the pod's copy of its model (keepVersions + 2 versions during an export)
 
     @property

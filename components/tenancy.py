@@ -17,17 +17,14 @@ from components.tenancy_spec import Tenant, endpoint_policy, tenant_namespace, t
 @dataclass(frozen=True)
 class TenancyArgs:
     tenants: tuple[Tenant, ...]
-    # The EKS cluster the tenants' IAM roles get access entries in (with their groups).
-    cluster_name: pulumi.Input[str] | None = None
     # Where pods may reach AWS APIs on 443: the VPC's CIDR (interface endpoints) and the S3
     # gateway endpoint's prefix-list CIDRs. None: no such allowance (egress stays denied).
     endpoint_cidrs: pulumi.Input[Sequence[str]] | None = None
 
 
 class Tenancy(pulumi.ComponentResource):
-    """Namespaces, quotas, limits, network policies, RBAC and access entries for each
-    tenant. Kubernetes objects use the `kubernetes` provider of `opts.providers`, access
-    entries the `aws` one."""
+    """Namespaces, quotas, limits, network policies and RBAC for each tenant (the cluster
+    layer's half; TenantAccess is the cloud layer's)."""
 
     namespaces: dict[str, k8s.core.v1.Namespace]
 
@@ -48,14 +45,31 @@ class Tenancy(pulumi.ComponentResource):
                     lambda cidrs, t=tenant: endpoint_policy(t, list(cidrs))["spec"]
                 )
                 create(policy, inside)
-            if args.cluster_name is not None:
-                for arn in tenant.role_arns:
-                    aws.eks.AccessEntry(
-                        f"{name}-{tenant.name}-{hashlib.sha256(arn.encode()).hexdigest()[:8]}",
-                        cluster_name=args.cluster_name,
-                        principal_arn=arn,
-                        kubernetes_groups=list(tenant.groups),
-                        type="STANDARD",
-                        opts=pulumi.ResourceOptions(parent=self),
-                    )
         self.register_outputs({"namespaces": {n: ns.metadata.name for n, ns in self.namespaces.items()}})
+
+
+@dataclass(frozen=True)
+class TenantAccessArgs:
+    tenants: tuple[Tenant, ...]
+    cluster_name: pulumi.Input[str]  # the EKS cluster the tenants' IAM roles get access entries in
+
+
+class TenantAccess(pulumi.ComponentResource):
+    """An EKS access entry per tenant IAM role, mapping it to the tenant's Kubernetes
+    groups (whose RoleBindings the cluster layer's Tenancy makes)."""
+
+    def __init__(self, name: str, args: TenantAccessArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("mlplat:tenancy:TenantAccess", name, None, opts)
+        for tenant in args.tenants:
+            for arn in tenant.role_arns:
+                aws.eks.AccessEntry(
+                    f"tenancy-{tenant.name}-{hashlib.sha256(arn.encode()).hexdigest()[:8]}",
+                    cluster_name=args.cluster_name,
+                    principal_arn=arn,
+                    kubernetes_groups=list(tenant.groups),
+                    type="STANDARD",
+                    # A stack made before the layers split held these under Tenancy; the
+                    # migration moves them to the root of the cloud layer (docs/layers.md).
+                    opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)]),
+                )
+        self.register_outputs({})

@@ -1,23 +1,25 @@
-"""Tenancy and cluster add-ons for one stack: what runs inside the cluster before any
-workload, wired after the compute half of `build_platform`."""
+"""Tenancy and cluster add-ons for one environment: what runs inside the cluster before
+any workload. The cluster layer builds them from the descriptor; the tenants' access
+entries are the cloud layer's (`tenant_access`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from components.addons import AddonsArgs, ClusterAddons, LustreVolume
 from components.addons.alerts import AlertThresholds
 from components.addons.plan import addon_context, chart_mirror, gpu_pools
 from components.specs.cluster import default_storage_class
-from components.tenancy import Tenancy, TenancyArgs
+from components.tenancy import Tenancy, TenancyArgs, TenantAccess, TenantAccessArgs
 from components.tenancy_spec import tenants_from_config
 from infra.config import PlatformConfig
+from infra.descriptor import ClusterDescriptor
 
-# The encrypted default StorageClass the cluster's core add-ons create (gp3, volumes key).
+# The encrypted default StorageClass the cluster layer creates (gp3, volumes key).
 STORAGE_CLASS = default_storage_class("")["metadata"]["name"]
 
 
@@ -34,48 +36,50 @@ def s3_prefix_list_cidrs(region: str, aws_provider: aws.Provider) -> list[str]:
     return list(prefix_list.cidr_blocks)
 
 
+def tenant_access(config: PlatformConfig, cluster_name: pulumi.Input[str],
+                  aws_provider: aws.Provider) -> TenantAccess:
+    """The cloud layer's half of tenancy: each tenant role's access entry."""
+    return TenantAccess("tenant-access", TenantAccessArgs(tenants_from_config(config.tenants), cluster_name),
+                        opts=pulumi.ResourceOptions(providers={"aws": aws_provider}))
+
+
 def build_cluster_services(
     config: PlatformConfig,
-    account_id: str,
-    compute: Any,  # infra.compute.Compute
-    aws_provider: aws.Provider,
-    lustre: LustreVolume | None = None,
+    descriptor: ClusterDescriptor,
+    k8s_provider: k8s.Provider,
+    storage_class: k8s.storage.v1.StorageClass,
 ) -> ClusterServices:
-    providers = {"aws": aws_provider, "kubernetes": compute.cluster.k8s_provider}
+    providers = {"kubernetes": k8s_provider}
     tenants = tenants_from_config(config.tenants)
     tenancy = Tenancy(
         "tenancy",
-        TenancyArgs(
-            tenants=tenants,
-            cluster_name=compute.cluster.eks.name,
-            endpoint_cidrs=[config.network.vpc_cidr, *s3_prefix_list_cidrs(config.region, aws_provider)],
-        ),
+        TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.endpoint_cidrs)),
         opts=pulumi.ResourceOptions(providers=providers),
     )
     telemetry = config.addons.telemetry
     addons = ClusterAddons(
         "addons",
         AddonsArgs(
-            context=addon_context(config, account_id, STORAGE_CLASS),
+            context=addon_context(config, descriptor.account_id, STORAGE_CLASS),
             pools=gpu_pools(config.node_pools),
             tenants=tenants,
             tenant_namespaces=tenancy.namespaces,
-            chart_mirror=chart_mirror(config.addons.chart_mirror, account_id, config.region),
+            chart_mirror=chart_mirror(config.addons.chart_mirror, descriptor.account_id, config.region),
             thresholds=AlertThresholds(telemetry.gpu_temperature_celsius, telemetry.gpu_idle_percent),
-            lustre=lustre,
-            # Releases wait for Ready pods: the nodes, the CNI and the encrypted StorageClass
-            # (Prometheus' volumes) must be there first.
-            depends_on=(compute.core_addons.storage_class, *compute.core_addons.addons.values(),
-                        *(p.node_group for p in compute.node_pools.values())),
+            lustre=lustre_volume(config, descriptor),
+            # Releases wait for Ready pods: the encrypted StorageClass (Prometheus' volumes)
+            # first. The nodes, the CNI and the EBS CSI driver are the cloud layer's, applied
+            # before this layer.
+            depends_on=(storage_class,),
         ),
         opts=pulumi.ResourceOptions(providers=providers),
     )
     return ClusterServices(tenancy, addons)
 
 
-def lustre_volume(config: PlatformConfig, storage: Any) -> LustreVolume | None:
-    """The stack's Lustre scratch file system (infra.storage), as the add-ons mount it."""
-    if getattr(storage, "lustre", None) is None:
+def lustre_volume(config: PlatformConfig, descriptor: ClusterDescriptor) -> LustreVolume | None:
+    """The environment's Lustre scratch file system, as the add-ons mount it."""
+    if descriptor.lustre is None:
         return None
-    fs = storage.lustre.file_system
-    return LustreVolume(fs.id, fs.dns_name, fs.mount_name, config.storage.lustre.storage_capacity_gib)
+    fs = descriptor.lustre
+    return LustreVolume(fs.file_system_id, fs.dns_name, fs.mount_name, config.storage.lustre.storage_capacity_gib)

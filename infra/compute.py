@@ -1,4 +1,4 @@
-"""Network, cluster and node pools for one stack: the compute half of `build_platform`."""
+"""Network, cluster and node pools for one environment: the compute half of the cloud layer."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def build_compute(
         "core-addons",
         CoreAddonsArgs(cluster_name=prefix, cluster=cluster.eks, volumes_key_arn=volumes_key),
         opts=pulumi.ResourceOptions(
-            providers={"aws": aws_provider, "kubernetes": cluster.k8s_provider},
+            providers={"aws": aws_provider},
             depends_on=[p.node_group for p in node_pools.values()],
         ),
     )

@@ -559,11 +559,20 @@ class InferenceConfig(_Model):
         return value
 
 
-class PlatformConfig(_Model):
-    """Everything one stack says about itself, validated."""
+Environment = Literal["dev", "staging", "prod", "smb"]
+LAYER_KEY = f"{PROJECT}:layer"
+CLUSTER_SUFFIX = "-cluster"  # prod's cluster layer is the stack prod-cluster
 
+
+class PlatformConfig(_Model):
+    """Everything one environment says about itself, validated: the cloud layer's stack
+    config, which the cluster layer receives through the descriptor (infra/descriptor.py)."""
+
+    # The cloud layer holds every AWS resource; a stack with `layer: cluster` is read as a
+    # ClusterLayerConfig instead.
+    layer: Literal["cloud"] = "cloud"
     region: str
-    environment: Literal["dev", "staging", "prod", "smb"]
+    environment: Environment
     owner: str = Field(min_length=1)
     cost_center: str = Field(min_length=1)
     data_classification: Literal["public", "internal", "confidential", "restricted"] = "confidential"
@@ -740,6 +749,30 @@ class PlatformConfig(_Model):
         }
 
 
+class ClusterLayerConfig(_Model):
+    """A cluster layer's own stack config: which environment it belongs to, and where its
+    descriptor comes from: the cloud layer's stack output through a StackReference
+    (`cloudStack`), or the descriptor itself for a cluster the customer runs."""
+
+    layer: Literal["cluster"]
+    environment: Environment
+    region: str
+    # The cloud layer's stack as a StackReference names it: `prod`, or
+    # `<organization>/mlplat/prod` on Pulumi Cloud.
+    cloud_stack: str | None = Field(default=None, pattern=r"^([A-Za-z0-9_.-]+/){0,2}[A-Za-z0-9_.-]+$")
+    descriptor: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ClusterLayerConfig:
+        if (self.cloud_stack is None) == (self.descriptor is None):
+            raise _KeyError(f"{PROJECT}:cloudStack", "set exactly one of cloudStack (the cloud layer's stack) and "
+                            "descriptor (a cluster the customer runs)")
+        return self
+
+
+LayerConfig = PlatformConfig | ClusterLayerConfig
+
+
 class _KeyError(ValueError):
     """A validator's error about a key other than the one pydantic is checking."""
 
@@ -757,12 +790,12 @@ class _FieldError(ValueError):
         self.field = field
 
 
-def _key_path(loc: tuple[Any, ...]) -> str:
+def _key_path(loc: tuple[Any, ...], cluster_layer: bool = False) -> str:
     """('nodePools', 0, 'minSize') -> 'mlplat:nodePools[0].minSize'."""
     if not loc:
         return f"{PROJECT}:<stack>"
     head, *rest = loc
-    path = AWS_REGION_KEY if head == "region" else f"{PROJECT}:{head}"
+    path = AWS_REGION_KEY if head == "region" and not cluster_layer else f"{PROJECT}:{head}"
     for part in rest:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path
@@ -787,32 +820,43 @@ def _describe(error: Mapping[str, Any]) -> str:
 
 
 def parse_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool = False) -> PlatformConfig:
-    """Validate a flat `namespace:key -> value` mapping into a PlatformConfig.
+    """Validate a flat `namespace:key -> value` mapping into a PlatformConfig (an
+    environment's settings, as its cloud layer reads them).
 
     `source` names where the values came from, for the error line. Values may be native
     (from YAML) or JSON strings (how the engine hands structured config to a program).
     """
+    config = parse_layer_config(raw, source, from_stack_file=from_stack_file)
+    if isinstance(config, ClusterLayerConfig):
+        raise ConfigError(f"{source}: {LAYER_KEY}: is a cluster layer, whose settings come from its descriptor; "
+                          "name the environment's cloud layer stack instead")
+    return config
+
+
+def parse_layer_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool = False) -> LayerConfig:
+    """A stack's config, as the layer its `mlplat:layer` names (cloud when unset)."""
+    cluster = _maybe_json(raw.get(LAYER_KEY)) == "cluster"
     fields: dict[str, Any] = {}
     for key, value in raw.items():
         namespace, _, name = key.partition(":")
-        if key == AWS_REGION_KEY:
+        if key == AWS_REGION_KEY and not cluster:
             fields["region"] = value
         elif key == DISABLE_DEFAULT_PROVIDERS_KEY:
             _check_default_providers(value, source)
-        elif namespace == PROJECT and name not in ("region",):
+        elif namespace == PROJECT and (cluster or name != "region"):
             fields[name] = _maybe_json(value)
         else:
-            raise ConfigError(
-                f"{source}: {key}: unknown key; this project reads {AWS_REGION_KEY}, "
-                f"{DISABLE_DEFAULT_PROVIDERS_KEY} and {PROJECT}:* keys only"
-            )
+            reads = (f"{PROJECT}:* keys (the cluster layer has no AWS provider)" if cluster else
+                     f"{AWS_REGION_KEY}, {DISABLE_DEFAULT_PROVIDERS_KEY} and {PROJECT}:* keys only")
+            raise ConfigError(f"{source}: {key}: unknown key; this project reads {reads}")
     if from_stack_file and DISABLE_DEFAULT_PROVIDERS_KEY not in raw:
         raise ConfigError(
             f"{source}: {DISABLE_DEFAULT_PROVIDERS_KEY}: is required; set it to [\"*\"] so every "
             "resource must use the region-pinned provider"
         )
+    model: type[_Model] = ClusterLayerConfig if cluster else PlatformConfig
     try:
-        return PlatformConfig.model_validate(fields)
+        return model.model_validate(fields)  # type: ignore[return-value]
     except _KeyError as err:  # raised directly by a model validator on the root
         raise ConfigError(f"{source}: {err.key}: {err}") from None
     except ValidationError as err:
@@ -821,8 +865,8 @@ def parse_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool =
         if isinstance(original, _KeyError):
             raise ConfigError(f"{source}: {original.key}: {original}") from None
         if isinstance(original, _FieldError):
-            raise ConfigError(f"{source}: {_key_path((*first['loc'], original.field))}: {original}") from None
-        raise ConfigError(f"{source}: {_key_path(first['loc'])}: {_describe(first)}") from None
+            raise ConfigError(f"{source}: {_key_path((*first['loc'], original.field), cluster)}: {original}") from None
+        raise ConfigError(f"{source}: {_key_path(first['loc'], cluster)}: {_describe(first)}") from None
 
 
 def _maybe_json(value: Any) -> Any:
@@ -874,17 +918,53 @@ def load_stack_file(path: Path) -> PlatformConfig:
 
 
 def load_stack(stack: str, stacks_dir: Path = STACKS_DIR) -> PlatformConfig:
-    """Config of a named stack in stacks/, with the list of stacks in the error."""
+    """The settings of a named cloud-layer stack in stacks/ (an environment's)."""
+    path = _existing_stack_file(stack, stacks_dir)
+    return load_stack_file(path)
+
+
+def load_layer(stack: str, stacks_dir: Path = STACKS_DIR) -> LayerConfig:
+    """Config of a named stack in stacks/, of either layer."""
+    path = _existing_stack_file(stack, stacks_dir)
+    return parse_layer_config(read_stack_file(path), str(_relative(path)), from_stack_file=True)
+
+
+def _existing_stack_file(stack: str, stacks_dir: Path) -> Path:
     path = stack_file(stack, stacks_dir)
     if not path.exists():
         raise ConfigError(
             f"unknown stack {stack!r}: no {_relative(path)}; available: "
             f"{', '.join(available_stacks(stacks_dir)) or 'none'}"
         )
-    return load_stack_file(path)
+    return path
 
 
-def from_pulumi() -> PlatformConfig:
+def settings_from_descriptor(settings: Mapping[str, Any], source: str) -> PlatformConfig:
+    """The environment's settings as a descriptor carries them (PlatformConfig fields,
+    camelCase), validated as the cloud layer validated them."""
+    flat = {(AWS_REGION_KEY if key == "region" else f"{PROJECT}:{key}"): _whole_numbers(value)
+            for key, value in settings.items()}
+    return parse_config(flat, source)
+
+
+def _whole_numbers(value: Any) -> Any:
+    """Stack outputs cross the engine as protobuf Structs, where every number is a double:
+    90 comes back as 90.0, which the strict integer fields refuse."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
+
+
+def settings_for_descriptor(config: PlatformConfig) -> dict[str, Any]:
+    """The inverse of settings_from_descriptor: what the cloud layer exports."""
+    return config.model_dump(mode="json", by_alias=True, exclude={"layer"})
+
+
+def from_pulumi() -> LayerConfig:
     """Config as the Pulumi engine hands it to the running program."""
     import pulumi
     from pulumi.runtime.config import CONFIG
@@ -894,7 +974,7 @@ def from_pulumi() -> PlatformConfig:
     for key, value in {**pulumi.runtime.get_config_env(), **CONFIG.get()}.items():
         namespace, _, name = key.partition(":")
         raw[f"{namespace}:{name.removeprefix('config:')}"] = value
-    return parse_config(raw, f"stack {pulumi.get_stack()!r}")
+    return parse_layer_config(raw, f"stack {pulumi.get_stack()!r}")
 
 
 def _relative(path: Path) -> Path:

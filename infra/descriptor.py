@@ -44,10 +44,17 @@ class ClusterDescriptor(_Descriptor):
     certificate_authority: str = Field(min_length=1)  # base64 PEM, as EKS gives it
     cluster_security_group_id: str = Field(min_length=1)
     vpc_cidr: str = Field(min_length=1)
+    # Where pods reach AWS APIs on 443: the VPC (interface endpoints) and the S3 gateway
+    # endpoint's prefix-list addresses (tenants' egress policies allow exactly these).
+    endpoint_cidrs: list[str] = Field(min_length=1)
     registry_host: str = Field(min_length=1)
-    buckets: dict[str, str]  # data class -> bucket name
-    keys: dict[str, str]  # data class -> KMS key ARN
+    buckets: dict[str, str] = Field(min_length=1)  # data class -> bucket name
+    keys: dict[str, str] = Field(min_length=1)  # data class -> KMS key ARN
     lustre: LustreDescriptor | None = None
+    # The environment's settings (PlatformConfig fields, camelCase) as the cloud layer
+    # validated them: one stack file per environment says everything, and the cluster layer
+    # builds what the deployed cloud layer was built for.
+    settings: dict[str, Any] = Field(min_length=1)
 
 
 def parse_descriptor(data: Any, *, layer: str, source: str, environment: str, region: str) -> ClusterDescriptor:
@@ -75,8 +82,9 @@ def parse_descriptor(data: Any, *, layer: str, source: str, environment: str, re
 
 
 def cluster_descriptor_output(*, environment: str, region: str, account_id: str, cluster: Any, vpc_cidr: str,
-                              registry_host: str, buckets: dict[str, Any], keys: dict[str, Any],
-                              lustre: dict[str, Any] | None) -> pulumi.Output[dict[str, Any]]:
+                              endpoint_cidrs: list[str], registry_host: str, buckets: dict[str, Any],
+                              keys: dict[str, Any], lustre: dict[str, Any] | None,
+                              settings: dict[str, Any]) -> pulumi.Output[dict[str, Any]]:
     """The descriptor as the cloud layer exports it (camelCase, as the model reads it)."""
     return pulumi.Output.all(
         cluster_name=cluster.eks.name, endpoint=cluster.eks.endpoint,
@@ -87,6 +95,21 @@ def cluster_descriptor_output(*, environment: str, region: str, account_id: str,
         "environment": environment, "region": region, "accountId": account_id, "clusterName": v["cluster_name"],
         "endpoint": v["endpoint"], "certificateAuthority": v["certificate_authority"],
         "clusterSecurityGroupId": v["cluster_security_group_id"], "vpcCidr": vpc_cidr,
-        "registryHost": registry_host, "buckets": v["buckets"], "keys": v["keys"],
+        "endpointCidrs": endpoint_cidrs, "registryHost": registry_host, "buckets": v["buckets"], "keys": v["keys"],
         **({"lustre": v["lustre"]} if v["lustre"] else {}),
+        "settings": settings,
     })
+
+
+def from_stack_reference(cloud_stack: str) -> Any:
+    """The cloud layer's `clusterDescriptor` output, read while the program runs: the
+    cluster layer's resources depend on its values (which tenants, which pools), so they
+    must be plain values before anything is registered. None when the output is absent
+    (the cloud layer was never deployed, or predates the descriptor)."""
+    from pulumi.runtime.sync_await import _sync_await
+
+    reference = pulumi.StackReference(cloud_stack)
+    # The SDK's own synchronous invokes wait this way; a StackReference offers only the
+    # awaitable form, and the referenced stack's outputs are known in previews too.
+    details = _sync_await(reference.get_output_details(OUTPUT))
+    return details.value if details.value is not None else details.secret_value

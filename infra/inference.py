@@ -1,5 +1,6 @@
-"""The stack's inference service: `mlplat:inference` (resolved by infra/inference_plan.py)
-turned into an `InferenceService`, wired after the cluster services."""
+"""The environment's inference service: `mlplat:inference` (resolved by
+infra/inference_plan.py) turned into its Pod Identity role in the cloud layer and an
+`InferenceService` in the cluster layer, wired after the cluster services."""
 
 from __future__ import annotations
 
@@ -7,11 +8,21 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from components.addons.plan import chart_mirror
+from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.inference import InferenceService, InferenceServiceArgs, MetricsAdapter
-from components.inference_spec import LoadBalancerPlan, ServingPlan, repository_uri, source_cidrs
+from components.inference_spec import (
+    SERVICE_ACCOUNT,
+    LoadBalancerPlan,
+    ServingPlan,
+    repository_uri,
+    s3_statements,
+    source_cidrs,
+)
 from infra.config import PlatformConfig
+from infra.descriptor import ClusterDescriptor
 from infra.inference_plan import ResolvedInference, resolve_inference
 from infra.versions import IMAGES, image_uri, registry_host
 
@@ -56,36 +67,56 @@ def metrics_adapter(config: PlatformConfig, job: ResolvedInference, account_id: 
     )
 
 
-def build_inference(
+def serving_identity(
     config: PlatformConfig,
-    account_id: str,
     prefix: str,
-    models_bucket: str,
-    cluster: Any,  # components.cluster.Cluster
+    cluster_name: pulumi.Input[str],
     storage: Any,  # infra.storage.Storage
     keys: dict[str, aws.kms.Key],
-    services: Any,  # infra.cluster_services.ClusterServices
     aws_provider: aws.Provider,
-) -> InferenceService | None:
+) -> PodIdentityRole | None:
+    """The cloud layer's half of serving: the Pod Identity role Triton's service account
+    gets, reading (and, for the publish step's pods, nothing more than) the model
+    repository."""
     job = resolve_inference(config)
     if job is None:
         return None
-    from infra.cluster_services import s3_prefix_list_cidrs
+    s = job.settings
+    bucket_arn, key_arn = storage.buckets["models"].bucket.arn, keys["models"].arn
+    count = len(s3_statements("", "", ""))
+    # Named, and at the stack's root, as a stack made before the layers split holds it
+    # once migrated (docs/layers.md).
+    return PodIdentityRole(
+        f"inference-{s.model_name}-identity",
+        PodIdentityRoleArgs(
+            role_name=f"{prefix}-inference-{s.model_name}"[:64], namespace=s.namespace,
+            service_account=SERVICE_ACCOUNT, cluster_name=cluster_name,
+            statements=tuple(pulumi.Output.all(bucket_arn, key_arn).apply(
+                lambda a, i=i: s3_statements(a[0], s.repository_prefix, a[1])[i]) for i in range(count)),
+        ),
+        opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),
+    )
 
-    plan = serving_plan(config, job, account_id, models_bucket,
-                        tuple(s3_prefix_list_cidrs(config.region, aws_provider)))
+
+def build_inference(
+    config: PlatformConfig,
+    descriptor: ClusterDescriptor,
+    services: Any,  # infra.cluster_services.ClusterServices
+    k8s_provider: k8s.Provider,
+) -> InferenceService | None:
+    """The cluster layer's half: Triton and what serves and scales it."""
+    job = resolve_inference(config)
+    if job is None:
+        return None
+    plan = serving_plan(config, job, descriptor.account_id, descriptor.buckets["models"],
+                        tuple(c for c in descriptor.endpoint_cidrs if c != config.network.vpc_cidr))
     return InferenceService(
         f"inference-{plan.model}",
         InferenceServiceArgs(
             plan=plan,
-            role_name=f"{prefix}-inference-{plan.model}"[:64],
-            cluster_name=cluster.eks.name,
-            bucket_arn=storage.buckets["models"].bucket.arn,
-            key_arn=keys["models"].arn,
-            repository_prefix=job.settings.repository_prefix,
-            adapter=metrics_adapter(config, job, account_id),
+            adapter=metrics_adapter(config, job, descriptor.account_id),
             # The Prometheus stack (PodMonitor CRD, the adapter's source) and the device plugins.
             depends_on=(services.addons,),
         ),
-        opts=pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster.k8s_provider}),
+        opts=pulumi.ResourceOptions(providers={"kubernetes": k8s_provider}),
     )

@@ -1,39 +1,41 @@
-"""`build_platform`: wires the components for one stack. The same function runs under
-the real engine (`pulumi up`) and under the offline preview's mocks."""
+"""`build_platform`: wires the components of one stack, for the layer its config names.
+The same function runs under the real engine (`pulumi up`) and under the offline
+preview's mocks.
+
+The cloud layer (stack `<env>`) holds every AWS resource and exports the cluster
+descriptor; the cluster layer (stack `<env>-cluster`, infra/cluster_layer.py) holds every
+Kubernetes object and reads the descriptor (docs/layers.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from components.cluster import Cluster
-from components.inference import InferenceService
+from components.iam import PodIdentityRole
 from components.keys import PlatformKeys
 from components.network import Network
 from components.nodepool import GpuNodePool
-from components.training import TrainingJob
-from infra.cluster_services import ClusterServices, build_cluster_services, lustre_volume
+from components.tenancy import TenantAccess
+from infra.cluster_services import s3_prefix_list_cidrs, tenant_access
 from infra.compute import build_compute
-from infra.config import PROJECT, PlatformConfig
+from infra.config import PROJECT, ClusterLayerConfig, LayerConfig, PlatformConfig, settings_for_descriptor
 from infra.descriptor import OUTPUT as DESCRIPTOR_OUTPUT
 from infra.descriptor import cluster_descriptor_output
-from infra.inference import build_inference
+from infra.inference import serving_identity
 from infra.preflight import pool_zones
 from infra.storage import Storage, build_keys, build_storage, export_storage, lustre_output, storage_names
-from infra.training import build_training
+from infra.training import training_identity
 from infra.versions import registry_host
-
-
-# One customer-managed key per class of data, so access to one class can be granted or
-# revoked without touching the others (components/key_policy.py `data_class_uses` says
-# which services use each, and why the log classes share one).
-DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes", "images")
 
 
 @dataclass(frozen=True)
 class Platform:
+    """The cloud layer."""
+
     aws_provider: aws.Provider
     account_id: str
     keys: PlatformKeys
@@ -41,12 +43,10 @@ class Platform:
     network: Network
     cluster: Cluster
     node_pools: dict[str, GpuNodePool]
-    # Tenancy and add-ons; workloads depend on services.addons.workload_dependencies.
-    services: ClusterServices
-    # The training job and the GPU checks (None: the stack has no GPU pool to train on).
-    training: TrainingJob | None = None
-    # The Triton service (None: the stack serves no model).
-    inference: InferenceService | None = None
+    tenant_access: TenantAccess
+    # The Pod Identity roles of the training job and of serving (None: the environment has none).
+    training_identity: PodIdentityRole | None = None
+    serving_identity: PodIdentityRole | None = None
 
 
 def region_provider(config: PlatformConfig) -> aws.Provider:
@@ -59,7 +59,17 @@ def region_provider(config: PlatformConfig) -> aws.Provider:
     )
 
 
-def build_platform(config: PlatformConfig) -> Platform:
+def build_platform(config: LayerConfig) -> Any:
+    """The layer the stack's config names: `Platform` for the cloud layer, `ClusterLayer`
+    for the cluster layer."""
+    if isinstance(config, ClusterLayerConfig):
+        from infra.cluster_layer import build_cluster_layer
+
+        return build_cluster_layer(config)
+    return build_cloud_layer(config)
+
+
+def build_cloud_layer(config: PlatformConfig) -> Platform:
     provider = region_provider(config)
     aws_opts = pulumi.ResourceOptions(providers={"aws": provider})
     invoke_opts = pulumi.InvokeOptions(provider=provider)
@@ -73,18 +83,21 @@ def build_platform(config: PlatformConfig) -> Platform:
 
     compute = build_compute(config, prefix, keys.keys, zones_by_pool, provider, account_id)
     storage = build_storage(config, prefix, names, account_id, keys, compute.network, aws_opts)
-    services = build_cluster_services(config, account_id, compute, provider, lustre_volume(config, storage))
-    training = build_training(config, account_id, prefix, compute.cluster, storage, keys.keys, services, provider)
-    inference = build_inference(config, account_id, prefix, names.buckets["models"], compute.cluster, storage,
-                                keys.keys, services, provider)
+    cluster_name = compute.cluster.eks.name
+    access = tenant_access(config, cluster_name, provider)
+    training = training_identity(config, prefix, cluster_name, storage, keys.keys, provider)
+    serving = serving_identity(config, prefix, cluster_name, storage, keys.keys, provider)
 
     pulumi.export("region", config.region)
     export_storage(keys, storage)
-    pulumi.export("cluster", compute.cluster.eks.name)
+    pulumi.export("cluster", cluster_name)
     pulumi.export(DESCRIPTOR_OUTPUT, cluster_descriptor_output(
-        environment=pulumi.get_stack(), region=config.region, account_id=account_id, cluster=compute.cluster,
-        vpc_cidr=config.network.vpc_cidr, registry_host=registry_host(account_id, config.region),
+        environment=config.environment, region=config.region, account_id=account_id, cluster=compute.cluster,
+        vpc_cidr=config.network.vpc_cidr,
+        endpoint_cidrs=[config.network.vpc_cidr, *s3_prefix_list_cidrs(config.region, provider)],
+        registry_host=registry_host(account_id, config.region),
         buckets={p: b.bucket.bucket for p, b in storage.buckets.items()},
-        keys={c: k.arn for c, k in keys.keys.items()}, lustre=lustre_output(storage)))
+        keys={c: k.arn for c, k in keys.keys.items()}, lustre=lustre_output(storage),
+        settings=settings_for_descriptor(config)))
     return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
-                    services, training, inference)
+                    access, training, serving)

@@ -1,5 +1,6 @@
-"""The stack's training job and GPU checks: `mlplat:training` (resolved by
-infra/training_plan.py) turned into a `TrainingJob`, wired after the cluster services."""
+"""The environment's training job and GPU checks: `mlplat:training` (resolved by
+infra/training_plan.py) turned into its Pod Identity role in the cloud layer and a
+`TrainingJob` in the cluster layer, wired after the cluster services."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as k8s
 
 from components.addons.queues import LOCAL_QUEUE
 from components.addons.volumes import SCRATCH_CLAIM
-from components.training import S3Access, TrainingJob, TrainingJobArgs
-from components.training_spec import TrainingPlan, training_args
+from components.iam import PodIdentityRole, PodIdentityRoleArgs
+from components.training import TrainingJob, TrainingJobArgs
+from components.training_spec import TrainingPlan, s3_statements, training_args
 from infra.config import PlatformConfig
+from infra.descriptor import ClusterDescriptor
 from infra.training_plan import ResolvedTraining, resolve_training
 from infra.versions import image_uri
 
@@ -50,39 +54,57 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
     return replace(plan, train_args=args)
 
 
-def build_training(
+def training_identity(
     config: PlatformConfig,
-    account_id: str,
     prefix: str,
-    cluster: Any,  # components.cluster.Cluster
+    cluster_name: pulumi.Input[str],
     storage: Any,  # infra.storage.Storage
     keys: dict[str, aws.kms.Key],
-    services: Any,  # infra.cluster_services.ClusterServices
     aws_provider: aws.Provider,
-) -> TrainingJob | None:
+) -> PodIdentityRole | None:
+    """The cloud layer's half of the training job: the Pod Identity role its service
+    account gets, reading datasets and writing checkpoints and models."""
     job = resolve_training(config)
     if job is None:
         return None
-    plan = training_plan(config, job, account_id)
     buckets = storage.buckets
-    s3 = S3Access(
-        datasets_arn=buckets["datasets"].bucket.arn,
-        checkpoints_arn=buckets["checkpoints"].bucket.arn,
-        models_arn=buckets["models"].bucket.arn,
-        datasets_key_arn=keys["datasets"].arn,
-        checkpoints_key_arn=keys["checkpoints"].arn,
-        models_key_arn=keys["models"].arn,
+    statements = pulumi.Output.all(
+        buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn, buckets["models"].bucket.arn,
+        keys["datasets"].arn, keys["checkpoints"].arn, keys["models"].arn,
+    ).apply(lambda a: s3_statements(a[0], a[1], a[2], read_key_arns=[a[3]], write_key_arns=[a[4], a[5]]))
+    # One Output per statement, as the role takes them; how many there are does not depend
+    # on the ARNs.
+    count = len(s3_statements("", "", "", [], []))
+    s = job.settings
+    # Named, and at the stack's root, as a stack made before the layers split holds it
+    # once migrated (docs/layers.md).
+    return PodIdentityRole(
+        f"training-{s.name}-identity",
+        PodIdentityRoleArgs(role_name=f"{prefix}-{job.tenant.name}-{s.name}"[:64], namespace=job.tenant.name,
+                            service_account=s.name, cluster_name=cluster_name,
+                            statements=tuple(statements.apply(lambda all_, i=i: all_[i]) for i in range(count))),
+        opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),
     )
+
+
+def build_training(
+    config: PlatformConfig,
+    descriptor: ClusterDescriptor,
+    services: Any,  # infra.cluster_services.ClusterServices
+    k8s_provider: k8s.Provider,
+) -> TrainingJob | None:
+    """The cluster layer's half: the JobSets, the GPU checks and the service account."""
+    job = resolve_training(config)
+    if job is None:
+        return None
+    plan = training_plan(config, job, descriptor.account_id)
     namespace = services.tenancy.namespaces.get(plan.namespace)
     return TrainingJob(
         f"training-{plan.name}",
         TrainingJobArgs(
             plan=plan,
-            role_name=f"{prefix}-{plan.namespace}-{plan.name}"[:64],
-            cluster_name=cluster.eks.name,
-            s3=s3,
             collective_check=job.collective_check,
             depends_on=(*([namespace] if namespace is not None else []), *services.addons.workload_dependencies),
         ),
-        opts=pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster.k8s_provider}),
+        opts=pulumi.ResourceOptions(providers={"kubernetes": k8s_provider}),
     )

@@ -10,19 +10,45 @@ from pathlib import Path
 from typing import Any
 
 from infra.checks.admission import refusals
-from infra.config import PROJECT, REPO_ROOT, ConfigError, PlatformConfig, load_stack
+from infra.config import (
+    CLUSTER_SUFFIX,
+    PROJECT,
+    REPO_ROOT,
+    ClusterLayerConfig,
+    ConfigError,
+    LayerConfig,
+    load_layer,
+    load_stack,
+)
 from infra.preview.charts import CHART_TYPE, ChartExpander
 from infra.preview.analyzer import PACK_DIR, PolicyPackProcess, StreamingAnalysis, load_policy_config
 from infra.preview.fixtures import RegionFixture
 from infra.preview.mocks import PreviewMocks, RecordingMonitor, Registration, run_program, stack_exports
 from infra.preview.report import PreviewResult
 
-Program = Callable[[PlatformConfig], Any]
+Program = Callable[[LayerConfig], Any]
 Progress = Callable[[str], None]
 
 
+def environment_of(stack: str) -> str:
+    """`prod-cluster` -> `prod`: both layers of an environment share its policy config."""
+    return stack.removesuffix(CLUSTER_SUFFIX)
+
+
 def policy_config_path(stack: str) -> Path:
-    return REPO_ROOT / "policies" / "config" / f"{stack}.json"
+    return REPO_ROOT / "policies" / "config" / f"{environment_of(stack)}.json"
+
+
+def cloud_outputs(cloud_stack: str) -> dict[str, Any]:
+    """The stack outputs a cloud layer's program exports, run under mocks (no pack, no
+    reports): what a cluster layer's StackReference reads in the offline preview."""
+    from infra.platform import build_platform
+
+    stack = cloud_stack.rsplit("/", 1)[-1]  # `<organization>/mlplat/prod` names stack prod
+    config = load_stack(stack)
+    mocks = PreviewMocks(RegionFixture(config.region))
+    run_program(lambda: build_platform(config), mocks, RecordingMonitor(mocks), project=PROJECT, stack=stack)
+    return stack_exports()
 
 
 def load_program(path: Path) -> Program:
@@ -77,16 +103,23 @@ def run_preview(
     stack: str,
     *,
     program: Program | None = None,
-    config: PlatformConfig | None = None,
+    config: LayerConfig | None = None,
+    stack_references: dict[str, dict[str, Any]] | None = None,
     fixture: RegionFixture | None = None,
     policy_config: Path | None = None,
     pack_dir: Path = PACK_DIR,
     progress: Progress = lambda _msg: None,
 ) -> PreviewResult:
+    """One stack's offline preview. A cluster layer's StackReference reads
+    `stack_references` (stack name -> outputs), or the outputs of its cloud layer's program
+    run under mocks first."""
     started = time.perf_counter()
     if config is None:
         progress(f"reading stacks/Pulumi.{stack}.yaml")
-        config = load_stack(stack)
+        config = load_layer(stack)
+    if isinstance(config, ClusterLayerConfig) and config.cloud_stack and stack_references is None:
+        progress(f"running the cloud layer {config.cloud_stack} under mocks for its descriptor")
+        stack_references = {config.cloud_stack: cloud_outputs(config.cloud_stack)}
     policy_file = policy_config if policy_config is not None else policy_config_path(stack)
     pack_settings = load_policy_config(policy_file)
     if program is None:
@@ -114,7 +147,7 @@ def run_preview(
             analysis.submit(reg)
             expander.on_register(reg)  # a helm.v4.Chart: its objects, as the provider registers them
 
-        mocks = PreviewMocks(fixture or RegionFixture(config.region))
+        mocks = PreviewMocks(fixture or RegionFixture(config.region), stack_references)
         monitor = RecordingMonitor(mocks, on_register=on_register)
         expander = ChartExpander(monitor.registrations, monitor.make_urn, monitor.add)
         progress("running the program under mocks, rendering its Helm charts")

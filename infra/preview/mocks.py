@@ -156,6 +156,9 @@ class RecordingMonitor(MockMonitor):
         return response
 
 
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
+
+
 def stable_id(*parts: str) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:17]
 
@@ -164,10 +167,13 @@ class PreviewMocks(pulumi.runtime.Mocks):
     """Answers invokes from the region fixture and gives every resource plausible,
     deterministic outputs (ids, ARNs in the resource's own region)."""
 
-    def __init__(self, fixture: RegionFixture) -> None:
+    def __init__(self, fixture: RegionFixture, stack_outputs: dict[str, dict[str, Any]] | None = None) -> None:
         self.fixture = fixture
         self.provider_regions: dict[str, str] = {}  # provider urn-less id -> region
         self.invokes: list[str] = []
+        # What each StackReference reads: stack name -> its outputs (the cluster layer's
+        # descriptor, from the cloud layer's preview).
+        self.stack_outputs = stack_outputs or {}
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
         self.invokes.append(args.token)
@@ -175,6 +181,9 @@ class PreviewMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         inputs = dict(args.inputs)
+        if args.typ == STACK_REFERENCE:
+            name = args.resource_id or inputs.get("name") or args.name
+            return name, {"name": name, "outputs": self.stack_outputs.get(name, {}), "secretOutputNames": []}
         if args.typ.startswith("pulumi:providers:"):
             ident = stable_id(args.typ, args.name)
             self.provider_regions[ident] = inputs.get("region", "")

@@ -1,0 +1,91 @@
+"""`build_cluster_layer`: every Kubernetes object of one environment, built from its
+cluster descriptor (infra/descriptor.py), with no AWS resource and no AWS provider.
+
+The descriptor comes from the cloud layer's `clusterDescriptor` output through a
+StackReference (stack `<env>-cluster` names `<env>` in `mlplat:cloudStack`), or from the
+stack's own config for a cluster the customer runs (`mlplat:descriptor`). It carries the
+environment's settings too, so the stack file of `<env>` is the one place an environment
+is described, and this layer builds what the deployed cloud layer was built for."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.inference import InferenceService
+from components.specs.cluster import default_storage_class, kubeconfig
+from components.training import TrainingJob
+from infra.cluster_services import ClusterServices, build_cluster_services
+from infra.config import PROJECT, ClusterLayerConfig, ConfigError, PlatformConfig, settings_from_descriptor
+from infra.descriptor import OUTPUT, ClusterDescriptor, from_stack_reference, parse_descriptor
+from infra.inference import build_inference
+from infra.training import build_training
+
+# Named as a stack made before the layers split holds them once migrated: the provider
+# copied to the root by `pulumi state move`, the StorageClass moved out of CoreAddons.
+PROVIDER_NAME = "cluster-k8s"
+STORAGE_CLASS_NAME = "core-addons-gp3-encrypted"
+
+
+@dataclass(frozen=True)
+class ClusterLayer:
+    descriptor: ClusterDescriptor
+    config: PlatformConfig  # the environment's settings, from the descriptor
+    k8s_provider: k8s.Provider
+    storage_class: k8s.storage.v1.StorageClass
+    services: ClusterServices
+    training: TrainingJob | None = None
+    inference: InferenceService | None = None
+
+
+def read_descriptor(layer: ClusterLayerConfig, stack: str) -> tuple[ClusterDescriptor, PlatformConfig]:
+    """The descriptor and the settings it carries, checked against this layer: a missing
+    field, or a cloud layer of another environment or region, is a ConfigError (one line,
+    exit 2) before anything is registered."""
+    if layer.cloud_stack is not None:
+        source = f"StackReference {layer.cloud_stack}"
+        data = from_stack_reference(layer.cloud_stack)
+        if data is None:
+            raise ConfigError(f"cluster layer {stack}: {source} has no `{OUTPUT}` output; run the cloud layer's "
+                              f"`pulumi up --stack {layer.cloud_stack}` first")
+    else:
+        source, data = f"{PROJECT}:descriptor", layer.descriptor
+    descriptor = parse_descriptor(data, layer=stack, source=source, environment=layer.environment,
+                                  region=layer.region)
+    config = settings_from_descriptor(descriptor.settings, f"cluster layer {stack}: {source}: settings")
+    if config.environment != layer.environment or config.region != layer.region:
+        raise ConfigError(f"cluster layer {stack}: {source}: settings describe {config.environment} in "
+                          f"{config.region}, but the descriptor {descriptor.environment} in {descriptor.region}")
+    return descriptor, config
+
+
+def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
+    descriptor, config = read_descriptor(layer, pulumi.get_stack())
+    provider = k8s.Provider(
+        PROVIDER_NAME,
+        # The same kubeconfig the cloud layer's cluster would give: tokens from
+        # `aws eks get-token` as whoever runs the deploy (the deployer role, in the VPC).
+        kubeconfig=json.dumps(kubeconfig(descriptor.cluster_name, descriptor.endpoint,
+                                         descriptor.certificate_authority, descriptor.region)),
+        enable_server_side_apply=True,
+    )
+    sc = default_storage_class(descriptor.keys["volumes"])
+    storage_class = k8s.storage.v1.StorageClass(
+        STORAGE_CLASS_NAME,
+        metadata=k8s.meta.v1.ObjectMetaArgs(**sc["metadata"]),
+        provisioner=sc["provisioner"],
+        parameters=sc["parameters"],
+        reclaim_policy=sc["reclaim_policy"],
+        volume_binding_mode=sc["volume_binding_mode"],
+        allow_volume_expansion=sc["allow_volume_expansion"],
+        opts=pulumi.ResourceOptions(provider=provider),
+    )
+    services = build_cluster_services(config, descriptor, provider, storage_class)
+    training = build_training(config, descriptor, services, provider)
+    inference = build_inference(config, descriptor, services, provider)
+    pulumi.export("environment", config.environment)
+    pulumi.export("cluster", descriptor.cluster_name)
+    return ClusterLayer(descriptor, config, provider, storage_class, services, training, inference)
