@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STACK  ?= dev
+# `make preview`: both layers of ENV; `make preview STACK=<name>`: one stack of either layer.
+ENV    ?= dev
 OUT    ?= out
 
 CORE_STAMP := $(VENV)/.core-installed
@@ -33,8 +34,12 @@ $(CHECKOV_STAMP):
 	@touch $@
 
 preview: setup-core
+ifdef STACK
 	$(BIN)/mlplat preview --stack $(STACK) --json $(OUT)/$(STACK).json \
 	  --markdown $(OUT)/$(STACK).md --manifests $(OUT)/$(STACK)-manifests
+else
+	$(BIN)/mlplat preview --env $(ENV) --out $(OUT)
+endif
 
 test: setup
 	$(BIN)/python -m pytest
@@ -54,10 +59,13 @@ bench: setup
 	$(BIN)/python bench/report.py
 
 # The real engine: needs the Pulumi CLI, a backend login and AWS credentials.
+# STACK=<env> applies the cloud layer, STACK=<env>-cluster the cluster layer (from inside
+# the VPC); both layers share the environment's policy config.
+UP_STACK = $(or $(STACK),$(ENV))
 up:
-	@command -v pulumi >/dev/null 2>&1 || { echo "make up needs the Pulumi CLI (https://www.pulumi.com/docs/install/); use 'make preview STACK=$(STACK)' offline"; exit 1; }
+	@command -v pulumi >/dev/null 2>&1 || { echo "make up needs the Pulumi CLI (https://www.pulumi.com/docs/install/); use 'make preview STACK=$(UP_STACK)' offline"; exit 1; }
 	@$(MAKE) --no-print-directory setup-core
-	pulumi up --stack $(STACK) --policy-pack policies --policy-pack-config policies/config/$(STACK).json
+	pulumi up --stack $(UP_STACK) --policy-pack policies --policy-pack-config policies/config/$(patsubst %-cluster,%,$(UP_STACK)).json
 
 clean:
 	rm -rf $(OUT) .pytest_cache

@@ -67,6 +67,8 @@ class KeyUse:
     cloudtrail_trail: str = ""  # name of the trail that encrypts its logs with it
     ebs: bool = False  # EBS volumes, including node root volumes launched by Auto Scaling
     eks: bool = False  # Kubernetes secrets envelope encryption
+    secretsmanager: bool = False  # Secrets Manager secrets (the deploy runner's GitHub token)
+    codebuild: bool = False  # CodeBuild projects (the deploy runner's build data)
 
     @property
     def services(self) -> tuple[str, ...]:
@@ -79,6 +81,8 @@ class KeyUse:
             ("cloudtrail", bool(self.cloudtrail_trail)),
             ("ec2", self.ebs),
             ("eks", self.eks),
+            ("secretsmanager", self.secretsmanager),
+            ("codebuild", self.codebuild),
         ]
         return tuple(name for name, used in named if used)
 
@@ -259,6 +263,10 @@ def key_policy(account: str, region: str, use: KeyUse, partition: str = "aws") -
         ]
     if use.eks:
         statements += _through_service("UseThroughEKS", "eks", region, account, partition)
+    if use.secretsmanager:
+        statements += _through_service("UseThroughSecretsManager", "secretsmanager", region, account, partition)
+    if use.codebuild:
+        statements += _through_service("UseThroughCodeBuild", "codebuild", region, account, partition)
     return {"Version": "2012-10-17", "Id": "mlplat-key-policy", "Statement": statements}
 
 
@@ -299,7 +307,8 @@ def data_class_uses(names: StorageNames) -> dict[str, KeyUse]:
             cloudwatch_logs=True,
             cloudtrail_trail=names.trail,
         ),
-        "cluster": KeyUse(eks=True),
+        # The cluster's secrets, and the deploy runner's (its GitHub token and build data).
+        "cluster": KeyUse(eks=True, secretsmanager=True, codebuild=True),
         "volumes": KeyUse(ebs=True),
         "images": KeyUse(ecr=True),
     }

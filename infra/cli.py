@@ -1,6 +1,7 @@
 """`mlplat`: the project's command line.
 
     mlplat preview --stack NAME [--json PATH] [--markdown PATH] [--manifests DIR]
+    mlplat preview --env ENV [--out DIR]      (both layers: ENV, then ENV-cluster)
     mlplat charts list | pull [--to DIR]
 
 Exit codes: 0 no mandatory violation, 1 at least one (or an error the real engine would
@@ -30,7 +31,12 @@ def _parser() -> argparse.ArgumentParser:
         "preview",
         help="preview a stack offline: the program under mocks, judged by the real policy pack",
     )
-    preview.add_argument("--stack", required=True, help="stack name: stacks/Pulumi.<stack>.yaml")
+    which = preview.add_mutually_exclusive_group(required=True)
+    which.add_argument("--stack", help="one stack, of either layer: stacks/Pulumi.<stack>.yaml (prod is the "
+                                       "cloud layer, prod-cluster the cluster layer)")
+    which.add_argument("--env", help="both layers of an environment, the cloud layer first; reports go to --out")
+    preview.add_argument("--out", type=Path, metavar="DIR", help="with --env: write <stack>.json, <stack>.md and "
+                                                               "<stack>-manifests/ for each layer here")
     preview.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here")
     preview.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report here")
     preview.add_argument("--manifests", type=Path, metavar="DIR", help="write Kubernetes objects as YAML here")
@@ -131,9 +137,9 @@ def _diagram(args: argparse.Namespace) -> int:
 
 def _preview(args: argparse.Namespace) -> int:
     # Imported here so `mlplat --help` and argument errors answer at once.
-    from infra.config import ConfigError, load_stack
+    from infra.config import ConfigError, load_layer
     from infra.preview.analyzer import PackError
-    from infra.preview.engine import load_program, run_preview
+    from infra.preview.engine import load_program, run_environment, run_preview
     from infra.preview.fixtures import UnansweredInvoke
     from infra.preview.report import plan_text, verdict_text, write_json, write_manifests, write_markdown
 
@@ -143,11 +149,19 @@ def _preview(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - started:5.1f}s] {message}", file=sys.stderr, flush=True)
 
+    if args.env and (args.json or args.markdown or args.manifests or args.program or args.stacks_dir
+                     or args.policy_config):
+        print("mlplat: error: --env previews the environment's two stacks from stacks/; use --out DIR for their "
+              "reports, or --stack NAME for one stack's options", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
-        program = load_program(args.program) if args.program else None
-        config = load_stack(args.stack, args.stacks_dir) if args.stacks_dir else None
-        result = run_preview(args.stack, program=program, config=config, policy_config=args.policy_config,
-                             progress=progress)
+        if args.env:
+            results = run_environment(args.env, progress=progress)
+        else:
+            program = load_program(args.program) if args.program else None
+            config = load_layer(args.stack, args.stacks_dir) if args.stacks_dir else None
+            results = [run_preview(args.stack, program=program, config=config, policy_config=args.policy_config,
+                                   progress=progress)]
     except ConfigError as err:
         print(f"mlplat: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -161,16 +175,23 @@ def _preview(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         raise
 
-    if args.json:
-        write_json(result, args.json)
-    if args.markdown:
-        write_markdown(result, args.markdown)
-    if args.manifests:
-        count = write_manifests(result, args.manifests)
-        progress(f"wrote {count} Kubernetes objects to {args.manifests}")
-    print(verdict_text(result) if args.quiet else plan_text(result))
-    progress(f"done in {result.seconds:.1f}s")
-    return result.exit_code
+    for result in results:
+        out = args.out
+        json_path = out / f"{result.stack}.json" if out else args.json
+        markdown_path = out / f"{result.stack}.md" if out else args.markdown
+        manifests = out / f"{result.stack}-manifests" if out else args.manifests
+        if json_path:
+            write_json(result, json_path)
+        if markdown_path:
+            write_markdown(result, markdown_path)
+        if manifests:
+            count = write_manifests(result, manifests)
+            progress(f"wrote {count} Kubernetes objects of {result.stack} to {manifests}")
+        if len(results) > 1:
+            print(f"== {result.stack} ==")
+        print(verdict_text(result) if args.quiet else plan_text(result))
+        progress(f"{result.stack} done in {result.seconds:.1f}s")
+    return max(result.exit_code for result in results)
 
 
 def _user_error(err: BaseException) -> str | None:

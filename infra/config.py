@@ -268,6 +268,12 @@ class NetworkConfig(_Model):
         return value
 
 
+class DeployRunnerConfig(_Model):
+    # The GitHub repository (owner/name) whose workflow jobs the in-VPC runner takes: the
+    # cluster layer's deploy (components/specs/deploy_runner.py).
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
 class PublicEndpointConfig(_Model):
     # Off: the API server is reachable only inside the VPC. On: also from these CIDRs.
     enabled: bool = False
@@ -585,6 +591,9 @@ class PlatformConfig(_Model):
     tenants: tuple[TenantConfig, ...] = ()
     training: TrainingConfig = TrainingConfig()
     inference: InferenceConfig | None = None  # None: the stack serves no model
+    # The in-VPC runner the cluster layer deploys from. None: no runner (the cluster layer is
+    # applied from elsewhere inside the network, e.g. a bastion).
+    deploy_runner: DeployRunnerConfig | None = None
 
     @model_validator(mode="after")
     def _region_in_allow_list(self) -> PlatformConfig:

@@ -15,6 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.cluster import Cluster
+from components.deploy_runner import DeployRunner, DeployRunnerArgs
 from components.iam import PodIdentityRole
 from components.keys import PlatformKeys
 from components.network import Network
@@ -32,6 +33,12 @@ from infra.training import training_identity
 from infra.versions import registry_host
 
 
+# One customer-managed key per class of data, so access to one class can be granted or
+# revoked without touching the others (components/key_policy.py `data_class_uses` says
+# which services use each, and why the log classes share one).
+DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes", "images")
+
+
 @dataclass(frozen=True)
 class Platform:
     """The cloud layer."""
@@ -47,6 +54,7 @@ class Platform:
     # The Pod Identity roles of the training job and of serving (None: the environment has none).
     training_identity: PodIdentityRole | None = None
     serving_identity: PodIdentityRole | None = None
+    deploy_runner: DeployRunner | None = None  # None: the stack names no repository to deploy from
 
 
 def region_provider(config: PlatformConfig) -> aws.Provider:
@@ -87,6 +95,16 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
     access = tenant_access(config, cluster_name, provider)
     training = training_identity(config, prefix, cluster_name, storage, keys.keys, provider)
     serving = serving_identity(config, prefix, cluster_name, storage, keys.keys, provider)
+    runner = None
+    if config.deploy_runner is not None:
+        subnets = list(compute.network.subnets.values())
+        runner = DeployRunner("deploy-runner", DeployRunnerArgs(
+            prefix=prefix, account_id=account_id, region=config.region, repository=config.deploy_runner.repository,
+            vpc_id=compute.network.vpc.id, subnet_ids=[s.id for s in subnets], subnet_arns=[s.arn for s in subnets],
+            cluster_security_group_id=compute.cluster.cluster_security_group_id,
+            secrets_key_arn=keys.keys["cluster"].arn, logs_key_arn=keys.keys["logs"].arn,
+            log_retention_days=config.storage.log_retention_days), opts=aws_opts)
+        pulumi.export("deployRunner", runner.project.name)
 
     pulumi.export("region", config.region)
     export_storage(keys, storage)
@@ -100,4 +118,4 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
         keys={c: k.arn for c, k in keys.keys.items()}, lustre=lustre_output(storage),
         settings=settings_for_descriptor(config)))
     return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
-                    access, training, serving)
+                    access, training, serving, runner)

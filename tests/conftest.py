@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from functools import cache
 from pathlib import Path
@@ -12,7 +13,10 @@ REPO = Path(__file__).resolve().parent.parent
 # The pack is self-contained in policies/; its rules import as `platform_policies`.
 sys.path.insert(0, str(REPO / "policies"))
 
+# The environments, each a cloud-layer stack (`prod`) and a cluster-layer stack (`prod-cluster`).
+DESCRIPTOR = "clusterDescriptor"
 STACKS = ("dev", "staging", "prod", "smb")
+CLUSTER_STACKS = tuple(f"{s}-cluster" for s in STACKS)
 # The two ways a stack can advertise GPUs (mlplat:addons.devicePluginMode); every stack with
 # GPU pools is also previewed in the mode its file does not choose (without GPUs the mode
 # changes nothing: no device plugin is installed either way).
@@ -28,13 +32,14 @@ def _variants() -> tuple[tuple[str, str], ...]:
     for stack in STACKS:
         config = load_stack(stack)
         has_gpus = any(lookup(pool.instance_type).has_gpu for pool in config.node_pools)
-        found += [(stack, mode) for mode in (DEVICE_PLUGIN_MODES if has_gpus else (config.addons.device_plugin_mode,))]
+        found += [(f"{stack}-cluster", mode)
+                  for mode in (DEVICE_PLUGIN_MODES if has_gpus else (config.addons.device_plugin_mode,))]
     return tuple(found)
 
 
 def __getattr__(name: str):
-    """`VARIANTS`, worked out when a test module asks for it: every pytest process loads
-    this file, most never need the stack files read."""
+    """`VARIANTS` (cluster-layer stack, device-plugin mode), worked out when a test module
+    asks for it: every pytest process loads this file, most never need the stack files read."""
     if name == "VARIANTS":
         return _variants()
     raise AttributeError(name)
@@ -44,18 +49,31 @@ def __getattr__(name: str):
 def preview(stack: str, device_plugin_mode: str | None = None):
     """One offline preview per stack (and device-plugin mode) per test session: the program
     under mocks, charts rendered, judged by the real pack process; tests read what the
-    engine received from it."""
-    from infra.config import load_stack
+    engine received from it. A cluster layer's StackReference reads its cloud layer's
+    preview outputs, as `pulumi up` of both in order would."""
+    from infra.config import CLUSTER_SUFFIX
     from infra.preview.engine import run_preview
 
-    config = load_stack(stack)
-    if device_plugin_mode is None or device_plugin_mode == config.addons.device_plugin_mode:
-        return run_preview(stack) if device_plugin_mode is None else preview(stack)
-    addons = config.addons.model_copy(update={"device_plugin_mode": device_plugin_mode})
-    return run_preview(stack, config=config.model_copy(update={"addons": addons}))
+    if not stack.endswith(CLUSTER_SUFFIX):
+        assert device_plugin_mode is None, "the device-plugin mode changes only the cluster layer"
+        return run_preview(stack)
+    environment = stack.removesuffix(CLUSTER_SUFFIX)
+    outputs = copy.deepcopy(preview(environment).stack_outputs)
+    settings = outputs[DESCRIPTOR]["settings"]
+    if device_plugin_mode is None or device_plugin_mode == settings["addons"]["devicePluginMode"]:
+        if device_plugin_mode is not None:
+            return preview(stack)
+    else:
+        settings["addons"]["devicePluginMode"] = device_plugin_mode
+    return run_preview(stack, stack_references={environment: outputs})
 
 
-@pytest.fixture(params=STACKS)
+def both_layers(environment: str, device_plugin_mode: str | None = None):
+    """(cloud layer, cluster layer) previews of an environment."""
+    return preview(environment), preview(f"{environment}-cluster", device_plugin_mode)
+
+
+@pytest.fixture(params=STACKS + CLUSTER_STACKS)
 def stack_preview(request):
     return preview(request.param)
 
@@ -63,3 +81,8 @@ def stack_preview(request):
 @pytest.fixture
 def prod_preview():
     return preview("prod")
+
+
+@pytest.fixture
+def prod_cluster_preview():
+    return preview("prod-cluster")

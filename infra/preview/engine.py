@@ -180,6 +180,24 @@ def run_preview(
     )
 
 
+def run_environment(environment: str, progress: Progress = lambda _msg: None) -> list[PreviewResult]:
+    """Both layers of an environment: the cloud layer's preview, then the cluster layer's
+    with its StackReference answered from the cloud layer's outputs (as `pulumi up` of
+    the cloud layer and then of the cluster layer would)."""
+    cloud = run_preview(environment, progress=progress)
+    stack = f"{environment}{CLUSTER_SUFFIX}"
+    config = load_layer(stack)
+    if not isinstance(config, ClusterLayerConfig) or config.cloud_stack is None:
+        raise ConfigError(f"stacks/Pulumi.{stack}.yaml: not a cluster layer that reads the cloud layer "
+                          f"{environment} (mlplat:layer: cluster, mlplat:cloudStack: {environment})")
+    if config.cloud_stack.rsplit("/", 1)[-1] != environment:
+        raise ConfigError(f"stacks/Pulumi.{stack}.yaml: mlplat:cloudStack: {config.cloud_stack!r} is not the "
+                          f"environment's cloud layer {environment!r}")
+    cluster = run_preview(stack, config=config, stack_references={config.cloud_stack: cloud.stack_outputs},
+                          progress=progress)
+    return [cloud, cluster]
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(REPO_ROOT))

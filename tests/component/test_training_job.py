@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.training import S3Access, TrainingJob, TrainingJobArgs
+from components.training import TrainingJob, TrainingJobArgs
 from components.training_spec import FORBIDDEN_ENV, TrainingPlan, job_of, training_args
 from infra.catalog import lookup
 from infra.versions import KUBERNETES_VERSION, image_uri
@@ -34,20 +34,14 @@ PLAN = TrainingPlan(
                              compile=True, max_steps=100, micro_batch=16, global_batch=256, checkpoint_every=50,
                              data_path=None, synthetic_tokens=1000),
 )
-S3 = S3Access("arn:aws:s3:::datasets-b", "arn:aws:s3:::checkpoints-b", "arn:aws:s3:::models-b",
-              "arn:aws:kms:me-central-1:111122223333:key/d", "arn:aws:kms:me-central-1:111122223333:key/c",
-              "arn:aws:kms:me-central-1:111122223333:key/m")
-
-
-def build(plan: TrainingPlan = PLAN, collective_check: bool = True, s3: S3Access | None = S3) -> Recording:
-    def program(aws_provider):
+def build(plan: TrainingPlan = PLAN, collective_check: bool = True) -> Recording:
+    def program(_aws_provider):
         cluster = k8s.Provider("cluster-k8s", kubeconfig="{}")
         queue = k8s.core.v1.ConfigMap("queue-stand-in", metadata={"name": "q", "namespace": "research"},
                                       opts=pulumi.ResourceOptions(provider=cluster))
         TrainingJob("training", TrainingJobArgs(
-            plan=plan, role_name="mlplat-test-research-gpt2", cluster_name="mlplat-test", s3=s3,
-            collective_check=collective_check, depends_on=(queue,),
-        ), opts=pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster}))
+            plan=plan, collective_check=collective_check, depends_on=(queue,),
+        ), opts=pulumi.ResourceOptions(providers={"kubernetes": cluster}))
 
     return record(program)
 
@@ -159,24 +153,34 @@ def test_uses_its_service_account_with_pod_identity(rec):
     assert spec["serviceAccountName"] == "gpt2"
     accounts = {r.inputs()["metadata"]["name"]: r for r in rec.of_type(SERVICE_ACCOUNT)}
     assert accounts["gpt2"].inputs()["metadata"]["namespace"] == "research"
-    [association] = rec.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-    assert association.inputs()["namespace"] == "research" and association.inputs()["serviceAccount"] == "gpt2"
-    [role] = rec.of_type("aws:iam/role:Role")
+    assert not [r for r in rec.registrations if r.type.startswith("aws:")], "the role is the cloud layer's"
+
+
+def test_the_cloud_layer_gives_the_cluster_layers_service_account_its_role():
+    cloud, cluster = preview("prod"), preview("prod-cluster")
+    main = next(r.inputs() for r in of_type(cluster, JOBSET) if r.inputs()["metadata"]["name"] == "gpt2-smoke")
+    account = (main["metadata"]["namespace"], pod(main)["serviceAccountName"])
+    associations = {(a.inputs()["namespace"], a.inputs()["serviceAccount"]): a
+                    for a in of_type(cloud, "aws:eks/podIdentityAssociation:PodIdentityAssociation")}
+    assert account in associations
+    identity = associations[account].parent
+    assert identity.split("::")[-2] == "mlplat:iam:PodIdentityRole"
+    [role] = [r for r in of_type(cloud, "aws:iam/role:Role") if r.parent == identity]
     trust = json.loads(role.inputs()["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    [policy] = rec.of_type("aws:iam/rolePolicy:RolePolicy")
+    [policy] = [r for r in of_type(cloud, "aws:iam/rolePolicy:RolePolicy") if r.parent == identity]
     statements = {s["Sid"]: s for s in json.loads(policy.inputs()["policy"])["Statement"]}
-    assert statements["ReadDatasets"]["Resource"] == ["arn:aws:s3:::datasets-b/*"]
+    buckets = {r.name: r.inputs()["bucket"] for r in of_type(cloud, "aws:s3/bucket:Bucket")}
+    assert statements["ReadDatasets"]["Resource"] == [f"arn:aws:s3:::{buckets['datasets']}/*"]
     assert statements["ReadWriteOutputs"]["Action"] == ["s3:GetObject", "s3:PutObject"]
     assert not any("Delete" in a for s in statements.values() for a in s["Action"])
 
 
-def test_pods_start_after_their_credentials_and_queue(rec):
+def test_pods_start_after_their_service_account_and_queue(rec):
     js = next(r for r in rec.of_type(JOBSET) if r.name == "training")
-    [association] = rec.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
     queue = rec.one("kubernetes:core/v1:ConfigMap")
     sa = next(r for r in rec.of_type(SERVICE_ACCOUNT) if r.inputs()["metadata"]["name"] == "gpt2")
-    assert {association.urn, queue.urn, sa.urn} <= set(js.dependencies)
+    assert {queue.urn, sa.urn} <= set(js.dependencies)
 
 
 # --- the collective check and the GPU check ------------------------------------------
@@ -217,7 +221,6 @@ def test_gpu_check_runs_on_every_node_of_the_pool(rec):
 def test_children_are_parented_and_on_the_right_providers(rec):
     [component] = rec.of_type("mlplat:training:TrainingJob")
     [k8s_provider] = rec.of_type("pulumi:providers:kubernetes")
-    [aws_provider] = rec.of_type("pulumi:providers:aws")
     inside = [r for r in rec.registrations if r.custom and not r.is_provider and r.name != "queue-stand-in"]
     assert inside
     for reg in inside:
@@ -226,8 +229,7 @@ def test_children_are_parented_and_on_the_right_providers(rec):
             chain.append(parent)
             parent = rec.by_urn(parent).parent if any(r.urn == parent for r in rec.registrations) else ""
         assert component.urn in chain, reg.urn
-        expected = k8s_provider if reg.type.startswith("kubernetes:") else aws_provider
-        assert reg.provider_urn == expected.urn, reg.urn
+        assert reg.provider_urn == k8s_provider.urn, reg.urn
 
 
 def validate(manifest: dict) -> None:
@@ -256,13 +258,12 @@ def test_validation_would_catch_a_misspelt_field(rec):
 def test_single_node_without_efa_asks_for_no_efa_or_hugepages():
     g5 = replace(PLAN, name="smoke", pool="gpu", instance=lookup("g5.2xlarge"), efa=False, nodes=1, min_nodes=1,
                  service_account="smoke", lustre_claim=None)
-    rec = build(g5, collective_check=False, s3=None)
+    rec = build(g5, collective_check=False)
     js = jobset(rec, "smoke")
     limits = container(js)["resources"]["limits"]
     assert limits == {"cpu": "6", "memory": "24Gi", "nvidia.com/gpu": "1"}
     volumes = {v["name"]: v for v in pod(js)["volumes"]}
     assert volumes["scratch"] == {"name": "scratch", "emptyDir": {}}
-    assert rec.of_type("aws:iam/role:Role") == []
     validate(job_of(js))
 
 
@@ -273,7 +274,7 @@ def test_single_node_without_efa_asks_for_no_efa_or_hugepages():
     ("prod", 2, "8", "32", "300.0"), ("staging", 2, "8", "4", "37.5"), ("dev", 1, "1", None, None),
 ])
 def test_stacks_run_the_job_their_pools_allow(stack, nodes, gpus, efa, threshold):
-    result = preview(stack)
+    result = preview(f"{stack}-cluster")
     jobsets = {r.inputs()["metadata"]["name"]: r.inputs() for r in of_type(result, JOBSET)}
     main = jobsets["gpt2-smoke"]
     assert main["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == nodes
@@ -290,5 +291,5 @@ def test_stacks_run_the_job_their_pools_allow(stack, nodes, gpus, efa, threshold
 
 
 def test_a_cpu_only_stack_runs_no_training():
-    result = preview("smb")
+    result = preview("smb-cluster")
     assert of_type(result, JOBSET) == [] and of_type(result, "mlplat:training:TrainingJob") == []

@@ -1,0 +1,61 @@
+"""What the in-VPC deploy runner is: an AWS CodeBuild project in the cluster's private
+subnets that GitHub Actions uses as an ephemeral self-hosted runner (one build per
+workflow job), so the cluster layer reaches the private API server.
+
+Why CodeBuild: AWS runs it in-region with no instance to patch, each job gets a fresh
+container, and the job takes its AWS credentials from GitHub's OIDC token as the cloud
+layer's jobs do (the project's own role may only join the VPC and write its logs). A
+Pulumi Deployments agent would also work, but needs a long-running host of ours."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Amazon Linux 2023 standard image: Python 3.11 and the AWS CLI, no Docker daemon needed.
+IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"
+COMPUTE_TYPE = "BUILD_GENERAL1_MEDIUM"
+# GitHub's workflow_job event, which CodeBuild turns into one runner build per queued job.
+WEBHOOK_EVENT = "WORKFLOW_JOB_QUEUED"
+HTTPS = 443
+
+
+def project_name(prefix: str) -> str:
+    """`mlplat-prod-deploy`: workflows name it in `runs-on` (deploy.yml)."""
+    return f"{prefix}-deploy"
+
+
+def runs_on_label(prefix: str) -> str:
+    """The label a job uses to run on this project (AWS: codebuild-<project>-<run id>-<attempt>)."""
+    return f"codebuild-{project_name(prefix)}-${{{{ github.run_id }}}}-${{{{ github.run_attempt }}}}"
+
+
+def trust_policy(account: str, region: str, project: str) -> dict[str, Any]:
+    """Only CodeBuild, for this project of this account (no confused deputy)."""
+    return {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"}, "Action": "sts:AssumeRole",
+        "Condition": {"StringEquals": {"aws:SourceAccount": account},
+                      "ArnLike": {"aws:SourceArn": f"arn:aws:codebuild:{region}:{account}:project/{project}"}},
+    }]}
+
+
+def role_statements(*, account: str, region: str, log_group_arn: str, subnet_arns: list[str],
+                    token_secret_arn: str, key_arn: str) -> list[dict[str, Any]]:
+    """The project role: join the VPC (AWS's documented set for CodeBuild in a VPC), write
+    its log group, and read the GitHub token that registers the runner. Nothing else: the
+    job assumes the deployer role through GitHub's OIDC token."""
+    return [
+        {"Sid": "DescribeNetwork", "Effect": "Allow", "Resource": "*",
+         "Action": ["ec2:CreateNetworkInterface", "ec2:DescribeDhcpOptions", "ec2:DescribeNetworkInterfaces",
+                    "ec2:DeleteNetworkInterface", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups",
+                    "ec2:DescribeVpcs"]},
+        {"Sid": "AttachInPrivateSubnets", "Effect": "Allow", "Action": ["ec2:CreateNetworkInterfacePermission"],
+         "Resource": [f"arn:aws:ec2:{region}:{account}:network-interface/*"],
+         "Condition": {"StringEquals": {"ec2:Subnet": subnet_arns,
+                                        "ec2:AuthorizedService": "codebuild.amazonaws.com"}}},
+        {"Sid": "WriteLogs", "Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+         "Resource": [f"{log_group_arn}:*"]},
+        {"Sid": "ReadRunnerToken", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
+         "Resource": [token_secret_arn]},
+        {"Sid": "DecryptRunnerToken", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key_arn],
+         "Condition": {"StringEquals": {"kms:ViaService": f"secretsmanager.{region}.amazonaws.com"}}},
+    ]
