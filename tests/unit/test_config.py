@@ -106,7 +106,7 @@ def test_engine_json_strings_parse_like_yaml():
 
 
 def test_unknown_stack_lists_available(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown stack 'nosuch': .* available: dev, prod, smb, staging"):
+    with pytest.raises(ConfigError, match=r"unknown stack 'nosuch': .* available: dev, dev-cluster, prod, prod-cluster, smb, smb-cluster, staging, staging-cluster"):
         load_stack("nosuch")
 
 
