@@ -73,8 +73,15 @@ def both_layers(environment: str, device_plugin_mode: str | None = None):
     return preview(environment), preview(f"{environment}-cluster", device_plugin_mode)
 
 
-@pytest.fixture(params=STACKS + CLUSTER_STACKS)
+@pytest.fixture(params=STACKS)
 def stack_preview(request):
+    """Each environment's cloud layer."""
+    return preview(request.param)
+
+
+@pytest.fixture(params=CLUSTER_STACKS)
+def cluster_stack_preview(request):
+    """Each environment's cluster layer."""
     return preview(request.param)
 
 

@@ -43,8 +43,11 @@ def gpu_node_labels(result) -> dict[str, frozenset[str]]:
 
 
 def first_deploy_waits(result, objects=None) -> list[str]:
+    """What the cluster layer (`result`) would wait on, against the buckets and node
+    groups its cloud layer creates."""
+    cloud = preview(result.stack.removesuffix("-cluster"))
     return waits(objects if objects is not None else kubernetes_objects(result.registrations),
-                 data_locations=data_locations(result), gpu_node_labels=gpu_node_labels(result))
+                 data_locations=data_locations(cloud), gpu_node_labels=gpu_node_labels(cloud))
 
 
 @pytest.mark.parametrize(("stack", "mode"), VARIANTS, ids=[f"{s}-{m}" for s, m in VARIANTS])
@@ -59,33 +62,33 @@ def _inference_deployment(objects):
 
 
 def test_serving_created_with_replicas_would_wait_for_the_model_and_a_gpu_node():
-    result = preview("prod")
+    result = preview("prod-cluster")
     objects = copy.deepcopy(kubernetes_objects(result.registrations))
     index = _inference_deployment(objects)
     name = objects[index][1]["metadata"]["name"]
     del objects[index][1]["spec"]["replicas"]  # the defect: the API server's default, one replica
-    models = data_locations(result)[0]
+    models = data_locations(preview("prod"))[0]
     assert first_deploy_waits(result, objects) == [
         f"program: Deployment inference/{name}: waits for data in {models} (container reads it at start) and "
         "a GPU node (triton asks for nvidia.com/gpu), which a new environment does not have"]
 
 
 def test_cpu_serving_created_with_replicas_would_wait_for_the_model_only():
-    result = preview("smb")
+    result = preview("smb-cluster")
     objects = copy.deepcopy(kubernetes_objects(result.registrations))
     index = _inference_deployment(objects)
     objects[index][1]["spec"]["replicas"] = 2
     [line] = first_deploy_waits(result, objects)
-    assert f"waits for data in {data_locations(result)[0]} (container reads it at start), which" in line
+    assert f"waits for data in {data_locations(preview('smb'))[0]} (container reads it at start), which" in line
     assert "GPU" not in line
 
 
 def test_a_job_pinned_to_a_gpu_pool_waits_and_skip_await_needs_a_reason():
-    result = preview("prod")
-    labels = gpu_node_labels(result)
+    result = preview("prod-cluster")
+    labels = gpu_node_labels(preview("prod"))
     assert "mlplat.io/pool" in labels and "mlplat.io/gpu-model" in labels
     pool = sorted(labels["mlplat.io/pool"])[0]
-    system = sorted(_pools(result) - labels["mlplat.io/pool"])[0]
+    system = sorted(_pools(preview("prod")) - labels["mlplat.io/pool"])[0]
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "warm-up", "namespace": "ml"},
            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}], "affinity": {"nodeAffinity": {
                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -119,7 +122,7 @@ def test_only_gpu_node_groups_count_as_gpu_nodes():
 
 
 def test_a_service_waits_for_pods_its_workloads_cannot_start():
-    result = preview("prod")
+    result = preview("prod-cluster")
     objects = copy.deepcopy(kubernetes_objects(result.registrations))
     triton = next(o for owner, o in objects if owner == "program" and o["kind"] == "Service"
                   and o["metadata"]["name"] == "triton")

@@ -113,12 +113,19 @@ def test_volumes_key_lets_auto_scaling_launch_encrypted_nodes():
     assert policy["AutoScalingVolumeGrants"]["Condition"]["Bool"] == {"kms:GrantIsForAWSResource": "true"}
 
 
-@pytest.mark.parametrize(("data_class", "service"), [("cluster", "eks"), ("images", "ecr")])
-def test_service_keys_work_only_through_their_service(data_class, service):
+SIDS = {"eks": "UseThroughEKS", "ecr": "UseThroughECR", "secretsmanager": "UseThroughSecretsManager",
+        "codebuild": "UseThroughCodeBuild"}
+
+
+# The cluster key also holds the deploy runner's secrets: its GitHub token and build data.
+@pytest.mark.parametrize(("data_class", "services"), [("cluster", ("eks", "secretsmanager", "codebuild")),
+                                                       ("images", ("ecr",))])
+def test_service_keys_work_only_through_their_service(data_class, services):
     policy = statements(key_policy(ACCOUNT, REGION, data_class_uses(NAMES)[data_class]))
-    sid = {"eks": "UseThroughEKS", "ecr": "UseThroughECR"}[service]
-    assert set(policy) == {"KeyAdministration", sid, f"{sid}Grants"}
-    assert policy[sid]["Condition"]["StringEquals"]["kms:ViaService"] == f"{service}.{REGION}.amazonaws.com"
+    sids = [SIDS[service] for service in services]
+    assert set(policy) == {"KeyAdministration", *sids, *(f"{sid}Grants" for sid in sids)}
+    for service, sid in zip(services, sids):
+        assert policy[sid]["Condition"]["StringEquals"]["kms:ViaService"] == f"{service}.{REGION}.amazonaws.com"
 
 
 def test_every_wildcard_principal_is_pinned_to_the_account():
