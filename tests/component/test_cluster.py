@@ -1,5 +1,6 @@
-"""`Cluster` and `CoreAddons` under mocks: endpoint, encryption, logs, access, add-ons,
-and the Kubernetes provider every Kubernetes resource uses."""
+"""`Cluster` and `CoreAddons` under mocks: endpoint, encryption, logs, access, add-ons, no
+Kubernetes object (both are the cloud layer's); and the cluster layer's Kubernetes
+provider and default StorageClass, built from the cloud layer's descriptor."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from components.cluster import Cluster, ClusterArgs, CoreAddons, CoreAddonsArgs
 from infra.versions import EKS_ADDONS
 from tests.component.recorder import opts, record
+from tests.conftest import DESCRIPTOR, preview
+from tests.helpers import of_type
 
 SECRETS_KEY = "arn:aws:kms:me-central-1:111122223333:key/cluster"
 LOGS_KEY = "arn:aws:kms:me-central-1:111122223333:key/logs"
@@ -22,6 +25,8 @@ BREAK_GLASS = "arn:aws:iam::111122223333:role/mlplat-break-glass"
 
 
 def build(public_cidrs: tuple[str, ...] = ()):
+    deployer_admin: list[str] = []
+
     def program(provider):
         cluster = Cluster("cluster", ClusterArgs(
             cluster_name="mlplat-test", region="me-central-1", version="1.34",
@@ -29,12 +34,15 @@ def build(public_cidrs: tuple[str, ...] = ()):
             log_retention_days=365, deployer_role_arn=DEPLOYER, break_glass_role_arn=BREAK_GLASS,
             public_access_cidrs=public_cidrs, admin_role_arns=(ADMIN,),
             read_only_role_arns=(VIEWER,)), opts=opts(provider))
+        cluster.deployer_admin.urn.apply(deployer_admin.append)
         CoreAddons("core-addons", CoreAddonsArgs(cluster_name="mlplat-test", cluster=cluster.eks,
                                                  volumes_key_arn=VOLUMES_KEY),
-                   opts=pulumi.ResourceOptions(providers={"aws": provider, "kubernetes": cluster.k8s_provider},
+                   opts=pulumi.ResourceOptions(providers={"aws": provider},
                                                depends_on=[cluster.addons["vpc-cni"]]))
 
-    return record(program)
+    rec = record(program)
+    rec.deployer_admin = deployer_admin  # type: ignore[attr-defined]
+    return rec
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +107,26 @@ def test_the_creator_gets_no_implicit_admin_and_an_existing_cluster_is_not_repla
     assert cluster.ignore_changes == ["accessConfig.bootstrapClusterCreatorAdminPermissions"]
 
 
-def test_the_kubernetes_provider_waits_for_the_deployer_to_be_admin(rec):
-    [provider] = rec.of_type("pulumi:providers:kubernetes")
+def test_the_deployer_is_made_admin_in_the_cloud_layer(rec):
+    # The cluster layer's Kubernetes provider authenticates as the deployer role; the cloud
+    # layer, applied first, makes it cluster admin and hands the association out.
     [deployer] = [r for r in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
                   if r.inputs()["principalArn"] == DEPLOYER]
-    assert deployer.urn in provider.dependencies
+    assert rec.deployer_admin == [deployer.urn]
+    assert deployer.inputs()["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+    cloud = preview("prod")
+    deployer_arn = next(r.inputs()["principalArn"]
+                        for r in of_type(cloud, "aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+                        if r.inputs()["principalArn"].endswith(":role/mlplat-deployer"))
+    assert any(r.inputs()["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+               and r.inputs()["accessScope"]["type"] == "cluster"
+               for r in of_type(cloud, "aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+               if r.inputs()["principalArn"] == deployer_arn)
+
+
+def test_the_cloud_layer_components_make_no_kubernetes_object(rec):
+    assert not [r for r in rec.registrations
+                if r.type.startswith("kubernetes:") or r.type == "pulumi:providers:kubernetes"]
 
 
 def test_addons_pinned_from_versions(rec):
@@ -135,19 +158,32 @@ def test_post_node_addons_wait(rec):
     assert cni in addons["coredns"].dependencies and cni in addons["aws-ebs-csi-driver"].dependencies
 
 
-def test_kubernetes_provider_from_the_cluster(rec):
-    [provider] = rec.of_type("pulumi:providers:kubernetes")
+def test_kubernetes_provider_from_the_cluster():
+    descriptor = preview("prod").stack_outputs[DESCRIPTOR]
+    cluster = preview("prod-cluster")
+    [provider] = of_type(cluster, "pulumi:providers:kubernetes")
     kubeconfig = json.loads(provider.inputs()["kubeconfig"])
-    assert kubeconfig["clusters"][0]["cluster"]["server"].endswith(".eks.amazonaws.com")
-    assert kubeconfig["users"][0]["user"]["exec"]["command"] == "aws"
-    assert eks(rec).urn in provider.property_dependencies["kubeconfig"]
+    server = kubeconfig["clusters"][0]["cluster"]["server"]
+    assert server.endswith(".eks.amazonaws.com") and server == descriptor["endpoint"]
+    assert kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"] == descriptor["certificateAuthority"]
+    exec_ = kubeconfig["users"][0]["user"]["exec"]
+    assert exec_["command"] == "aws"
+    assert exec_["args"][:4] == ["eks", "get-token", "--cluster-name", descriptor["clusterName"]]
+    assert provider.inputs()["enableServerSideApply"] in (True, "true")
+    # Every Kubernetes object of the cluster layer goes through it.
+    for reg in cluster.registrations:
+        if reg.custom and reg.type.startswith("kubernetes:"):
+            assert reg.provider_urn == provider.urn, reg.urn
 
 
-def test_default_storage_class_encrypted_on_the_cluster_provider(rec):
-    [provider] = rec.of_type("pulumi:providers:kubernetes")
-    sc = rec.one("kubernetes:storage.k8s.io/v1:StorageClass")
+def test_default_storage_class_encrypted_on_the_cluster_provider():
+    descriptor = preview("prod").stack_outputs[DESCRIPTOR]
+    cluster = preview("prod-cluster")
+    [provider] = of_type(cluster, "pulumi:providers:kubernetes")
+    [sc] = of_type(cluster, "kubernetes:storage.k8s.io/v1:StorageClass")
     assert sc.provider_urn == provider.urn
     inputs = sc.inputs()
-    assert inputs["parameters"]["kmsKeyId"] == VOLUMES_KEY and inputs["parameters"]["encrypted"] == "true"
+    assert inputs["parameters"]["kmsKeyId"] == descriptor["keys"]["volumes"]
+    assert inputs["parameters"]["encrypted"] == "true"
     assert inputs["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
     assert inputs["reclaimPolicy"] == "Retain"

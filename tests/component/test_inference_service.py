@@ -1,11 +1,13 @@
 """`InferenceService` under mocks: the Deployment, Services, HPA and PDB as the engine
-receives them, GPU and CPU; the Pod Identity role; providers and parents; the rendered
-objects pass `kubernetes-validate --strict`; and the stacks serve what their config asks."""
+receives them, GPU and CPU, with no AWS resource; the Pod Identity role (`serving_identity`,
+the cloud layer's); providers and parents; the rendered objects pass
+`kubernetes-validate --strict`; and the stacks serve what their config asks."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import kubernetes_validate
 import pulumi
@@ -21,6 +23,7 @@ from components.inference_spec import (
     ServingPlan,
 )
 from infra.config import load_stack
+from infra.inference import resolve_inference, serving_identity
 from infra.storage import storage_names
 from infra.versions import IMAGES, KUBERNETES_VERSION, image_uri, registry_host
 from tests.component.recorder import Recording, record
@@ -56,8 +59,7 @@ def build(plan: ServingPlan) -> Recording:
                                            opts=pulumi.ResourceOptions(provider=cluster))
         image = IMAGES["prometheus-adapter"]
         InferenceService("inference-gpt", InferenceServiceArgs(
-            plan=plan, role_name="mlplat-test-inference-gpt", cluster_name="mlplat-test", bucket_arn=MODELS_ARN,
-            key_arn=KEY_ARN, repository_prefix="triton",
+            plan=plan,
             adapter=MetricsAdapter(f"{registry_host(ACCOUNT, REGION)}/{image.repository}", image.tag,
                                    resource_metrics=plan.device == "cpu"),
             depends_on=(prometheus,),
@@ -302,39 +304,73 @@ def test_network_policies_deny_by_default_and_open_only_the_serving_ports(gpu):
     assert [b["ipBlock"]["cidr"] for b in aws_apis["to"]] == ["10.0.0.0/16", "3.5.212.0/23"]
 
 
-def test_pod_identity_reads_only_the_repository(gpu):
-    role = gpu.one("aws:iam/role:Role")
+def identity() -> Recording:
+    """The cloud layer's half of serving, `serving_identity`, for prod's inference section,
+    with a models bucket and key of its own."""
+    def program(aws_provider):
+        bucket = SimpleNamespace(arn=pulumi.Output.from_input(MODELS_ARN))
+        key = SimpleNamespace(arn=pulumi.Output.from_input(KEY_ARN))
+        storage = SimpleNamespace(buckets={"models": SimpleNamespace(bucket=bucket)})
+        serving_identity(load_stack("prod"), "mlplat-test", "mlplat-test", storage, {"models": key}, aws_provider)
+
+    return record(program)
+
+
+@pytest.fixture(scope="module")
+def role_rec() -> Recording:
+    return identity()
+
+
+def test_the_component_makes_no_aws_resource(gpu, cpu):
+    # The role is the cloud layer's: the cluster layer has no AWS provider.
+    for rec in (gpu, cpu):
+        assert not [r for r in rec.registrations if r.type.startswith("aws:") and r.name != "aws-test"]
+
+
+def test_pod_identity_reads_only_the_repository(role_rec):
+    settings = resolve_inference(load_stack("prod")).settings
+    role = role_rec.one("aws:iam/role:Role")
+    assert role.inputs()["name"] == f"mlplat-test-inference-{settings.model_name}"
     trust = json.loads(role.inputs()["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    association = gpu.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs()
-    assert (association["namespace"], association["serviceAccount"]) == ("inference", "triton")
-    policy = json.loads(gpu.one("aws:iam/rolePolicy:RolePolicy").inputs()["policy"])
+    association = role_rec.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs()
+    assert (association["namespace"], association["serviceAccount"]) == (settings.namespace, "triton")
+    assert association["clusterName"] == "mlplat-test"
+    policy = json.loads(role_rec.one("aws:iam/rolePolicy:RolePolicy").inputs()["policy"])
     actions = {a for s in policy["Statement"] for a in s["Action"]}
     assert actions == {"s3:ListBucket", "s3:GetBucketLocation", "s3:GetObject", "kms:Decrypt"}
     read = next(s for s in policy["Statement"] if s["Action"] == ["s3:GetObject"])
-    assert read["Resource"] == [f"{MODELS_ARN}/triton/*"]
+    assert read["Resource"] == [f"{MODELS_ARN}/{settings.repository_prefix}/*"]
+    [decrypt] = [s for s in policy["Statement"] if s["Action"] == ["kms:Decrypt"]]
+    assert decrypt["Resource"] in (KEY_ARN, [KEY_ARN])
 
 
-def test_pods_start_after_their_credentials(gpu):
-    [deployment] = gpu.of_type(DEPLOYMENT)
-    association = gpu.one("aws:eks/podIdentityAssociation:PodIdentityAssociation")
-    assert association.urn in deployment.dependencies
+def test_pods_start_after_their_credentials():
+    # A pod started before its Pod Identity association gets no AWS credentials until it
+    # restarts: the association is the cloud layer's, applied before the cluster layer,
+    # for exactly the namespace and ServiceAccount the cluster layer's Deployment runs as.
+    cloud, cluster = preview("prod"), preview("prod-cluster")
+    [deployment] = [r for r in of_type(cluster, DEPLOYMENT) if r.inputs()["metadata"]["name"] == "triton"]
+    namespace = deployment.inputs()["metadata"]["namespace"]
+    account = deployment.inputs()["spec"]["template"]["spec"]["serviceAccountName"]
+    associations = {(r.inputs()["namespace"], r.inputs()["serviceAccount"])
+                    for r in of_type(cloud, "aws:eks/podIdentityAssociation:PodIdentityAssociation")}
+    assert (namespace, account) in associations
+    assert not [r for r in cluster.registrations if r.type.startswith("aws:")]
 
 
 def test_children_are_parented_and_on_the_right_providers(gpu):
     [component] = gpu.of_type("mlplat:inference:InferenceService")
     [k8s_provider] = gpu.of_type("pulumi:providers:kubernetes")
-    [aws_provider] = gpu.of_type("pulumi:providers:aws")
     inside = [r for r in gpu.registrations if r.custom and not r.is_provider and r.name != "prometheus-stand-in"]
-    assert len(inside) >= 15
+    assert len(inside) >= 12
     for reg in inside:
         chain, parent = [], reg.parent
         while parent:
             chain.append(parent)
             parent = gpu.by_urn(parent).parent if any(r.urn == parent for r in gpu.registrations) else ""
         assert component.urn in chain, reg.urn
-        expected = k8s_provider if reg.type.startswith("kubernetes:") else aws_provider
-        assert reg.provider_urn == expected.urn, reg.urn
+        assert reg.type.startswith("kubernetes:") and reg.provider_urn == k8s_provider.urn, reg.urn
 
 
 # --- schema -----------------------------------------------------------------------------------
@@ -374,19 +410,19 @@ def test_the_schema_check_would_catch_a_typo(gpu):
 
 
 def service_of(stack: str) -> list:
-    return of_type(preview(stack), "mlplat:inference:InferenceService")
+    return of_type(preview(f"{stack}-cluster"), "mlplat:inference:InferenceService")
 
 
 def test_prod_serves_on_gpus_and_smb_on_cpus():
-    prod = preview("prod")
+    prod = preview("prod-cluster")
     [deployment] = [r for r in of_type(prod, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]
     [triton] = deployment.inputs()["spec"]["template"]["spec"]["containers"]
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
     bucket = storage_names(load_stack("prod"), "prod", ACCOUNT).buckets["models"]
     [fetch] = deployment.inputs()["spec"]["template"]["spec"]["initContainers"]
     assert fetch["command"][-3:] == [f"s3://{bucket}/triton/", "/models/", "gpt"]
-    assert any(r.inputs().get("bucket") == bucket for r in of_type(prod, "aws:s3/bucket:Bucket"))
-    smb = preview("smb")
+    assert any(r.inputs().get("bucket") == bucket for r in of_type(preview("prod"), "aws:s3/bucket:Bucket"))
+    smb = preview("smb-cluster")
     [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]
     [triton] = deployment.inputs()["spec"]["template"]["spec"]["containers"]
     assert "nvidia.com/gpu" not in triton["resources"]["limits"]
@@ -396,3 +432,6 @@ def test_prod_serves_on_gpus_and_smb_on_cpus():
 @pytest.mark.parametrize("stack", ["dev", "staging"])
 def test_stacks_without_an_inference_section_serve_nothing(stack):
     assert service_of(stack) == []
+    # Nor does their cloud layer make a serving role.
+    assert not [r for r in of_type(preview(stack), "aws:eks/podIdentityAssociation:PodIdentityAssociation")
+                if r.inputs()["serviceAccount"] == "triton"]

@@ -1,5 +1,6 @@
 """`Tenancy` under mocks: per-tenant objects as the engine receives them, the endpoint
-policy from outputs, access entries for the tenants' IAM roles."""
+policy from outputs, no AWS resource; `TenantAccess` (the cloud layer's): access entries
+for the tenants' IAM roles."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.tenancy import Tenancy, TenancyArgs
+from components.tenancy import Tenancy, TenancyArgs, TenantAccess, TenantAccessArgs
 from components.tenancy_spec import Tenant
 from tests.component.recorder import Recording, record
 
@@ -20,13 +21,12 @@ TENANTS = (
 )
 
 
-def build(with_cluster: bool = True) -> Recording:
+def build() -> Recording:
     def program(aws_provider):
         cluster = k8s.Provider("cluster-k8s", kubeconfig="{}")
         vpc = aws.ec2.Vpc("vpc", cidr_block="10.0.0.0/16", opts=pulumi.ResourceOptions(provider=aws_provider))
         Tenancy("tenancy", TenancyArgs(
             tenants=TENANTS,
-            cluster_name="mlplat-test" if with_cluster else None,
             # An output, as the VPC's CIDR is while the network is being created.
             endpoint_cidrs=vpc.cidr_block.apply(lambda cidr: [cidr, "198.51.100.0/24"]),
         ), opts=pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster}))
@@ -34,9 +34,22 @@ def build(with_cluster: bool = True) -> Recording:
     return record(program)
 
 
+def build_access(tenants: tuple[Tenant, ...] = TENANTS) -> Recording:
+    def program(aws_provider):
+        TenantAccess("tenant-access", TenantAccessArgs(tenants=tenants, cluster_name="mlplat-test"),
+                     opts=pulumi.ResourceOptions(providers={"aws": aws_provider}))
+
+    return record(program)
+
+
 @pytest.fixture(scope="module")
 def rec() -> Recording:
     return build()
+
+
+@pytest.fixture(scope="module")
+def access() -> Recording:
+    return build_access()
 
 
 def in_namespace(rec: Recording, namespace: str) -> dict[tuple[str, str], object]:
@@ -91,13 +104,23 @@ def test_quota_is_the_cohort_ceiling(rec):
     assert quota.inputs()["spec"]["hard"]["requests.nvidia.com/gpu"] == "32"
 
 
-def test_access_entry_maps_the_tenant_role_to_its_groups(rec):
-    [entry] = rec.of_type("aws:eks/accessEntry:AccessEntry")
+def test_access_entry_maps_the_tenant_role_to_its_groups(access):
+    [entry] = access.of_type("aws:eks/accessEntry:AccessEntry")
     inputs = entry.inputs()
     assert inputs["principalArn"] == ROLE and inputs["kubernetesGroups"] == ["mlplat:research-developers"]
     assert inputs["clusterName"] == "mlplat-test" and inputs["type"] == "STANDARD"
-    [aws_provider] = rec.of_type("pulumi:providers:aws")
-    assert entry.provider_urn == aws_provider.urn
+    [aws_provider] = access.of_type("pulumi:providers:aws")
+    [component] = access.of_type("mlplat:tenancy:TenantAccess")
+    assert entry.provider_urn == aws_provider.urn and entry.parent == component.urn
+    # The cloud layer's half: no Kubernetes object.
+    assert not [r for r in access.registrations if r.type.startswith("kubernetes:")]
+
+
+def test_the_groups_the_access_entry_maps_to_are_the_ones_tenancy_binds(rec, access):
+    [entry] = access.of_type("aws:eks/accessEntry:AccessEntry")
+    binding = in_namespace(rec, "research")[("RoleBinding", "tenant-developers")]
+    subjects = {s["name"] for s in binding.inputs()["subjects"] if s["kind"] == "Group"}
+    assert set(entry.inputs()["kubernetesGroups"]) <= subjects
 
 
 def test_kubernetes_objects_on_the_cluster_provider_under_the_component(rec):
@@ -108,5 +131,11 @@ def test_kubernetes_objects_on_the_cluster_provider_under_the_component(rec):
             assert reg.provider_urn == provider.urn and reg.parent == component.urn
 
 
-def test_no_access_entries_without_a_cluster():
-    assert not build(with_cluster=False).of_type("aws:eks/accessEntry:AccessEntry")
+def test_tenancy_makes_no_access_entries_and_no_aws_resource(rec):
+    # Access entries are the cloud layer's (TenantAccess); the VPC is this test's stand-in.
+    assert not rec.of_type("aws:eks/accessEntry:AccessEntry")
+    assert [r.type for r in rec.registrations if r.type.startswith("aws:")] == ["aws:ec2/vpc:Vpc"]
+
+
+def test_no_access_entries_for_tenants_without_roles():
+    assert not build_access(tuple(t for t in TENANTS if not t.role_arns)).of_type("aws:eks/accessEntry:AccessEntry")
