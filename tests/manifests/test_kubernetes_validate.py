@@ -1,4 +1,5 @@
-"""`mlplat preview --manifests` writes every object a stack applies: the program's own at
+"""`mlplat preview --manifests` writes every object a stack applies (every Kubernetes
+object is the cluster layer's, so prod's are `prod-cluster`'s): the program's own at
 the top, each chart's under charts/<release>/ with the release's chart, version and
 values, where a reviewer can read (or validate) each one. Every object of every stack is
 validated in-process by the render check (tests/rendered)."""
@@ -18,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_prod_manifests_through_the_cli(tmp_path):
     out = tmp_path / "manifests"
-    done = subprocess.run([sys.executable, "-m", "infra.cli", "preview", "--stack", "prod", "--manifests", str(out),
+    done = subprocess.run([sys.executable, "-m", "infra.cli", "preview", "--stack", "prod-cluster", "--manifests", str(out),
                            "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     kinds: dict[str, set[str]] = {}

@@ -15,8 +15,9 @@ def test_a_chart_missing_from_the_cache_names_chart_version_and_folders(tmp_path
     empty = tmp_path / "charts"
     empty.mkdir()
     monkeypatch.setenv("MLPLAT_CHART_CACHE", str(empty))
-    report = tmp_path / "prod.json"
-    assert main(["preview", "--stack", "prod", "--json", str(report), "--quiet"]) == 2
+    # Charts are the cluster layer's (the cloud layer installs none).
+    report = tmp_path / "prod-cluster.json"
+    assert main(["preview", "--stack", "prod-cluster", "--json", str(report), "--quiet"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("mlplat: error: chart ")
     assert " is not in the chart cache (looked in " + str(empty) in line

@@ -1,7 +1,9 @@
 """No pod pulls from outside the stack's region: every image reference the program
 declares, in any resource's inputs (Kubernetes objects, Helm release values, anything
 else), is an ECR URI of the stack's account and region, from the registry plan, whose
-repository the stack creates."""
+repository the environment's cloud layer creates. Pods run only in the cluster layer; the
+cloud layer's one image outside the plan is the deploy runner's CodeBuild-curated build
+image (components/specs/deploy_runner.py), which CodeBuild itself serves in-region."""
 
 from __future__ import annotations
 
@@ -9,8 +11,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from components.specs import deploy_runner
 from infra.preview.fixtures import ACCOUNT_ID
 from infra.versions import IMAGES, registry_host
+from tests.conftest import DESCRIPTOR, STACKS, both_layers, preview
 
 # `image`, `initImage`, `configReloaderImage`, ...
 IMAGE_KEY = re.compile(r"(^i|I)mage$")
@@ -115,20 +121,48 @@ def test_walker_flags_other_regions_accounts_and_unplanned_tags():
         "region", "account", "tag", "upstream"]
 
 
-# --- every stack -------------------------------------------------------------------------
+# --- every stack, both layers ------------------------------------------------------------
+
+CODEBUILD_PROJECT = "aws:codebuild/project:Project"
 
 
-def test_every_image_is_an_in_region_mirror_from_the_plan(stack_preview):
-    refs = stack_references(stack_preview)
-    if runs_pods(stack_preview):
-        assert refs, "the stack runs pods but no image reference was found in what it declares"
-    assert out_of_plan(refs, ACCOUNT_ID, stack_preview.region) == []
+def codebuild_curated(result) -> set[str]:
+    """Where the cloud layer names the deploy runner's build image: only the CodeBuild
+    project's `environment.image`, only the curated image the spec pins, pulled with
+    CodeBuild's own credentials."""
+    allowed = set()
+    for reg in result.registrations:
+        if reg.type == CODEBUILD_PROJECT:
+            environment = reg.inputs()["environment"]
+            assert environment["image"] == deploy_runner.IMAGE
+            assert environment["imagePullCredentialsType"] == "CODEBUILD"
+            assert deploy_runner.IMAGE.startswith("aws/codebuild/")
+            allowed.add(f"{reg.urn}::environment.image: {deploy_runner.IMAGE}")
+    return allowed
 
 
-def test_every_referenced_repository_exists_in_the_stack(stack_preview):
-    host = registry_host(ACCOUNT_ID, stack_preview.region)
-    created = {r.inputs()["name"] for r in stack_preview.registrations if r.type == "aws:ecr/repository:Repository"}
+@pytest.mark.parametrize("environment", STACKS)
+def test_every_image_is_an_in_region_mirror_from_the_plan(environment):
+    cloud, cluster = both_layers(environment)
+    assert not runs_pods(cloud), "the cloud layer declares Kubernetes workloads"
+    curated = codebuild_curated(cloud)
+    assert len(curated) == 1, "the deploy runner's build image"
+    assert set(out_of_plan(stack_references(cloud), ACCOUNT_ID, cloud.region)) == curated
+    refs = stack_references(cluster)
+    assert runs_pods(cluster)
+    assert refs, "the stack runs pods but no image reference was found in what it declares"
+    assert out_of_plan(refs, ACCOUNT_ID, cluster.region) == []
+
+
+@pytest.mark.parametrize("environment", STACKS)
+def test_every_referenced_repository_exists_in_the_stack(environment):
+    cloud, cluster = both_layers(environment)
+    host = registry_host(ACCOUNT_ID, cluster.region)
+    assert cloud.stack_outputs[DESCRIPTOR]["registryHost"] == host
+    created = {r.inputs()["name"] for r in cloud.registrations if r.type == "aws:ecr/repository:Repository"}
     assert created == {image.repository for image in IMAGES.values()}
-    for _, ref in stack_references(stack_preview):
+    assert [r.urn for r in cluster.registrations if r.type == "aws:ecr/repository:Repository"] == []
+    for _, ref in stack_references(cluster):
         repository = ref.removeprefix(f"{host}/").rsplit(":", 1)[0]
         assert repository in created, ref
+

@@ -18,23 +18,41 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*MLPLAT, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
-def test_dev_preview_passes_and_writes_reports(tmp_path):
-    done = run("preview", "--stack", "dev", "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"))
+@pytest.mark.parametrize("stack", ["dev", "dev-cluster"])
+def test_dev_preview_passes_and_writes_reports(tmp_path, stack):
+    done = run("preview", "--stack", stack, "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"))
     assert done.returncode == 0, done.stderr
     assert "Policy verdict: PASSED (0 mandatory" in done.stdout
     report = json.loads((tmp_path / "r.json").read_text())
-    assert report["stack"] == "dev" and report["region"] == "me-central-1"
+    assert report["stack"] == stack and report["region"] == "me-central-1"
     assert report["summary"]["mandatoryViolations"] == 0
+    assert report["resources"]
     for resource in report["resources"]:
         assert {"urn", "type", "name", "parent", "region", "inputs"} <= resource.keys()
-    assert "## Preview of `dev` (me-central-1): ✅ passed" in (tmp_path / "r.md").read_text()
+    # Each layer holds its half: AWS resources in the cloud layer, Kubernetes objects in the cluster layer.
+    types = {resource["type"] for resource in report["resources"]}
+    cluster = stack.endswith("-cluster")
+    assert any(t.startswith("kubernetes:") for t in types) == cluster
+    assert any(t.startswith("aws:") for t in types) != cluster
+    assert f"## Preview of `{stack}` (me-central-1): ✅ passed" in (tmp_path / "r.md").read_text()
+
+
+def test_env_preview_writes_both_layers(tmp_path):
+    done = run("preview", "--env", "dev", "--out", str(tmp_path), "--quiet")
+    assert done.returncode == 0, done.stderr
+    for stack in ("dev", "dev-cluster"):
+        report = json.loads((tmp_path / f"{stack}.json").read_text())
+        assert report["stack"] == stack and report["summary"]["mandatoryViolations"] == 0
+        assert (tmp_path / f"{stack}.md").exists()
+    assert any((tmp_path / "dev-cluster-manifests").rglob("*.yaml"))
 
 
 def test_unknown_stack_is_one_line_exit_2():
     done = run("preview", "--stack", "nosuch", "--quiet")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "mlplat: error: unknown stack 'nosuch': no stacks/Pulumi.nosuch.yaml; available: dev, prod, smb, staging"
+        "mlplat: error: unknown stack 'nosuch': no stacks/Pulumi.nosuch.yaml; available: dev, dev-cluster, prod, "
+        "prod-cluster, smb, smb-cluster, staging, staging-cluster"
     ]
     assert "Traceback" not in done.stderr
 
@@ -103,7 +121,7 @@ def test_bad_policy_config_is_exit_2(tmp_path):
 def test_argument_error_is_exit_2():
     done = run("preview")
     assert done.returncode == 2
-    assert "the following arguments are required: --stack" in done.stderr
+    assert "one of the arguments --stack --env is required" in done.stderr
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is part of the documented workflow")

@@ -1,5 +1,6 @@
-"""Every real stack previews offline with zero mandatory violations, every AWS resource
-on the explicit region-pinned provider."""
+"""Every real stack, of both layers, previews offline with zero mandatory violations;
+every AWS resource (all in the cloud layer) is on the explicit region-pinned provider, and
+the cluster layer declares no AWS resource at all."""
 
 from __future__ import annotations
 
@@ -12,6 +13,18 @@ def test_zero_mandatory_violations(stack_preview):
     assert stack_preview.engine_errors == []
     assert [v.message for v in stack_preview.verdict.mandatory] == []
     assert stack_preview.exit_code == 0
+
+
+def test_cluster_layer_zero_mandatory_violations(cluster_stack_preview):
+    assert cluster_stack_preview.engine_errors == []
+    assert [v.message for v in cluster_stack_preview.verdict.mandatory] == []
+    assert cluster_stack_preview.exit_code == 0
+
+
+def test_cluster_layer_declares_no_aws_resource(cluster_stack_preview):
+    assert [r.urn for r in cluster_stack_preview.registrations
+            if r.type.startswith("aws:") or r.type == "pulumi:providers:aws"] == []
+    assert of_type(cluster_stack_preview, "pulumi:providers:kubernetes")
 
 
 def test_every_aws_resource_uses_the_explicit_provider(stack_preview):
@@ -35,4 +48,9 @@ def test_provider_carries_default_tags(stack_preview):
 
 def test_urns_are_unique(stack_preview):
     counts = Counter(r.urn for r in stack_preview.registrations)
+    assert [u for u, n in counts.items() if n > 1] == []
+
+
+def test_cluster_layer_urns_are_unique(cluster_stack_preview):
+    counts = Counter(r.urn for r in cluster_stack_preview.registrations)
     assert [u for u, n in counts.items() if n > 1] == []

@@ -1,6 +1,8 @@
-"""What a stack's training job needs from the platform before it can run, read from what
+"""What an environment's training job needs from the platform before it can run, read from what
 the engine receives: Kueue can admit every resource its pods ask for, and on Lustre the
-tenant's directory is made (owned by the pods' UID) before the JobSet is created."""
+tenant's directory is made (owned by the pods' UID) before the JobSet is created. Every
+Kubernetes object is the cluster layer's (`<env>-cluster`); where there is Lustre is the
+cloud layer's descriptor."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import STACKS, preview
+from tests.conftest import DESCRIPTOR, STACKS, preview
 from tests.helpers import of_type, one
 
 RELEASE = "kubernetes:helm.sh/v4:Chart"
@@ -47,14 +49,22 @@ def lustre_tenants(result) -> set[str]:
             if r.inputs()["metadata"]["name"] == "lustre-scratch"}
 
 
+def cluster(environment: str):
+    return preview(f"{environment}-cluster")
+
+
 def test_the_stack_lists_match_the_stacks():
-    assert {s for s in STACKS if of_type(preview(s), JOBSET)} == set(TRAINING_STACKS)
-    assert {s for s in STACKS if lustre_tenants(preview(s))} == set(LUSTRE_STACKS)
+    assert {s for s in STACKS if of_type(cluster(s), JOBSET)} == set(TRAINING_STACKS)
+    assert {s for s in STACKS if lustre_tenants(cluster(s))} == set(LUSTRE_STACKS)
+    # The cloud layer makes the file system the cluster layer's claims mount, and no Kubernetes object.
+    assert {s for s in STACKS if preview(s).stack_outputs[DESCRIPTOR].get("lustre")} == set(LUSTRE_STACKS)
+    for s in STACKS:
+        assert of_type(preview(s), JOBSET) == [] and lustre_tenants(preview(s)) == set()
 
 
 @pytest.mark.parametrize("stack", TRAINING_STACKS)
 def test_kueue_covers_or_ignores_every_resource_the_pods_ask_for(stack):
-    result = preview(stack)
+    result = cluster(stack)
     excluded = excluded_prefixes(result)
     queues = {q.inputs()["metadata"]["name"]: q.inputs() for q in of_type(result, CLUSTER_QUEUE)}
     for reg in of_type(result, JOBSET):
@@ -72,7 +82,7 @@ def test_kueue_covers_or_ignores_every_resource_the_pods_ask_for(stack):
 
 @pytest.mark.parametrize("stack", LUSTRE_STACKS)
 def test_lustre_jobsets_wait_for_their_tenants_directory(stack):
-    result = preview(stack)
+    result = cluster(stack)
     job = one(result, JOB)
     [container] = job.inputs()["spec"]["template"]["spec"]["containers"]
     made = container["command"][4:]
@@ -97,7 +107,7 @@ def test_lustre_jobsets_wait_for_their_tenants_directory(stack):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_tenant_gets_a_directory_wherever_there_is_lustre(stack):
-    result = preview(stack)
+    result = cluster(stack)
     tenants = lustre_tenants(result)
     jobs = of_type(result, JOB)
     if not tenants:

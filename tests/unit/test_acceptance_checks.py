@@ -671,14 +671,15 @@ def test_inference_smoke_asks_nothing_of_a_stack_that_serves_nothing():
 
 @pytest.mark.slow
 def test_prod_deploys_the_workloads_the_suite_reads():
-    """The offline preview of prod: the GPU check runs on the training pool, the all-reduce
-    check prints JSON with the stack's threshold, and the device plugin charts the suite
-    recognises by their containers are the ones installed."""
+    """The offline preview of prod's cluster layer (every Kubernetes object): the GPU check
+    runs on the training pool, the all-reduce check prints JSON with the stack's threshold,
+    and the device plugin charts the suite recognises by their containers are the ones
+    installed."""
     from infra.acceptance.cluster import COLLECTIVES_MODULE, GPU_CHECK_MODULE, module_container
     from tests.conftest import preview
     from tests.helpers import of_type
 
-    result = preview("prod")
+    result = preview("prod-cluster")
     checks = [d.inputs()["spec"]["template"] for d in of_type(result, "kubernetes:apps/v1:DaemonSet")
               if module_container(d.inputs()["spec"]["template"], GPU_CHECK_MODULE)]
     assert len(checks) == 1
