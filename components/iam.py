@@ -47,7 +47,9 @@ class PodIdentityRoleArgs:
     # The association is made here, unless an EKS add-on owns it (the add-on's own
     # `pod_identity_associations` then names this role): set cluster_name to None.
     cluster_name: pulumi.Input[str] | None
-    statements: tuple[Any, ...] = ()  # IAM policy statements (may hold Outputs)
+    # IAM policy statements: a tuple (whose items may be Outputs), or one Output of the
+    # whole list where the statements are built from other resources' outputs.
+    statements: tuple[Any, ...] | pulumi.Output[list[Any]] = ()
     managed_policy_arns: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -72,8 +74,8 @@ class PodIdentityRole(pulumi.ComponentResource):
             aws.iam.RolePolicy(
                 name,
                 role=self.role.name,
-                policy=pulumi.Output.from_input(list(args.statements)).apply(
-                    lambda statements: json.dumps(spec.policy(statements))
+                policy=pulumi.Output.from_input(args.statements).apply(
+                    lambda statements: json.dumps(spec.policy(list(statements)))
                 ),
                 opts=child,
             )

@@ -82,8 +82,8 @@ def serving_identity(
     if job is None:
         return None
     s = job.settings
-    bucket_arn, key_arn = storage.buckets["models"].bucket.arn, keys["models"].arn
-    count = len(s3_statements("", "", ""))
+    statements = pulumi.Output.all(storage.buckets["models"].bucket.arn, keys["models"].arn).apply(
+        lambda a: s3_statements(a[0], s.repository_prefix, a[1]))
     # Named, and at the stack's root, as a stack made before the layers split holds it
     # once migrated (docs/layers.md).
     return PodIdentityRole(
@@ -91,8 +91,7 @@ def serving_identity(
         PodIdentityRoleArgs(
             role_name=f"{prefix}-inference-{s.model_name}"[:64], namespace=s.namespace,
             service_account=SERVICE_ACCOUNT, cluster_name=cluster_name,
-            statements=tuple(pulumi.Output.all(bucket_arn, key_arn).apply(
-                lambda a, i=i: s3_statements(a[0], s.repository_prefix, a[1])[i]) for i in range(count)),
+            statements=statements,
         ),
         opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),
     )

@@ -72,9 +72,6 @@ def training_identity(
         buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn, buckets["models"].bucket.arn,
         keys["datasets"].arn, keys["checkpoints"].arn, keys["models"].arn,
     ).apply(lambda a: s3_statements(a[0], a[1], a[2], read_key_arns=[a[3]], write_key_arns=[a[4], a[5]]))
-    # One Output per statement, as the role takes them; how many there are does not depend
-    # on the ARNs.
-    count = len(s3_statements("", "", "", [], []))
     s = job.settings
     # Named, and at the stack's root, as a stack made before the layers split holds it
     # once migrated (docs/layers.md).
@@ -82,7 +79,7 @@ def training_identity(
         f"training-{s.name}-identity",
         PodIdentityRoleArgs(role_name=f"{prefix}-{job.tenant.name}-{s.name}"[:64], namespace=job.tenant.name,
                             service_account=s.name, cluster_name=cluster_name,
-                            statements=tuple(statements.apply(lambda all_, i=i: all_[i]) for i in range(count))),
+                            statements=statements),
         opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),
     )
 
