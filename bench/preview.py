@@ -1,20 +1,22 @@
 """Offline preview speed, and what rendering the Helm charts costs in it.
 
 Measures, each the median of several fresh processes (as a user runs `mlplat preview`):
-- every stack's `mlplat preview` wall time with a warm render cache, and prod's with a
-  cold one (an empty cache folder: every chart rendered by Helm);
-- rendering alone: every release of every stack in both device-plugin modes, cold and
-  warm (what the render check and the previews render);
-- for a synthetic prod-like stack with N GPU node pools, the ratio of the full preview
-  (mocks, charts expanded, policy pack, API-server checks, reports) to the bare cost of
-  registering the same resources under plain Pulumi mocks (the charts' objects included,
-  as the provider registers them).
+- every environment's `mlplat preview --env` wall time (both layers: the cloud layer, then
+  the cluster layer reading its outputs) with a warm render cache, and prod's with a cold
+  one (an empty cache folder: every chart rendered by Helm);
+- rendering alone: every release of every cluster layer in both device-plugin modes, cold
+  and warm (what the render check and the previews render);
+- for a synthetic prod-like environment with N GPU node pools, the ratio of the full
+  preview of both layers (mocks, charts expanded, policy pack, API-server checks, reports)
+  to the bare cost of registering the same resources under plain Pulumi mocks (the cloud
+  program, then the cluster program reading its outputs, the charts' objects included, as
+  the provider registers them).
 
     .venv/bin/python bench/preview.py [--repeat 3] [--pools 1,10,25,50,100]
 
 What runs is the real program and the real policy pack process on Pulumi's mocks, with
 the real Helm engine; no engine or cluster. Targets: ratio <= 1.3 at every N; prod preview
-warm < 6 s, cold < 15 s (2 cores). Results go to bench/results/preview.json.
+(both layers) warm < 6 s, cold < 15 s (2 cores). Results go to bench/results/preview.json.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def synthetic_config(pools: int):
     return PlatformConfig.model_validate(data)
 
 
+CLUSTER_STACK = "prod-cluster"
+
+
+def cluster_layer(outputs: dict) -> tuple:
+    """prod-cluster's layer config and the StackReference answers its program reads."""
+    from infra.config import ClusterLayerConfig, load_layer
+
+    layer = load_layer(CLUSTER_STACK)
+    assert isinstance(layer, ClusterLayerConfig) and layer.cloud_stack
+    return layer, {layer.cloud_stack: outputs}
+
+
 def bare_monitor(mocks):
     """Plain Pulumi mocks, plus what the Kubernetes provider does for a helm.v4.Chart:
     each rendered object registered as a resource (through the same mocks)."""
@@ -82,70 +96,90 @@ def bare_monitor(mocks):
                 self.expander.on_register(chart)
             return response
 
+        def count(self) -> int:
+            return len(self.resources) + sum(1 for r in self.registered.values() if r.custom)
+
     return BareMonitor()
+
+
+def bare(config) -> int:
+    """Both layers' programs under plain mocks, the cluster layer reading the cloud layer's
+    exports; the number of resources registered."""
+    from infra.platform import build_platform
+    from infra.preview.fixtures import RegionFixture
+    from infra.preview.mocks import PreviewMocks, run_program, stack_exports
+
+    mocks = PreviewMocks(RegionFixture(config.region))
+    cloud = bare_monitor(mocks)
+    run_program(lambda: build_platform(config), mocks, cloud, project="mlplat", stack="prod")
+    layer, references = cluster_layer(stack_exports())
+    mocks = PreviewMocks(RegionFixture(config.region), references)
+    cluster = bare_monitor(mocks)
+    run_program(lambda: build_platform(layer), mocks, cluster, project="mlplat", stack=CLUSTER_STACK)
+    cluster.expander.finish()
+    return cloud.count() + cluster.count()
 
 
 def worker(mode: str, pools: int) -> dict:
     """Runs in a fresh process; times only the work, after the common imports."""
-    from infra.platform import build_platform
-    from infra.preview.fixtures import RegionFixture
-    from infra.preview.mocks import PreviewMocks, run_program
-
     config = synthetic_config(pools)
     if mode == "bare":
-        mocks = PreviewMocks(RegionFixture(config.region))
-        monitor = bare_monitor(mocks)
         started = time.perf_counter()
-        run_program(lambda: build_platform(config), mocks, monitor, project="mlplat", stack="prod")
-        monitor.expander.finish()
-        return {"seconds": time.perf_counter() - started, "resources": len(monitor.resources)
-                + sum(1 for r in monitor.registered.values() if r.custom)}
+        resources = bare(config)
+        return {"seconds": time.perf_counter() - started, "resources": resources}
 
-    from infra.preview.engine import run_preview
+    from infra.preview.engine import run_environment
     from infra.preview.report import write_json, write_manifests, write_markdown
 
     started = time.perf_counter()
-    result = run_preview("prod", config=config)
+    cloud, cluster = run_environment("prod", config=config)  # what `mlplat preview --env prod` runs
     with tempfile.TemporaryDirectory() as out:
-        write_json(result, Path(out) / "r.json")
-        write_markdown(result, Path(out) / "r.md")
-        write_manifests(result, Path(out) / "m")
-    return {"seconds": time.perf_counter() - started, "resources": len(result.registrations),
-            "mandatory": len(result.verdict.mandatory)}
+        for result in (cloud, cluster):
+            write_json(result, Path(out) / f"{result.stack}.json")
+            write_markdown(result, Path(out) / f"{result.stack}.md")
+            write_manifests(result, Path(out) / f"{result.stack}-m")
+    return {"seconds": time.perf_counter() - started,
+            "resources": len(cloud.registrations) + len(cluster.registrations),
+            "mandatory": len(cloud.verdict.mandatory) + len(cluster.verdict.mandatory)}
 
 
 def render_worker() -> dict:
-    """Every release of every stack in both device-plugin modes, rendered as the preview
-    renders them (the release inputs come from running each program under mocks, untimed)."""
+    """Every release of every cluster layer in both device-plugin modes, rendered as the
+    preview renders them (the release inputs come from running both layers' programs under
+    mocks, untimed)."""
+    import copy
+
+    from google.protobuf import json_format
     from pulumi.runtime.mocks import MockMonitor
 
-    from infra.config import load_stack
+    from infra.config import CLUSTER_SUFFIX, ClusterLayerConfig, load_layer
+    from infra.platform import build_platform
     from infra.preview.charts import CHART_TYPE, chart_spec
+    from infra.preview.engine import cloud_outputs
     from infra.preview.fixtures import RegionFixture
     from infra.preview.mocks import PreviewMocks, plain, run_program
     from infra.render import relevant_api_versions, render, served_api_versions
 
     specs = []
     for stack in STACKS:
+        outputs = cloud_outputs(stack)
+        layer = load_layer(stack + CLUSTER_SUFFIX)
+        assert isinstance(layer, ClusterLayerConfig) and layer.cloud_stack
         for mode in MODES:
-            config = load_stack(stack)
-            config = config.model_copy(update={"addons": config.addons.model_copy(
-                update={"device_plugin_mode": mode})})
-            mocks = PreviewMocks(RegionFixture(config.region))
+            references = {layer.cloud_stack: copy.deepcopy(outputs)}
+            references[layer.cloud_stack]["clusterDescriptor"]["settings"]["addons"]["devicePluginMode"] = mode
+            mocks = PreviewMocks(RegionFixture(layer.region), references)
             found = []
 
             class Charts(MockMonitor):
                 def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
                     if request.type == CHART_TYPE:
-                        from google.protobuf import json_format
-
                         found.append(chart_spec(plain(json_format.MessageToDict(request.object), False),
                                                 request.name))
                     return super().RegisterResource(request)
 
-            from infra.platform import build_platform
-
-            run_program(lambda: build_platform(config), mocks, Charts(mocks), project="mlplat", stack=stack)
+            run_program(lambda: build_platform(layer), mocks, Charts(mocks), project="mlplat",
+                        stack=stack + CLUSTER_SUFFIX)
             specs.append(found)
     started = time.perf_counter()
     objects = releases = 0
@@ -164,15 +198,13 @@ def _fresh(args: list[str], cache: str | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def stack_wall_time(stack: str, cache: str | None = None) -> float:
+def stack_wall_time(environment: str, cache: str | None = None) -> float:
+    """`mlplat preview --env`: both layers, every report written."""
     env = {**os.environ, **({"XDG_CACHE_HOME": cache} if cache else {})}
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "infra.cli", "preview", "--stack", stack, "--quiet",
-             "--json", f"{out}/r.json", "--markdown", f"{out}/r.md", "--manifests", f"{out}/m"],
-            cwd=REPO, capture_output=True, check=True, env=env,
-        )
+        subprocess.run([sys.executable, "-m", "infra.cli", "preview", "--env", environment, "--quiet", "--out", out],
+                       cwd=REPO, capture_output=True, check=True, env=env)
         return time.perf_counter() - started
 
 
@@ -205,7 +237,7 @@ def main() -> None:
           "no engine, no cluster.")
     stack_wall_time("prod")  # fills the render cache
     stacks = {}
-    print(f"\nmlplat preview per stack, warm render cache (fresh process, median of {args.repeat}):")
+    print(f"\nmlplat preview --env (both layers), warm render cache (fresh process, median of {args.repeat}):")
     for stack in STACKS:
         seconds = statistics.median(stack_wall_time(stack) for _ in range(args.repeat))
         stacks[stack] = round(seconds, 2)
@@ -217,9 +249,9 @@ def main() -> None:
     warm = [_fresh(["--worker", "render"]) for _ in range(args.repeat)]
     render_warm = statistics.median(w["seconds"] for w in warm)
     print(f"\nRendering alone: {warm[0]['releases']} releases ({warm[0]['objects']} objects) of "
-          f"{len(STACKS)} stacks x {len(MODES)} modes: cold {render_cold:.2f} s, warm {render_warm:.2f} s")
+          f"{len(STACKS)} cluster layers x {len(MODES)} modes: cold {render_cold:.2f} s, warm {render_warm:.2f} s")
 
-    print(f"\nSynthetic stack: N GPU node pools (median of {args.repeat} fresh processes each)")
+    print(f"\nSynthetic prod, both layers: N GPU node pools (median of {args.repeat} fresh processes each)")
     print(f"  {'N':>4} {'resources':>9} {'bare s':>8} {'full s':>8} {'ratio':>6} {'full ms/res':>11}  pairs")
     rows = []
     for n in [int(x) for x in args.pools.split(",")]:

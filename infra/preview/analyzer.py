@@ -25,7 +25,7 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from infra.config import REPO_ROOT, ConfigError
 from infra.preview.mocks import Registration
-from infra.preview.relay import CHANNEL_OPTIONS, last_line, read_frame, write_frame
+from infra.preview.relay import CHANNEL_OPTIONS, FrameWriter, last_line, read_frame
 
 PACK_DIR = REPO_ROOT / "policies"
 # Stack policies name the resource types they judge as `scope:<type>` tags, so evidence
@@ -201,10 +201,10 @@ class StreamingAnalysis:
     """Sends each registered resource to `Analyze` as soon as it exists.
 
     The gRPC calls are made by a relay process (infra/preview/relay.py), so they cost the
-    program's process only the serialized bytes. A worker thread configures the pack
-    (which waits for it to start) and then hands the relay the pack's port; resources that
-    register meanwhile wait in a backlog, which the worker sends once the pack is
-    configured. From then on each resource is sent by the thread that registers it.
+    program's process only the serialized bytes. The thread that registers a resource
+    serializes it and queues the frames; a writer thread (relay.FrameWriter) configures the
+    pack (which waits for it to start), hands the relay the pack's port, then writes the
+    queue to the relay.
     """
 
     def __init__(self, pack: PolicyPackProcess, providers: Mapping[str, Registration],
@@ -215,56 +215,26 @@ class StreamingAnalysis:
         self._configure = configure
         self._error: BaseException | None = None
         self._sent: list[Registration] = []  # in the order the relay answers
-        self._backlog: list[Registration] = []
-        self._ready = False
         self._lock = threading.Lock()
         self._relay_stderr = tempfile.TemporaryFile()
         self._relay = subprocess.Popen([sys.executable, "-m", "infra.preview.relay"], cwd=REPO_ROOT,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        # A file, not a pipe: unread, a pipe would fill and stall the relay.
                                        stderr=self._relay_stderr)
-        self._worker = threading.Thread(target=self._configure_then_drain, daemon=True)
-        self._worker.start()
+        assert self._relay.stdin is not None
+        self._writer = FrameWriter(self._relay.stdin, self._configure_then_connect)
 
     def submit(self, reg: Registration) -> None:
-        with self._lock:
-            if not self._ready:
-                self._backlog.append(reg)
-                return
-        self._send(reg)
-
-    def _configure_then_drain(self) -> None:
-        try:
-            self.policies = self._configure()
-            self._write(b"P", self.pack.port.encode())
-        except BaseException as err:  # re-raised in finish(), on the caller's thread
-            self._error = err
-        while True:
-            with self._lock:
-                if not self._backlog:
-                    self._ready = True
-                    return
-                batch, self._backlog = self._backlog, []
-            for reg in batch:
-                self._send(reg)
-
-    def _send(self, reg: Registration) -> None:
-        if self._error is not None:
-            return
         request = reg.urn.encode() + b"\n" + self._analyze_request(reg).SerializeToString()
         extras = self._stack_fields(reg).SerializeToString()
         with self._lock:  # a request and its stack fields, together and in answer order
-            try:
-                self._write(b"A", request)
-                self._write(b"X", extras)
-            except OSError as err:  # the relay is gone; finish() says why
-                self._error = err
-                return
+            self._writer.put(b"A", request)
+            self._writer.put(b"X", extras)
             self._sent.append(reg)
 
-    def _write(self, tag: bytes, payload: bytes) -> None:
-        assert self._relay.stdin is not None
-        write_frame(self._relay.stdin, tag, payload)
+    def _configure_then_connect(self) -> list[tuple[bytes, bytes]]:
+        self.policies = self._configure()
+        return [(b"P", self.pack.port.encode())]
 
     def _provider(self, reg: Registration) -> analyzer_pb2.AnalyzerProviderResource | None:
         provider = self.providers.get(reg.provider_urn)
@@ -302,11 +272,15 @@ class StreamingAnalysis:
         return resource
 
     def finish(self, registrations: Iterable[Registration]) -> Verdict:
-        self._worker.join()
         registrations = list(registrations)
+        self._writer.put(b"F", "\n".join(dict.fromkeys(r.urn for r in registrations)).encode())
+        self._writer.close()
+        self._writer.started.wait()
+        self._error = self._error or self._writer.error
         answers = None
         if self._error is None or isinstance(self._error, OSError):  # a broken pipe: the relay says why
-            answers = self._relay_answers([r.urn for r in registrations])
+            answers = self._relay_answers()
+        self._writer.join()
         if self._error is not None or answers is None:
             raise self._error or PackError("the policy relay gave no answer")
         policies = self.policies
@@ -327,14 +301,9 @@ class StreamingAnalysis:
                       stack_urns=stack_urns)
         return verdict
 
-    def _relay_answers(self, order: list[str]) -> tuple[list[bytes], bytes] | None:
+    def _relay_answers(self) -> tuple[list[bytes], bytes] | None:
         """Every Analyze answer, in the order sent, and the AnalyzeStack answer."""
-        assert self._relay.stdin is not None and self._relay.stdout is not None
-        try:
-            self._write(b"F", "\n".join(dict.fromkeys(order)).encode())
-            self._relay.stdin.close()
-        except OSError:
-            pass  # the relay is gone: what it said comes below
+        assert self._relay.stdout is not None
         responses: list[bytes] = []
         while (frame := read_frame(self._relay.stdout)) is not None:
             tag, payload = frame
@@ -354,7 +323,9 @@ class StreamingAnalysis:
     def close(self) -> None:
         self._relay.kill()
         self._relay.wait()
-        for stream in (self._relay.stdin, self._relay.stdout, self._relay_stderr):
+        self._writer.close()  # ends the writer, if finish() never ran
+        self._writer.join()
+        for stream in (self._relay.stdout, self._relay_stderr):
             if stream is not None:
                 try:
                     stream.close()

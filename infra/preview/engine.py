@@ -108,11 +108,13 @@ def run_preview(
     fixture: RegionFixture | None = None,
     policy_config: Path | None = None,
     pack_dir: Path = PACK_DIR,
+    pack: PolicyPackProcess | None = None,
     progress: Progress = lambda _msg: None,
 ) -> PreviewResult:
     """One stack's offline preview. A cluster layer's StackReference reads
     `stack_references` (stack name -> outputs), or the outputs of its cloud layer's program
-    run under mocks first."""
+    run under mocks first. `pack`: a running policy pack to analyze with (the caller closes
+    it); otherwise one is started from `pack_dir` and closed here."""
     started = time.perf_counter()
     if config is None:
         progress(f"reading stacks/Pulumi.{stack}.yaml")
@@ -127,9 +129,11 @@ def run_preview(
 
         program = build_platform
 
-    # Start the pack first: its start-up overlaps with the program's run.
-    progress(f"starting the policy pack (python -m pulumi.policy), config {_display(policy_file)}")
-    pack = PolicyPackProcess(pack_dir)
+    own_pack = pack is None
+    if pack is None:
+        # Start the pack first: its start-up overlaps with the program's run.
+        progress(f"starting the policy pack (python -m pulumi.policy), config {_display(policy_file)}")
+        pack = PolicyPackProcess(pack_dir)
     analysis: StreamingAnalysis | None = None
     try:
         providers: dict[str, Registration] = {}
@@ -166,7 +170,8 @@ def run_preview(
             if analysis is not None:
                 analysis.close()
         finally:
-            pack.close()  # whatever happened above: never leave the pack process running
+            if own_pack:
+                pack.close()  # whatever happened above: never leave the pack process running
     return PreviewResult(
         stack=stack,
         region=config.region,
@@ -180,21 +185,32 @@ def run_preview(
     )
 
 
-def run_environment(environment: str, progress: Progress = lambda _msg: None) -> list[PreviewResult]:
-    """Both layers of an environment: the cloud layer's preview, then the cluster layer's
-    with its StackReference answered from the cloud layer's outputs (as `pulumi up` of
-    the cloud layer and then of the cluster layer would)."""
-    cloud = run_preview(environment, progress=progress)
+def run_environment(environment: str, config: LayerConfig | None = None,
+                    progress: Progress = lambda _msg: None) -> list[PreviewResult]:
+    """Both layers of an environment: the cloud layer's preview (of `config`, or its stack
+    file), then the cluster layer's with its StackReference answered from the cloud layer's
+    outputs (as `pulumi up` of the cloud layer and then of the cluster layer would).
+
+    Both layers share one policy config, so they share one pack process: each layer is
+    still its own Analyze and AnalyzeStack session, as each `pulumi up` would be, and the
+    second start-up is saved."""
     stack = f"{environment}{CLUSTER_SUFFIX}"
-    config = load_layer(stack)
-    if not isinstance(config, ClusterLayerConfig) or config.cloud_stack is None:
+    cluster_config = load_layer(stack)
+    if not isinstance(cluster_config, ClusterLayerConfig) or cluster_config.cloud_stack is None:
         raise ConfigError(f"stacks/Pulumi.{stack}.yaml: not a cluster layer that reads the cloud layer "
                           f"{environment} (mlplat:layer: cluster, mlplat:cloudStack: {environment})")
-    if config.cloud_stack.rsplit("/", 1)[-1] != environment:
-        raise ConfigError(f"stacks/Pulumi.{stack}.yaml: mlplat:cloudStack: {config.cloud_stack!r} is not the "
-                          f"environment's cloud layer {environment!r}")
-    cluster = run_preview(stack, config=config, stack_references={config.cloud_stack: cloud.stack_outputs},
-                          progress=progress)
+    if cluster_config.cloud_stack.rsplit("/", 1)[-1] != environment:
+        raise ConfigError(f"stacks/Pulumi.{stack}.yaml: mlplat:cloudStack: {cluster_config.cloud_stack!r} is not "
+                          f"the environment's cloud layer {environment!r}")
+    progress(f"starting the policy pack (python -m pulumi.policy), config "
+             f"{_display(policy_config_path(environment))}")
+    pack = PolicyPackProcess(PACK_DIR)
+    try:
+        cloud = run_preview(environment, config=config, pack=pack, progress=progress)
+        cluster = run_preview(stack, config=cluster_config, pack=pack, progress=progress,
+                              stack_references={cluster_config.cloud_stack: cloud.stack_outputs})
+    finally:
+        pack.close()
     return [cloud, cluster]
 
 

@@ -21,9 +21,11 @@ Frames, each a tag byte, a 4-byte big-endian length and the payload:
 
 from __future__ import annotations
 
+import queue
 import struct
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
 ANALYZE = "/pulumirpc.Analyzer/Analyze"
@@ -50,6 +52,71 @@ def read_frame(stream: BinaryIO) -> tuple[bytes, bytes] | None:
     if len(payload) < size:
         return None
     return tag, payload
+
+
+Frame = tuple[bytes, bytes]
+
+
+class FrameWriter:
+    """Writes frames to a helper process's stdin from a thread of its own: a thread that
+    queues a frame never waits on the process. When the helper reads slower than the
+    program registers, the pipe fills and only this thread waits (the program's threads
+    waiting there stalled a prod preview by half a second).
+
+    `prelude` runs first on the writer thread and gives the frames to write before the
+    queued ones (the policy pack's port, once the pack is configured); what it raises,
+    and a pipe the helper closed, are kept in `error` and the rest is dropped. `close()`
+    ends the stream once the queue is written."""
+
+    def __init__(self, stream: BinaryIO, prelude: Callable[[], Iterable[Frame]] = tuple) -> None:
+        self.error: BaseException | None = None
+        self.started = threading.Event()  # set once the prelude succeeded or failed
+        self._stream = stream
+        self._prelude = prelude
+        self._frames: queue.SimpleQueue[Frame | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def put(self, tag: bytes, payload: bytes) -> None:
+        self._frames.put((tag, payload))
+
+    def close(self) -> None:
+        """No more frames: the stream is closed once those queued are written."""
+        self._frames.put(None)
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            for frame in self._prelude():
+                write_frame(self._stream, *frame)
+        except BaseException as err:  # the caller re-raises it on its own thread
+            self.error = err
+        self.started.set()
+        done = False
+        while not done:
+            # All the frames queued so far, in one write: each write that blocks on a full
+            # pipe wakes this thread, which then takes the GIL from the program's.
+            batch = bytearray()
+            frame = self._frames.get()
+            while frame is not None:
+                batch += _HEADER.pack(frame[0], len(frame[1])) + frame[1]
+                try:
+                    frame = self._frames.get_nowait()
+                except queue.Empty:
+                    break
+            done = frame is None
+            if self.error is None and batch:
+                try:
+                    self._stream.write(batch)
+                    self._stream.flush()
+                except OSError as err:  # the helper is gone; what it said is read elsewhere
+                    self.error = err
+        try:
+            self._stream.close()
+        except OSError:
+            pass  # frames still buffered for a helper that is gone
 
 
 def last_line(text: str) -> str:

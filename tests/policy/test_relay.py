@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import threading
 
 import pytest
 from google.protobuf import struct_pb2
@@ -10,7 +12,7 @@ from pulumi.runtime.proto import analyzer_pb2
 
 from infra.preview.analyzer import PackError, PolicyPackProcess, StreamingAnalysis
 from infra.preview.mocks import Registration
-from infra.preview.relay import _field, read_frame, write_frame
+from infra.preview.relay import FrameWriter, _field, read_frame, write_frame
 
 PROVIDER = "urn:pulumi:t::p::pulumi:providers:aws::p"
 
@@ -57,6 +59,51 @@ def test_frames_round_trip_and_a_cut_frame_reads_as_the_end():
     assert read_frame(io.BytesIO(stream.getvalue()[:7])) is None
 
 
+def test_a_helper_that_reads_slowly_never_blocks_the_thread_that_queues():
+    read_fd, write_fd = os.pipe()
+    with open(read_fd, "rb") as reader:
+        writer = FrameWriter(open(write_fd, "wb"), prelude=lambda: [(b"P", b"port")])
+        payloads = [bytes([i]) * 100_000 for i in range(40)]  # 4 MB: sixty times what a pipe holds
+        queued = threading.Event()
+
+        def queue_all() -> None:
+            for payload in payloads:
+                writer.put(b"A", payload)
+            writer.close()
+            queued.set()
+
+        threading.Thread(target=queue_all, daemon=True).start()
+        assert queued.wait(timeout=10), "put() waited on a pipe nobody read"
+        frames = []
+        while (frame := read_frame(reader)) is not None:  # the end: the writer closed the stream
+            frames.append(frame)
+        writer.join()
+    assert frames == [(b"P", b"port"), *[(b"A", p) for p in payloads]]
+    assert writer.error is None
+
+
+def test_a_failed_prelude_or_a_gone_helper_is_kept_for_the_caller():
+    read_fd, write_fd = os.pipe()
+    with open(read_fd, "rb") as reader:
+        def prelude():
+            raise PackError("no pack")
+
+        writer = FrameWriter(open(write_fd, "wb"), prelude=prelude)
+        writer.put(b"A", b"dropped")
+        writer.close()
+        writer.join()
+        assert writer.started.is_set() and isinstance(writer.error, PackError)
+        assert read_frame(reader) is None  # nothing written after a failed prelude
+
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)  # the helper exited
+    writer = FrameWriter(open(write_fd, "wb"))
+    writer.put(b"A", b"x")
+    writer.close()
+    writer.join()
+    assert isinstance(writer.error, BrokenPipeError)
+
+
 def test_verdicts_come_back_through_the_relay_for_each_resource_and_the_stack():
     pack = PolicyPackProcess()
     try:
@@ -87,7 +134,6 @@ def test_a_pack_that_dies_mid_preview_is_one_error_line():
         analysis = StreamingAnalysis(pack, {}, lambda: policies)
         try:
             analysis.submit(_reg("first", {"bucket": "first"}))
-            analysis._worker.join()
             pack._proc.kill()
             pack._proc.wait()
             analysis.submit(_reg("second", {"bucket": "second"}))
@@ -129,3 +175,27 @@ def test_a_program_that_raises_leaves_no_process_behind(monkeypatch):
     assert not isinstance(raised.value, BrokenPipeError), raised.value
     assert len(started) == 2  # the pack and the relay
     assert all(process.poll() is not None for process in started), [p.args for p in started]
+
+
+def test_both_layers_share_one_pack_and_are_judged_as_each_alone(monkeypatch):
+    from infra.preview import analyzer, engine
+    from tests.conftest import preview
+
+    started: list = []
+    real_popen = analyzer.subprocess.Popen
+
+    def recording_popen(args, *rest, **kwargs):
+        process = real_popen(args, *rest, **kwargs)
+        started.append(args)
+        return process
+
+    monkeypatch.setattr(analyzer.subprocess, "Popen", recording_popen)
+    together = engine.run_environment("dev")
+
+    packs = [args for args in started if args[1:3] == ["-m", "pulumi.policy"]]
+    assert len(packs) == 1, started
+    for result, alone in zip(together, (preview("dev"), preview("dev-cluster"))):
+        assert result.stack == alone.stack
+        assert sorted(map(repr, result.verdict.violations)) == sorted(map(repr, alone.verdict.violations))
+        assert result.verdict.checked == alone.verdict.checked and result.verdict.checked
+        assert sorted(result.engine_errors) == sorted(alone.engine_errors)
