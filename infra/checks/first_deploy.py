@@ -54,11 +54,10 @@ def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: S
             continue
         if kind not in AWAITED or (AWAITED[kind] and _replicas(obj) == 0):
             continue
-        spec = _pod_spec(obj)
-        needs = [*_reads_data(spec, data_locations), *_needs_gpu_node(spec, gpu_node_labels)]
+        needs = _needs(obj, data_locations, gpu_node_labels)
         if needs:
             lines.append(f"{owner}: {ident}: waits for {' and '.join(needs)}, which a new environment does not have")
-    lines += _services_without_pods(objects, data_locations, gpu_node_labels, skip_reasons)
+    lines += _services_without_pods(objects, data_locations, gpu_node_labels)
     return lines
 
 
@@ -68,7 +67,7 @@ def _skips_await(obj: Mapping[str, Any]) -> bool:
 
 
 def _services_without_pods(objects: Sequence[tuple[str, Mapping[str, Any]]], data_locations: Sequence[str],
-                           gpu_node_labels: Mapping[str, frozenset[str]], skip_reasons: Mapping[str, str]) -> list[str]:
+                           gpu_node_labels: Mapping[str, frozenset[str]]) -> list[str]:
     """Services the provider would wait on while every workload they select has no pod that
     can become ready in a new environment. A Service whose pods come from elsewhere (an
     operator's StatefulSet) selects nothing here and is not judged."""
@@ -110,9 +109,15 @@ def _no_ready_pod(obj: Mapping[str, Any], data_locations: Sequence[str],
     """Why a workload has no ready pod in a new environment, or None if it can have one."""
     if AWAITED.get(str(obj.get("kind"))) and _replicas(obj) == 0:
         return "has zero replicas"
-    spec = _pod_spec(obj)
-    needs = [*_reads_data(spec, data_locations), *_needs_gpu_node(spec, gpu_node_labels)]
+    needs = _needs(obj, data_locations, gpu_node_labels)
     return f"waits for {' and '.join(needs)}" if needs else None
+
+
+def _needs(obj: Mapping[str, Any], data_locations: Sequence[str],
+           gpu_node_labels: Mapping[str, frozenset[str]]) -> list[str]:
+    """What a workload's pods need that a new environment does not have: data, a GPU node."""
+    spec = _pod_spec(obj)
+    return [*_reads_data(spec, data_locations), *_needs_gpu_node(spec, gpu_node_labels)]
 
 
 def _replicas(obj: Mapping[str, Any]) -> int:
