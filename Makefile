@@ -13,7 +13,7 @@ CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 CHECKOV_PIN   := checkov==3.3.30
 
-.PHONY: setup setup-core preview test check bench up clean
+.PHONY: setup setup-core services preview test check bench up clean
 
 # The program, the preview and the policy pack: enough for `make preview`.
 setup-core: $(CORE_STAMP)
@@ -33,6 +33,20 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check $(CHECKOV_PIN)
 	@touch $@
 
+# The mirror tests (tests/services) start real registries (Debian's docker-registry, the
+# CNCF distribution registry) and copy with skopeo: installed here where apt-get may run
+# (root, or sudo without a password), otherwise one line says what to install.
+SERVICE_TOOLS := skopeo docker-registry
+services:
+	@missing=""; for tool in $(SERVICE_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi; \
+	if [ "$$sudo" = none ] || ! command -v apt-get >/dev/null; then \
+	  echo "make test needs$$missing: install them (Debian/Ubuntu: sudo apt-get install$$missing)"; exit 1; fi; \
+	echo "installing$$missing with apt-get"; \
+	$$sudo apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing >/dev/null 2>&1 \
+	  || { echo "make test needs$$missing: apt-get could not install them; install them by hand"; exit 1; }
+
 preview: setup-core
 ifdef STACK
 	$(BIN)/mlplat preview --stack $(STACK) --json $(OUT)/$(STACK).json \
@@ -41,7 +55,7 @@ else
 	$(BIN)/mlplat preview --env $(ENV) --out $(OUT)
 endif
 
-test: setup
+test: setup services
 	$(BIN)/python -m pytest
 
 # Checks of what will be applied: every chart rendered and judged as the API server and the
@@ -51,8 +65,9 @@ check: setup
 	$(BIN)/python -m pytest tests/rendered tests/checks tests/manifests
 
 # Every benchmark, then one table in the README and the plots in docs/bench/.
-bench: setup
+bench: setup services
 	$(BIN)/python bench/preview.py
+	$(BIN)/python bench/mirror.py
 	$(BIN)/python bench/policy.py
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/serve.py

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 
@@ -32,7 +32,7 @@ class MetricsAdapter:
     image_repository: str
     image_tag: str
     resource_metrics: bool  # also serve the resource metrics API (CPU autoscaling)
-    chart_mirror: str | None = None
+    chart_mirror: str = field(kw_only=True)  # the in-region chart repository (oci://...)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,13 @@ class InstanceType:
     gpu: Gpu | None = None
     gpus: int = 0
     network_burst: bool = False
+    # Every type in this catalog is x86_64; a Graviton type would say arm64. Images are
+    # mirrored with every platform the node pools run (infra/mirror.py).
+    architecture: str = "amd64"
+
+    @property
+    def platform(self) -> str:
+        return f"linux/{self.architecture}"
 
     @property
     def family(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,17 @@ def _parser() -> argparse.ArgumentParser:
     charts.add_argument("action", choices=["list", "pull"],
                         help="list: where each pinned chart is found; pull: fetch the missing ones (needs network)")
     charts.add_argument("--to", type=Path, metavar="DIR", help="pull into this folder (default ~/.cache/mlplat/charts)")
+    mirror = sub.add_parser(
+        "mirror", help="copy every third-party image and chart of an environment, by digest, into its in-region "
+                       "registry (run after the cloud layer, before the cluster layer)")
+    mirror.add_argument("--stack", required=True, help="the environment: a cloud-layer stack (prod) or its cluster "
+                                                        "layer (prod-cluster)")
+    mirror.add_argument("--registry", required=True, metavar="HOST",
+                        help="the in-region registry: <account>.dkr.ecr.<region>.amazonaws.com (the cloud layer's "
+                             "clusterDescriptor.registryHost)")
+    mirror.add_argument("--dry-run", action="store_true", help="list what would be copied and its size; copy nothing")
+    mirror.add_argument("--plain-http", action="append", default=[], metavar="HOST",
+                        help="speak plain HTTP to this registry (a local test registry; repeatable)")
     docs = sub.add_parser("docs", help="regenerate the README's component reference from the code and the previews")
     docs.add_argument("--readme", type=Path, default=Path("README.md"), help="the README to update (default README.md)")
     return parser
@@ -61,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"charts": _charts, "diagram": _diagram, "docs": _docs, "preview": _preview}
+    commands = {"charts": _charts, "diagram": _diagram, "docs": _docs, "mirror": _mirror, "preview": _preview}
     code = commands[args.command](args)
     if argv is None:
         # Run as the command: tearing the interpreter down (pulumi_aws's thousands of classes,
@@ -100,6 +112,51 @@ def _charts(args: argparse.Namespace) -> int:
     except ChartCacheError as err:
         print(f"mlplat: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _mirror(args: argparse.Namespace) -> int:
+    from infra.catalog import lookup
+    from infra.config import CLUSTER_SUFFIX, ConfigError, load_stack
+    from infra.mirror import Mirror, MirrorError, check_registry, plan, summary_text
+    from infra.skopeo import RegistryError, Skopeo, Unreachable, auth_file
+    from infra.versions import PlanError
+
+    started = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    environment = args.stack.removesuffix(CLUSTER_SUFFIX)
+    try:
+        config = load_stack(environment)
+        check_registry(args.registry, config.region)
+        artifacts = plan(environment, config.region, args.registry,
+                         {lookup(pool.instance_type).platform for pool in config.node_pools})
+    except (ConfigError, PlanError) as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    progress(f"{environment}: {len(artifacts)} artifact(s) of the plan; asking {args.registry} what it holds")
+    signal.signal(signal.SIGTERM, _interrupt)  # a cancelled CI job: stop as on Ctrl-C
+    try:
+        with auth_file() as authfile:
+            mirror = Mirror(Skopeo(authfile, frozenset(args.plain_http)), progress)
+            summary = mirror.run(artifacts, dry_run=args.dry_run)
+    except Unreachable as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (MirrorError, RegistryError) as err:
+        print(f"mlplat: mirror failed: {err}", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    except KeyboardInterrupt:
+        print("mlplat: mirror interrupted; run it again to resume (artifacts in place are skipped, and blobs "
+              "already sent are not sent again)", file=sys.stderr)
+        return 130
+    print(summary_text(summary, args.registry, args.dry_run))
+    return EXIT_OK
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _docs(args: argparse.Namespace) -> int:

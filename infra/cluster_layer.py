@@ -23,6 +23,7 @@ from infra.config import PROJECT, ClusterLayerConfig, ConfigError, PlatformConfi
 from infra.descriptor import OUTPUT, ClusterDescriptor, from_stack_reference, parse_descriptor
 from infra.inference import build_inference
 from infra.training import build_training
+from infra.versions import IMAGES, unpinned
 
 # Named as a stack made before the layers split holds them once migrated: the provider
 # copied to the root by `pulumi state move`, the StorageClass moved out of CoreAddons.
@@ -62,7 +63,23 @@ def read_descriptor(layer: ClusterLayerConfig, stack: str) -> tuple[ClusterDescr
     return descriptor, config
 
 
+def check_supply(layer: ClusterLayerConfig, stack: str) -> None:
+    """Every image by digest, before anything is registered: the mirror's pins from the
+    plan, the platform's own images from what CI recorded when it built them. A preview
+    shows a mirror not yet pinned by its tag; an update refuses it."""
+    missing = unpinned()
+    if missing and not pulumi.runtime.is_dry_run():
+        raise ConfigError(f"cluster layer {stack}: {', '.join(missing)} in infra/versions.py without a digest; pin "
+                          "them (images are referenced by digest only, and `mlplat mirror` copies by digest)")
+    built = [name for name, image in IMAGES.items() if image.built_here and name not in layer.platform_images]
+    if built:
+        raise ConfigError(f"cluster layer {stack}: {PROJECT}:platformImages lacks {', '.join(built)}: the digests "
+                          "CI records when it builds and pushes the platform's images (deploy-environment.yml); set "
+                          f"each with `pulumi config set --path '{PROJECT}:platformImages.<name>' sha256:...`")
+
+
 def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
+    check_supply(layer, pulumi.get_stack())
     descriptor, config = read_descriptor(layer, pulumi.get_stack())
     provider = k8s.Provider(
         PROVIDER_NAME,
@@ -84,7 +101,7 @@ def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
         opts=pulumi.ResourceOptions(provider=provider),
     )
     services = build_cluster_services(config, descriptor, provider, storage_class)
-    training = build_training(config, descriptor, services, provider)
+    training = build_training(config, descriptor, services, provider, layer.platform_images)
     inference = build_inference(config, descriptor, services, provider)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster_name)

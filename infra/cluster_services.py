@@ -64,7 +64,8 @@ def build_cluster_services(
             pools=gpu_pools(config.node_pools),
             tenants=tenants,
             tenant_namespaces=tenancy.namespaces,
-            chart_mirror=chart_mirror(config.addons.chart_mirror, descriptor.account_id, config.region),
+            chart_mirror=chart_mirror(config.addons.chart_mirror, descriptor.account_id, config.region,
+                                       config.environment),
             thresholds=AlertThresholds(telemetry.gpu_temperature_celsius, telemetry.gpu_idle_percent),
             lustre=lustre_volume(config, descriptor),
             # Releases wait for Ready pods: the encrypted StorageClass (Prometheus' volumes)

@@ -12,7 +12,7 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,7 +20,7 @@ from pydantic.alias_generators import to_camel
 
 from components import lustre_spec
 from infra import catalog
-from infra.versions import KUBERNETES_VERSION
+from infra.versions import BUILT, IMAGES, KUBERNETES_VERSION
 
 PROJECT = "mlplat"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -372,10 +372,11 @@ class AddonsConfig(_Model):
     time_slicing_replicas: int = 1
     mig_strategy: Literal["none", "single", "mixed"] = "none"
     telemetry: TelemetryConfig = TelemetryConfig()
-    # Where Helm fetches the charts: unset, each chart's upstream repository; `ecr`, the
-    # account's in-region ECR (oci://<account>.dkr.ecr.<region>.amazonaws.com/mlplat/charts);
-    # or any oci:// mirror.
-    chart_mirror: str | None = None
+    # Where Helm fetches the charts: `ecr`, the environment's repositories in the account's
+    # in-region ECR (oci://<account>.dkr.ecr.<region>.amazonaws.com/mlplat/<env>/charts),
+    # which `mlplat mirror` fills; or an oci:// URL of another in-country registry. Never
+    # the charts' upstream repositories.
+    chart_mirror: str = "ecr"
 
     @field_validator("device_plugin_mode", mode="before")
     @classmethod
@@ -406,8 +407,8 @@ class AddonsConfig(_Model):
 
     @field_validator("chart_mirror")
     @classmethod
-    def _mirror(cls, value: str | None) -> str | None:
-        if value is not None and value != "ecr" and not value.startswith("oci://"):
+    def _mirror(cls, value: str) -> str:
+        if value != "ecr" and not value.startswith("oci://"):
             raise ValueError(f"{value!r} is not a chart mirror; use 'ecr' or an oci:// URL")
         return value
 
@@ -770,6 +771,19 @@ class ClusterLayerConfig(_Model):
     # `<organization>/mlplat/prod` on Pulumi Cloud.
     cloud_stack: str | None = Field(default=None, pattern=r"^([A-Za-z0-9_.-]+/){0,2}[A-Za-z0-9_.-]+$")
     descriptor: dict[str, Any] | None = None
+    # The platform's own images (training, serving, checks) as `<tag>@sha256:<digest>`, as CI
+    # recorded them when it built and pushed them (deploy-environment.yml sets this before
+    # `pulumi up`). The offline preview, which builds nothing, stands in infra.versions.UNBUILT.
+    platform_images: dict[str, Annotated[str, Field(pattern=BUILT.pattern)]] = {}
+
+    @field_validator("platform_images")
+    @classmethod
+    def _built_images(cls, value: dict[str, str]) -> dict[str, str]:
+        built = sorted(name for name, image in IMAGES.items() if image.built_here)
+        unknown = sorted(set(value) - set(built))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a platform image; the platform builds {', '.join(built)}")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> ClusterLayerConfig:

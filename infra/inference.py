@@ -11,6 +11,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.addons.plan import chart_mirror
+from components.addons.values import mirror_image
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.inference import InferenceService, InferenceServiceArgs, MetricsAdapter
 from components.inference_spec import (
@@ -24,7 +25,7 @@ from components.inference_spec import (
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor
 from infra.inference_plan import ResolvedInference, resolve_inference
-from infra.versions import IMAGES, image_uri, registry_host
+from infra.versions import image_uri
 
 
 def serving_plan(config: PlatformConfig, job: ResolvedInference, account_id: str, models_bucket: str,
@@ -36,8 +37,8 @@ def serving_plan(config: PlatformConfig, job: ResolvedInference, account_id: str
         model=s.model_name,
         device=s.device,
         pool=job.pool.name,
-        image=image_uri("tritonserver", account_id, config.region),
-        fetch_image=image_uri("aws-cli", account_id, config.region),
+        image=image_uri("tritonserver", account_id, config.region, config.environment),
+        fetch_image=image_uri("aws-cli", account_id, config.region, config.environment),
         model_repository=repository_uri(models_bucket, s.repository_prefix),
         region=config.region,
         cpu=job.cpu,
@@ -57,13 +58,13 @@ def serving_plan(config: PlatformConfig, job: ResolvedInference, account_id: str
 
 
 def metrics_adapter(config: PlatformConfig, job: ResolvedInference, account_id: str) -> MetricsAdapter:
-    image = IMAGES["prometheus-adapter"]
+    image = mirror_image("prometheus-adapter", account_id, config.region, config.environment)
     return MetricsAdapter(
-        image_repository=f"{registry_host(account_id, config.region)}/{image.repository}",
+        image_repository=image.full_repository,
         image_tag=image.tag,
         # CPU replicas scale on CPU use: EKS has no metrics-server, the adapter serves it.
         resource_metrics=job.device == "cpu",
-        chart_mirror=chart_mirror(config.addons.chart_mirror, account_id, config.region),
+        chart_mirror=chart_mirror(config.addons.chart_mirror, account_id, config.region, config.environment),
     )
 
 

@@ -26,7 +26,7 @@ from components.network import Network
 from components.registry import ImageRegistry, RegistryArgs
 from components.volumes import VolumeEncryption, VolumeEncryptionArgs
 from infra.config import PROJECT, PlatformConfig
-from infra.versions import IMAGES
+from infra.versions import CHARTS, IMAGES
 
 # Which key encrypts which bucket.
 BUCKET_KEYS = {"datasets": "datasets", "models": "models", "checkpoints": "checkpoints",
@@ -122,7 +122,8 @@ def build_storage(
         opts=opts,
     )
     registry = ImageRegistry(
-        "registry", RegistryArgs(images=IMAGES, kms_key_arn=key["images"], force_delete=storage.force_destroy),
+        "registry", RegistryArgs(environment=config.environment, images=IMAGES, charts=CHARTS,
+                                 kms_key_arn=key["images"], force_delete=storage.force_destroy),
         opts=opts,
     )
     volumes = VolumeEncryption("ebs", VolumeEncryptionArgs(kms_key_arn=key["volumes"]), opts=opts)

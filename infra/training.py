@@ -4,6 +4,7 @@ infra/training_plan.py) turned into its Pod Identity role in the cloud layer and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +27,9 @@ from infra.versions import image_uri
 SYNTHETIC_TOKENS = 20_000_000
 
 
-def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str) -> TrainingPlan:
+def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str,
+                  built: Mapping[str, str]) -> TrainingPlan:
+    """`built`: the platform images' digests as CI recorded them (mlplat:platformImages)."""
     s = job.settings
     instance = job.instance
     plan = TrainingPlan(
@@ -38,8 +41,8 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
         efa=job.pool.efa,
         nodes=job.nodes,
         min_nodes=job.min_nodes,
-        image=image_uri("training", account_id, config.region),
-        checks_image=image_uri("checks", account_id, config.region),
+        image=image_uri("training", account_id, config.region, config.environment, built),
+        checks_image=image_uri("checks", account_id, config.region, config.environment, built),
         service_account=s.name,
         lustre_claim=SCRATCH_CLAIM if job.lustre else None,
         min_busbw_gbps=job.min_busbw_gbps,
@@ -89,12 +92,13 @@ def build_training(
     descriptor: ClusterDescriptor,
     services: Any,  # infra.cluster_services.ClusterServices
     k8s_provider: k8s.Provider,
+    built: Mapping[str, str],
 ) -> TrainingJob | None:
     """The cluster layer's half: the JobSets, the GPU checks and the service account."""
     job = resolve_training(config)
     if job is None:
         return None
-    plan = training_plan(config, job, descriptor.account_id)
+    plan = training_plan(config, job, descriptor.account_id, built)
     namespace = services.tenancy.namespaces.get(plan.namespace)
     return TrainingJob(
         f"training-{plan.name}",

@@ -3,6 +3,8 @@ and the registry plan that maps each third-party image to its in-region mirror."
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # Kubernetes minor version of the EKS control plane; manifests are validated against it.
@@ -53,37 +55,94 @@ def built_in_api_versions() -> list[str]:
 
 
 # --- Registry plan -------------------------------------------------------------------
-# Every third-party image the platform runs is mirrored into an in-region ECR repository;
-# everything the platform deploys takes its image reference from `image_uri`, so no pod
-# pulls from outside the region.
+# Every third-party image the platform runs is mirrored by digest into an in-region ECR
+# repository of the environment (`mlplat mirror`, infra/mirror.py); the platform's own
+# images are built by CI from the mirror and pushed beside them. Everything the platform
+# deploys takes its image reference from `image_uri`, `<repository>:<tag>@<digest>`, so no
+# pod pulls from outside the region and a tag that moves upstream never changes what runs.
+#
+# Repositories are named per environment (`mlplat/<environment>/...`): environments that
+# share an account and region never collide, each stack owns (and may destroy) only its
+# own repositories under its own key, and staging can take a new pin before prod does
+# (docs/supply.md says why this and not one shared registry stack).
+
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+BUILT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}@sha256:[0-9a-f]{64}$")  # tag@digest of a platform build
+
+# Where EKS publishes its add-on images in each region (docs: "View Amazon container image
+# registries for Amazon EKS add-ons"); the EFA device plugin is copied from the stack's own
+# region, never from another.
+EKS_REGISTRY_ACCOUNTS = {
+    "me-central-1": "759879836304",
+    "me-south-1": "558608220178",
+    "il-central-1": "066635153087",
+    **{region: "602401143452" for region in (
+        "us-east-1", "us-east-2", "us-west-1", "us-west-2", "ca-central-1", "sa-east-1", "eu-central-1",
+        "eu-west-1", "eu-west-2", "eu-west-3", "eu-north-1", "ap-south-1", "ap-northeast-1", "ap-northeast-2",
+        "ap-northeast-3", "ap-southeast-1", "ap-southeast-2")},
+}
+EKS_REGISTRY = "{eks_registry}"  # in an Image's source: the stack region's EKS registry
+
+
+class PlanError(ValueError):
+    """The registry plan cannot say where an image comes from or what it is pinned to."""
+
+
+def eks_registry(region: str) -> str:
+    account = EKS_REGISTRY_ACCOUNTS.get(region)
+    if account is None:
+        raise PlanError(f"no EKS add-on registry is known for region {region}; add its account to "
+                        "EKS_REGISTRY_ACCOUNTS in infra/versions.py (aws eks describe-addon-versions shows it)")
+    return registry_host(account, region)
 
 
 @dataclass(frozen=True)
 class Image:
     name: str  # key in IMAGES, and the repository's last path segment
-    # Mirrors: the upstream repository, for the mirroring job; never pulled by the cluster.
+    # Mirrors: the upstream repository, for `mlplat mirror`; never pulled by the cluster.
     # Platform images: the Dockerfile they are built from.
     source: str
     tag: str
+    # Mirrors: sha256 of the upstream manifest the tag named when pinned (the multi-arch
+    # index where there is one, copied whole). Platform images: empty; CI records each
+    # build's digest and the cluster layer reads it from its config (platformImages).
+    digest: str = ""
     built_here: bool = False  # the platform's own image, pushed by CI rather than mirrored
+    base: str = ""  # platform images: the mirror (a name in IMAGES) the Dockerfile builds on
     # Why this mirror is not the image its chart runs upstream, where it is not; empty: it
     # is (the render check compares each mirror with the chart's own choice).
     differs_from_chart: str = ""
 
-    @property
-    def repository(self) -> str:
+    def repository(self, environment: str) -> str:
         """The in-region ECR repository name."""
-        return f"mlplat/{self.name}" if self.built_here else f"mlplat/mirror/{self.name}"
+        base = f"mlplat/{environment}"
+        return f"{base}/{self.name}" if self.built_here else f"{base}/mirror/{self.name}"
 
-    @property
-    def upstream(self) -> str:
-        """What the mirroring job copies from (`source:tag`); empty for platform images."""
-        return "" if self.built_here else f"{self.source}:{self.tag}"
+    def upstream(self, region: str) -> str:
+        """What `mlplat mirror` copies from (`source:tag`); empty for platform images."""
+        if self.built_here:
+            return ""
+        source = self.source.replace(EKS_REGISTRY, eks_registry(region)) if EKS_REGISTRY in self.source \
+            else self.source
+        return f"{source}:{self.tag}"
 
 
 # The platform's own images share the project's version.
 PLATFORM_IMAGE_TAG = "0.1.0"
+# What the offline preview, which builds nothing, references the platform's own images by:
+# a digest no build can produce, so a manifest written by the preview can never run.
+UNBUILT = f"{PLATFORM_IMAGE_TAG}@sha256:{'0' * 64}"
 
+# Digests: the multi-arch index (or, where only that is published, the linux/amd64
+# manifest) each tag named, from the projects' own release records where they publish
+# them (NVIDIA's certified GPU Operator 26.3.3 bundle, kubernetes/k8s.io promotions,
+# chart repository indexes) and otherwise from independent public pins of the same tag.
+# `mlplat mirror` reads every upstream tag before it copies, and refuses one that no
+# longer names its pin. An image without a digest has not been pinned yet (its registry
+# was not reachable when it was added): previews name it by tag, and `mlplat mirror` and
+# `pulumi up` refuse it until it is pinned (`skopeo inspect --raw docker://<source>:<tag>
+# | sha256sum`).
+#
 # Each mirror is the image its chart runs upstream at the pinned chart version (the render
 # check in tests/rendered compares every field where our values put a mirror with what the
 # chart renders there without our override); `differs_from_chart` says why where it is not.
@@ -95,42 +154,58 @@ IMAGES: dict[str, Image] = {
     for image in (
         # NVIDIA GPU stack (GPU Operator v26.3.3 and the standalone device plugin chart).
         # GPU feature discovery ships inside the device plugin image since v0.15.
-        Image("k8s-device-plugin", "nvcr.io/nvidia/k8s-device-plugin", "v0.19.3"),
+        Image("k8s-device-plugin", "nvcr.io/nvidia/k8s-device-plugin", "v0.19.3",
+              "sha256:25cc340fe6fd53c101e16fc452f503e7a92c219c64a80ed5381784b522dbbf77"),
         Image("gpu-operator", "nvcr.io/nvidia/gpu-operator", "v26.3.3",
+              "sha256:6584c36f153d18cfce284f7e5bc477887ce3c1ac566dc795bd80c9af6c6488f7",
               differs_from_chart=f"{_GIT_TREE} (appVersion main-latest in git, v26.3.3 when published)"),
         # The validator binary lives in the operator image since v25.10; the separate
         # validator repository stopped at v25.3.x, so this mirror copies the operator image.
         Image("gpu-operator-validator", "nvcr.io/nvidia/gpu-operator", "v26.3.3",
+              "sha256:6584c36f153d18cfce284f7e5bc477887ce3c1ac566dc795bd80c9af6c6488f7",
               differs_from_chart=f"{_GIT_TREE} (appVersion main-latest in git, v26.3.3 when published)"),
-        Image("k8s-mig-manager", "nvcr.io/nvidia/cloud-native/k8s-mig-manager", "v0.14.2"),
+        Image("k8s-mig-manager", "nvcr.io/nvidia/cloud-native/k8s-mig-manager", "v0.14.2",
+              "sha256:313586bfa5c07601a83f310dd700db0007d489df2ad42bb52c611802cbb7a278"),
         # The GPU Operator's NFD (its bundled NFD chart 0.18.3).
-        Image("node-feature-discovery", "registry.k8s.io/nfd/node-feature-discovery", "v0.18.3"),
+        Image("node-feature-discovery", "registry.k8s.io/nfd/node-feature-discovery", "v0.18.3",
+              "sha256:f9ef2ebee55141a1758d3c0a87bb701f5db2adf6856f7218b11bc2bac7b63862"),
         # The device plugin chart 0.19.3 bundles NFD chart 0.17.3, whose templates pass flags
         # (-metrics, -grpc-health) that NFD 0.18 removed: its pods need the 0.17 image.
         Image("node-feature-discovery-0.17", "registry.k8s.io/nfd/node-feature-discovery", "v0.17.3"),
-        Image("dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter", "4.5.3-4.8.2-distroless"),
-        # The chart's default pulls from an ECR registry in us-west-2: the mirror keeps the
-        # EFA plugin in-region.
-        Image("aws-efa-k8s-device-plugin", "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin",
-              "v0.5.20"),
+        Image("dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter", "4.5.3-4.8.2-distroless",
+              "sha256:60d3b00ac80b4ae77f94dae2f943685605585ad9e92fdccda3154d009ae317cc"),
+        # The chart's default pulls from EKS's registry in us-west-2; EKS publishes the same
+        # image from a registry in every region, and the mirror copies it from the stack's own.
+        Image("aws-efa-k8s-device-plugin", f"{EKS_REGISTRY}/eks/aws-efa-k8s-device-plugin", "v0.5.20",
+              differs_from_chart="the chart pulls from EKS's us-west-2 registry; the mirror copies the same image "
+              "from EKS's registry in the stack's region"),
         # Telemetry (kube-prometheus-stack 88.3.0: prometheus-operator v0.93, kube-state-metrics
         # chart 8.2.0, prometheus-node-exporter chart 4.56.1).
-        Image("prometheus", "quay.io/prometheus/prometheus", "v3.13.2-distroless"),
-        Image("alertmanager", "quay.io/prometheus/alertmanager", "v0.33.1"),
-        Image("prometheus-operator", "quay.io/prometheus-operator/prometheus-operator", "v0.93.0"),
-        Image("prometheus-config-reloader", "quay.io/prometheus-operator/prometheus-config-reloader", "v0.93.0"),
+        Image("prometheus", "quay.io/prometheus/prometheus", "v3.13.2-distroless",
+              "sha256:64f71bb84e03c855948418b0fc5dea53e9543d8e3fc9931598f583805507f05e"),
+        Image("alertmanager", "quay.io/prometheus/alertmanager", "v0.33.1",
+              "sha256:9e082985f56f4c8c9f724e18f2288c6708f472e56a5286b8863d080434ea065d"),
+        Image("prometheus-operator", "quay.io/prometheus-operator/prometheus-operator", "v0.93.0",
+              "sha256:a001ed10a3823bbf2410ea347796d0e35ff8decd24fb98acbe7ab9e98d431c39"),
+        Image("prometheus-config-reloader", "quay.io/prometheus-operator/prometheus-config-reloader", "v0.93.0",
+              "sha256:0ccb22ca9f3f6fd9f76ce95585d18bd2e363d421c534dde710be4bd13caa551d"),
         # The operator is told where Thanos lives even where no Prometheus runs a Thanos
         # sidecar: the reference points in-region too.
-        Image("thanos", "quay.io/thanos/thanos", "v0.42.4"),
-        Image("node-exporter", "quay.io/prometheus/node-exporter", "v1.12.1-distroless"),
-        Image("kube-state-metrics", "registry.k8s.io/kube-state-metrics/kube-state-metrics", "v2.19.1"),
+        Image("thanos", "quay.io/thanos/thanos", "v0.42.4",
+              "sha256:b567818fe608067eb0f1d7c2c4fe361e7ad83c8a256234c97685f1d0bf670cc8"),
+        Image("node-exporter", "quay.io/prometheus/node-exporter", "v1.12.1-distroless",
+              "sha256:8c9bac11973b94b59be88d6e11fee4429aa743c8846cdc75d65b18db33f6a106"),
+        Image("kube-state-metrics", "registry.k8s.io/kube-state-metrics/kube-state-metrics", "v2.19.1",
+              "sha256:85108987d044b18a098126732f98602df408888c0f7d456241f5abefb9744bc1"),
         # prometheus-adapter chart 5.3.0 runs adapter v0.12.0 (the inference autoscaler's metrics).
         Image("prometheus-adapter", "registry.k8s.io/prometheus-adapter/prometheus-adapter", "v0.12.0"),
         # Scheduling.
         Image("kueue", "registry.k8s.io/kueue/kueue", "v0.18.2",
+              "sha256:4e4f11b82390710e2e57c29cac2862c5ddb29e994c981209396f52be46dcaba8",
               differs_from_chart=f"{_GIT_TREE} (us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue:"
               "release-0.18 in git)"),
         Image("jobset", "registry.k8s.io/jobset/jobset", "v0.12.0",
+              "sha256:e75536f1135b7bb2f19f8c3b620782fbdd9091d73398e3a272f9a5fed322980d",
               differs_from_chart=f"{_GIT_TREE} (us-central1-docker.pkg.dev/k8s-staging-images/jobset/jobset:main "
               "in git)"),
         # FSx for Lustre CSI driver 1.16.0 and its sidecars.
@@ -141,30 +216,51 @@ IMAGES: dict[str, Image] = {
         Image("external-provisioner", "public.ecr.aws/csi-components/csi-provisioner", "v6.2.0-eksbuild.2"),
         Image("external-resizer", "public.ecr.aws/csi-components/csi-resizer", "v2.1.0-eksbuild.3"),
         # Serving and the base of the training image.
-        Image("tritonserver", "nvcr.io/nvidia/tritonserver", "26.01-py3"),
-        Image("pytorch", "nvcr.io/nvidia/pytorch", "26.01-py3"),
+        Image("tritonserver", "nvcr.io/nvidia/tritonserver", "26.01-py3",
+              "sha256:c9f2ede50ccc4a3ce66e22e26ed1b5adc0c68516b58edfaca738693719c2146b"),
+        Image("pytorch", "nvcr.io/nvidia/pytorch", "26.01-py3",
+              "sha256:38ed2ecb2c16d10677006d73fb0a150855d6ec81db8fc66e800b5ae92741007e"),
         # Copies a model repository out of S3 for Triton. AWS CLI v2 reads Pod Identity
         # credentials from 2.15.0; Triton's own S3 client does not.
         Image("aws-cli", "public.ecr.aws/aws-cli/aws-cli", "2.37.1"),
+        # The base of the checks image (workloads/images/checks.Dockerfile).
+        Image("python", "docker.io/library/python", "3.11.7-slim-bookworm",
+              "sha256:d11b9bd5e49ea7401753d78f4d3b56f3aec952b85b49bcae88981f0452818e0b"),
         # The acceptance suite's per-node debug pods: a shell and chroot, nothing more.
-        Image("node-debug", "public.ecr.aws/docker/library/busybox", "1.37.0"),
+        Image("node-debug", "public.ecr.aws/docker/library/busybox", "1.37.0",
+              "sha256:bdf57e528e45e4433820e045b29b4597825a1c9e38353532d90a01445013f82e"),
         # The platform's own images.
-        Image("training", "workloads/images/training.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True),
-        Image("serving", "workloads/images/serving.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True),
-        Image("checks", "workloads/images/checks.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True),
+        Image("training", "workloads/images/training.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="pytorch"),
+        Image("serving", "workloads/images/serving.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="pytorch"),
+        Image("checks", "workloads/images/checks.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
     )
 }
+
+
+def unpinned() -> list[str]:
+    """Mirror images and charts of the plan that have no digest."""
+    return [f"image {i.name}" for i in IMAGES.values() if not i.built_here and not DIGEST.match(i.digest)] + \
+        [f"chart {c.name}" for c in CHARTS.values() if not DIGEST.match(c.digest)]
 
 
 def registry_host(account: str, region: str) -> str:
     return ECR_HOST.format(account=account, region=region)
 
 
-def image_uri(name: str, account: str, region: str) -> str:
-    """`<account>.dkr.ecr.<region>.amazonaws.com/mlplat/mirror/<name>:<tag>` (platform
-    images: `.../mlplat/<name>:<tag>`)."""
+def image_uri(name: str, account: str, region: str, environment: str, built: Mapping[str, str] | None = None) -> str:
+    """`<host>/mlplat/<environment>/mirror/<name>:<tag>@<digest>`; platform images
+    `.../mlplat/<environment>/<name>:<tag>@<digest>` with the `tag@digest` CI recorded in
+    `built`. A mirror not yet pinned is named by its tag alone: previews show it, and
+    `mlplat mirror` and `pulumi up` refuse it (infra/cluster_layer.py check_supply)."""
     image = IMAGES[name]
-    return f"{registry_host(account, region)}/{image.repository}:{image.tag}"
+    repository = f"{registry_host(account, region)}/{image.repository(environment)}"
+    if image.built_here:
+        recorded = (built or {}).get(name, "")
+        if not BUILT.match(recorded):
+            raise PlanError(f"image {name}: mlplat:platformImages.{name} is not set; it is the tag@digest CI records "
+                            "when it builds the image")
+        return f"{repository}:{recorded}"
+    return f"{repository}:{image.tag}@{image.digest}" if image.digest else f"{repository}:{image.tag}"
 
 
 # --- Helm charts ---------------------------------------------------------------------
@@ -173,28 +269,50 @@ def image_uri(name: str, account: str, region: str) -> str:
 @dataclass(frozen=True)
 class Chart:
     name: str
-    repository: str  # upstream chart repository; overridable per stack to an in-region OCI mirror
+    repository: str  # upstream chart repository: where `mlplat mirror` fetches it, never the cluster
     version: str
+    # The pin. From an https repository: sha256 of the chart archive (.tgz), the `digest` of
+    # its index.yaml entry; `mlplat mirror` pulls the archive, refuses another digest, and
+    # pushes it to the in-region registry as an OCI artifact. From an OCI registry: the
+    # chart's manifest digest, copied by digest like an image.
+    digest: str = ""
+
+    def mirror_repository(self, environment: str) -> str:
+        """The in-region ECR repository the chart is pushed to (`oci://<host>/<this>`)."""
+        return f"{CHARTS_PREFIX.format(environment=environment)}/{self.name}"
+
+
+CHARTS_PREFIX = "mlplat/{environment}/charts"  # each chart's repository is <this>/<chart name>
 
 
 # Chart versions were checked against each project's releases; images the charts run are
 # pinned separately in IMAGES (the values never fall back to a chart's upstream default).
 # Each chart is rendered offline from the chart cache (infra/chart_cache.py) at exactly
-# this version.
+# this version, and installed from the environment's in-region chart repository, where
+# `mlplat mirror` pushed the archive with the pinned digest.
 CHARTS: dict[str, Chart] = {
     chart.name: chart
     for chart in (
         # 0.19.3 restores mofedEnabled=false by default (NVIDIA/k8s-device-plugin#1692); we set
         # it explicitly anyway.
-        Chart("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", "0.19.3"),
-        Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.3.3"),
-        Chart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.29"),
-        Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2"),
-        Chart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "88.3.0"),
-        Chart("prometheus-adapter", "https://prometheus-community.github.io/helm-charts", "5.3.0"),
-        Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.18.2"),
-        Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0"),
-        Chart("aws-fsx-csi-driver", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver", "1.16.0"),
+        Chart("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", "0.19.3",
+              "sha256:8f01067500e712508fe55fe060b6f895814dc7efc1cb96323db2ce4f777f6e96"),
+        Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.3.3",
+              "sha256:59abb5852a24b3ae0ef757bfea3051f419acbf559ee5efd72f0672d28af56a68"),
+        Chart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.29",
+              "sha256:078610ef669714f39be77d133674c7721fb3ca123213b3d6b16938c8c0d2e034"),
+        Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2",
+              "sha256:1c5535c03ebab3f021444df6016fce1cd7871385122e115c6ed24c804b623803"),
+        Chart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "88.3.0",
+              "sha256:5609de52e7af33792e6c6678b9443cacaec0cd81feacc956f6da0209a7463cba"),
+        Chart("prometheus-adapter", "https://prometheus-community.github.io/helm-charts", "5.3.0",
+              "sha256:aa6752b6207ed788522714c3ef7f67f27d423eb4d9512fecb52dc641b6434f31"),
+        Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.18.2",
+              "sha256:156fbc8c6752b08cf66a2324fed33e269e0a64e54dd8d70d51118065bca651af"),
+        Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0",
+              "sha256:02808a890a0b0e03a1d3bf5959e2f562b3b47c15e446bbba358c1d24e1f81b24"),
+        Chart("aws-fsx-csi-driver", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver", "1.16.0",
+              "sha256:d744eae4633f49450680f5fc5a7caaf3fb227eaf8c5303ffa9e4c1c351d09951"),
     )
 }
 

@@ -36,7 +36,7 @@ class AddonsArgs:
     pools: tuple[PoolCapacity, ...] = ()  # the GPU pools at their largest
     tenants: tuple[Tenant, ...] = ()
     tenant_namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
-    chart_mirror: str | None = None  # oci://... ; None: upstream chart repositories
+    chart_mirror: str = field(kw_only=True)  # the in-region chart repository (oci://...)
     thresholds: AlertThresholds = field(default_factory=AlertThresholds)
     lustre: LustreVolume | None = None
     depends_on: tuple[pulumi.Resource, ...] = ()  # node pools, the EBS CSI add-on, the StorageClass

@@ -55,7 +55,7 @@ def default_resources(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTran
 def helm_chart(
     chart: str,
     values: dict[str, Any],
-    mirror: str | None,
+    mirror: str,
     opts: pulumi.ResourceOptions,
     namespace: str | None = None,
 ) -> k8s.helm.v4.Chart:
@@ -65,7 +65,6 @@ def helm_chart(
         name=chart,  # a fixed release name: Services and ServiceMonitors are named after it
         chart=source.chart,
         version=source.version,
-        repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=source.repo) if source.repo else None,
         namespace=namespace or NAMESPACES[chart],
         values=values,
         opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(transforms=[default_resources])),

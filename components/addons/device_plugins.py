@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -19,7 +19,7 @@ from components.addons.values import (
 @dataclass(frozen=True)
 class DevicePluginsArgs:
     context: AddonContext
-    chart_mirror: str | None = None
+    chart_mirror: str = field(kw_only=True)  # the in-region chart repository (oci://...)
     depends_on: tuple[pulumi.Resource, ...] = ()  # the namespaces, the GPU node pools
 
 

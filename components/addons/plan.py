@@ -33,6 +33,7 @@ def addon_context(config: Any, account: str, storage_class: str) -> AddonContext
     return AddonContext(
         account=account,
         region=config.region,
+        environment=config.environment,
         gpu_instance_types=tuple(dict.fromkeys(p.instance_type for p in pools)),
         efa_instance_types=tuple(dict.fromkeys(p.instance_type for p in pools if p.efa_per_node)),
         device_plugin_mode=addons.device_plugin_mode,
@@ -46,11 +47,12 @@ def addon_context(config: Any, account: str, storage_class: str) -> AddonContext
     )
 
 
-def chart_mirror(setting: str | None, account: str, region: str) -> str | None:
-    """`ecr`: the account's in-region ECR (`mlplat/charts/<chart>`); an oci:// URL as given;
-    unset: each chart's upstream repository."""
+def chart_mirror(setting: str, account: str, region: str, environment: str) -> str:
+    """`ecr`: the environment's repositories in the account's in-region ECR
+    (`mlplat/<environment>/charts/<chart>`), where `mlplat mirror` pushes them; an oci://
+    URL (a customer's in-country registry) as given."""
     if setting == "ecr":
-        return ecr_chart_mirror(account, region)
+        return ecr_chart_mirror(account, region, environment)
     return setting
 
 

@@ -21,7 +21,7 @@ class SchedulingArgs:
     capacities: tuple[FlavorCapacity, ...]  # one per GPU instance type
     tenants: tuple[Tenant, ...]
     tenant_namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
-    chart_mirror: str | None = None
+    chart_mirror: str = field(kw_only=True)  # the in-region chart repository (oci://...)
     depends_on: tuple[pulumi.Resource, ...] = ()  # the system namespaces; Prometheus CRDs
 
 

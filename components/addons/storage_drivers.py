@@ -28,7 +28,7 @@ class StorageDriversArgs:
     context: AddonContext
     lustre: LustreVolume | None = None
     tenant_namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
-    chart_mirror: str | None = None
+    chart_mirror: str = field(kw_only=True)  # the in-region chart repository (oci://...)
     depends_on: tuple[pulumi.Resource, ...] = ()
 
 

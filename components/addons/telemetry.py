@@ -17,7 +17,7 @@ from components.addons.values import NAMESPACES, AddonContext, dcgm_exporter_val
 class GpuTelemetryArgs:
     context: AddonContext
     thresholds: AlertThresholds = field(default_factory=AlertThresholds)
-    chart_mirror: str | None = None
+    chart_mirror: str = field(kw_only=True)  # the in-region chart repository (oci://...)
     depends_on: tuple[pulumi.Resource, ...] = ()  # the monitoring namespace, the StorageClass
 
 

@@ -2,8 +2,11 @@
 
 Nothing here imports Pulumi: each function takes an `AddonContext` (what the stack's
 config and the registry plan say) and returns the dict handed to the chart. Every image
-comes from the in-region mirror through `infra.versions.image_uri`; a value is never left
-to a chart's upstream default where that default would pull from outside the region.
+comes from the in-region mirror through `infra.versions.image_uri`, by digest; a value is
+never left to a chart's upstream default where that default would pull from outside the
+region. Charts template `<repository>:<tag>`, so the digest rides in the tag
+(`v1.2.3@sha256:...`): the reference the chart renders names the tag for people and the
+digest for the kubelet, which pulls by the digest.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from infra.versions import CHARTS, image_uri
+from infra.versions import CHARTS, CHARTS_PREFIX, image_uri, registry_host
 
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -55,30 +58,34 @@ NO_CAPABILITIES = {"allowPrivilegeEscalation": False, "capabilities": {"drop": [
 class MirrorImage:
     """One image of the registry plan, split the ways charts ask for it."""
 
-    uri: str  # host/mlplat/mirror/name:tag
+    uri: str  # host/mlplat/<env>/mirror/name:tag@sha256:...
     registry: str  # host
-    repository: str  # mlplat/mirror/name (relative to the registry)
-    prefix: str  # host/mlplat/mirror (charts that want repository and image apart)
+    repository: str  # mlplat/<env>/mirror/name (relative to the registry)
+    prefix: str  # host/mlplat/<env>/mirror (charts that want repository and image apart)
     image: str  # name
-    tag: str
+    tag: str  # tag@sha256:... (what charts put after `<repository>:`)
+    version: str  # the tag alone, for charts that take the digest apart
+    digest: str  # sha256:... ; empty while the image awaits its pin
 
     @property
     def full_repository(self) -> str:
         return f"{self.registry}/{self.repository}"
 
 
-def mirror_image(name: str, account: str, region: str) -> MirrorImage:
-    uri = image_uri(name, account, region)
-    ref, tag = uri.rsplit(":", 1)
+def mirror_image(name: str, account: str, region: str, environment: str) -> MirrorImage:
+    uri = image_uri(name, account, region, environment)
+    ref, at, digest = uri.partition("@")
+    ref, tag = ref.rsplit(":", 1)
     registry, repository = ref.split("/", 1)
     prefix, image = ref.rsplit("/", 1)
-    return MirrorImage(uri, registry, repository, prefix, image, tag)
+    return MirrorImage(uri, registry, repository, prefix, image, f"{tag}{at}{digest}", tag, digest)
 
 
 @dataclass(frozen=True)
 class AddonContext:
     account: str
     region: str
+    environment: str
     gpu_instance_types: tuple[str, ...] = ()  # every GPU pool's type, in pool order
     efa_instance_types: tuple[str, ...] = ()  # types of the pools that attach EFA
     device_plugin_mode: str = "device-plugin"  # or "gpu-operator"
@@ -91,7 +98,7 @@ class AddonContext:
     telemetry: bool = True
 
     def image(self, name: str) -> MirrorImage:
-        return mirror_image(name, self.account, self.region)
+        return mirror_image(name, self.account, self.region, self.environment)
 
 
 # --- Chart sources -------------------------------------------------------------------
@@ -99,24 +106,22 @@ class AddonContext:
 
 @dataclass(frozen=True)
 class ChartSource:
-    chart: str  # a name (with `repo`) or a full oci:// reference
+    chart: str  # the full oci:// reference
     version: str
-    repo: str | None  # an https chart repository, None for OCI references
 
 
-def ecr_chart_mirror(account: str, region: str) -> str:
-    return f"oci://{account}.dkr.ecr.{region}.amazonaws.com/mlplat/charts"
+def ecr_chart_mirror(account: str, region: str, environment: str) -> str:
+    """The environment's in-region chart repository, where `mlplat mirror` pushes every
+    pinned chart (`<this>/<chart name>`)."""
+    return f"oci://{registry_host(account, region)}/{CHARTS_PREFIX.format(environment=environment)}"
 
 
-def chart_source(name: str, mirror: str | None = None) -> ChartSource:
-    """Where Helm fetches a chart: the upstream repository, or the stack's OCI mirror
-    (`<mirror>/<chart name>`, same version) when one is configured."""
+def chart_source(name: str, mirror: str) -> ChartSource:
+    """Where Helm fetches a chart: the in-region OCI mirror (`<mirror>/<chart name>`, at
+    the pinned version). Never the chart's upstream repository: a deploy needs nothing from
+    outside the region."""
     chart = CHARTS[name]
-    if mirror:
-        return ChartSource(f"{mirror.rstrip('/')}/{chart.name}", chart.version, None)
-    if chart.repository.startswith("oci://"):
-        return ChartSource(f"{chart.repository.rstrip('/')}/{chart.name}", chart.version, None)
-    return ChartSource(chart.name, chart.version, chart.repository)
+    return ChartSource(f"{mirror.rstrip('/')}/{chart.name}", chart.version)
 
 
 # --- Scheduling helpers --------------------------------------------------------------
@@ -310,8 +315,15 @@ def dcgm_exporter_values(ctx: AddonContext) -> dict[str, Any]:
     }
 
 
-def _split_image(img: MirrorImage) -> dict[str, str]:
-    return {"registry": img.registry, "repository": img.repository, "tag": img.tag}
+def _split_image(img: MirrorImage, digest_key: str = "sha", prefixed: bool = False) -> dict[str, str]:
+    """kube-prometheus-stack's {registry, repository, tag} with the digest apart, as each of
+    its templates reads it: its own `sha` without `sha256:`, kube-state-metrics' `sha` and
+    the node exporter's `digest` with it. Some compare the tag as a version, so it stays a
+    plain tag."""
+    split = {"registry": img.registry, "repository": img.repository, "tag": img.version}
+    if img.digest:
+        split[digest_key] = img.digest if prefixed else img.digest.removeprefix("sha256:")
+    return split
 
 
 def _volume_claim(storage_class: str, size_gi: int) -> dict[str, Any]:
@@ -359,12 +371,13 @@ def kube_prometheus_stack_values(ctx: AddonContext) -> dict[str, Any]:
             "storage": _volume_claim(ctx.storage_class, ctx.alertmanager_volume_gi),
             "resources": MEDIUM,
         }},
-        "kube-state-metrics": {"image": _split_image(ctx.image("kube-state-metrics")), "resources": MEDIUM},
+        "kube-state-metrics": {"image": _split_image(ctx.image("kube-state-metrics"), prefixed=True),
+                               "resources": MEDIUM},
         # Node metrics from every node, the tainted GPU nodes included.
         "prometheus-node-exporter": {
             # The chart appends `-distroless` to the tag when `distroless` is on (88.3.0
             # turns it on); the plan's tag already names the distroless build.
-            "image": {**_split_image(ctx.image("node-exporter")), "distroless": False},
+            "image": {**_split_image(ctx.image("node-exporter"), "digest", prefixed=True), "distroless": False},
             "tolerations": [GPU_TOLERATION, EFA_TOLERATION],
             "resources": SMALL,
         },

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.versions import IMAGES, Image, registry_host
+from infra.versions import IMAGES, UNBUILT, Image, image_uri
 
 # `image`, `initImage`, `configReloaderImage`, ...
 IMAGE_KEY = re.compile(r"(^i|I)mage$")
@@ -25,7 +25,7 @@ _REF = r"[a-z0-9-]+(\.[a-z0-9-]+)+(:\d+)?/[a-z0-9._/-]+(:[\w.-]+(@sha256:[0-9a-f
 IMAGE_REF = re.compile(rf"^{_REF}$")
 FLAG_REF = re.compile(rf"^--?[\w.-]+=({_REF})$")
 # The keys of a split image reference; `distroless` (the node exporter chart) changes the tag.
-SPLIT_KEYS = ("repository", "image", "registry", "tag", "version", "digest", "distroless")
+SPLIT_KEYS = ("repository", "image", "registry", "tag", "version", "digest", "sha", "distroless")
 
 
 def compose(parts: Mapping[str, Any]) -> str:
@@ -36,9 +36,11 @@ def compose(parts: Mapping[str, Any]) -> str:
     if parts.get("registry"):
         ref = f"{parts['registry']}/{ref}"
     tag = parts.get("tag") or parts.get("version")
-    if parts.get("digest"):
-        return f"{ref}@{parts['digest']}"
-    return f"{ref}:{tag}" if tag else ref
+    ref = f"{ref}:{tag}" if tag else ref
+    digest = parts.get("digest") or parts.get("sha")
+    if digest:  # kube-prometheus-stack's `sha` may leave out `sha256:`
+        return f"{ref}@{digest if str(digest).startswith('sha256:') else f'sha256:{digest}'}"
+    return ref
 
 
 def _is_split(value: Mapping[str, Any], key: str) -> bool:
@@ -119,16 +121,20 @@ def pulled_references(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(where, ref) for where, ref in references(obj) if inert(obj, where) is None]
 
 
-def plan_references(account: str, region: str) -> dict[str, Image]:
-    """Every reference the registry plan allows in the region: `<host>/<repo>:<tag>`."""
-    host = registry_host(account, region)
-    return {f"{host}/{image.repository}:{image.tag}": image for image in IMAGES.values()}
+def plan_references(account: str, region: str, environment: str,
+                    built: Mapping[str, str] | None = None) -> dict[str, Image]:
+    """Every reference the registry plan allows in the environment:
+    `<host>/mlplat/<environment>/.../<name>:<tag>@<digest>`, by digest and nothing else
+    (platform images: at the digests in `built`, by default the preview's stand-in)."""
+    built = built or {name: UNBUILT for name, image in IMAGES.items() if image.built_here}
+    return {image_uri(name, account, region, environment, built): image for name, image in IMAGES.items()}
 
 
-def out_of_plan(found: Sequence[tuple[str, str]], account: str, region: str) -> list[str]:
-    """Every reference that is not an in-region mirror of the plan."""
-    allowed = plan_references(account, region)
-    return [f"{where}: {ref} (image is an in-region mirror of the plan)" for where, ref in found if ref not in allowed]
+def out_of_plan(found: Sequence[tuple[str, str]], account: str, region: str, environment: str) -> list[str]:
+    """Every reference that is not an in-region mirror of the plan, by digest."""
+    allowed = plan_references(account, region, environment)
+    return [f"{where}: {ref} (image is an in-region mirror of the plan, by digest)" for where, ref in found
+            if ref not in allowed]
 
 
 def object_id(obj: Mapping[str, Any]) -> str:
@@ -152,10 +158,10 @@ class Drift:
 
 
 def drift(ours: Sequence[Mapping[str, Any]], upstream: Sequence[Mapping[str, Any]], account: str,
-          region: str) -> list[Drift]:
+          region: str, environment: str) -> list[Drift]:
     """Compare, field by field, the images of a release rendered with our values and
     rendered with our values less the image overrides."""
-    plan = plan_references(account, region)
+    plan = plan_references(account, region, environment)
     theirs = {object_id(o): dict(references(o)) for o in upstream}
     found = []
     for obj in ours:
@@ -165,7 +171,8 @@ def drift(ours: Sequence[Mapping[str, Any]], upstream: Sequence[Mapping[str, Any
             if upstream_ref is None or upstream_ref == ref:
                 continue  # no image there upstream, or we did not override it
             image = plan.get(ref)
-            if image is not None and (image.upstream == upstream_ref or image.differs_from_chart):
+            if image is not None and (image.upstream(region) == upstream_ref or image.differs_from_chart):
                 continue
-            found.append(Drift(f"{object_id(obj)} {where}", ref, image.upstream if image else "", upstream_ref))
+            found.append(Drift(f"{object_id(obj)} {where}", ref, image.upstream(region) if image else "",
+                               upstream_ref))
     return found

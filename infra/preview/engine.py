@@ -25,6 +25,7 @@ from infra.preview.analyzer import PACK_DIR, PolicyPackProcess, StreamingAnalysi
 from infra.preview.fixtures import RegionFixture
 from infra.preview.mocks import PreviewMocks, RecordingMonitor, Registration, run_program, stack_exports
 from infra.preview.report import PreviewResult
+from infra.versions import IMAGES, UNBUILT
 
 Program = Callable[[LayerConfig], Any]
 Progress = Callable[[str], None]
@@ -49,6 +50,12 @@ def cloud_outputs(cloud_stack: str) -> dict[str, Any]:
     mocks = PreviewMocks(RegionFixture(config.region))
     run_program(lambda: build_platform(config), mocks, RecordingMonitor(mocks), project=PROJECT, stack=stack)
     return stack_exports()
+
+
+def preview_platform_images() -> dict[str, str]:
+    """The platform's own images as the offline preview references them: CI builds them
+    between the layers, so the preview stands in a digest no build produces."""
+    return {name: UNBUILT for name, image in IMAGES.items() if image.built_here}
 
 
 def load_program(path: Path) -> Program:
@@ -119,6 +126,9 @@ def run_preview(
     if config is None:
         progress(f"reading stacks/Pulumi.{stack}.yaml")
         config = load_layer(stack)
+    if isinstance(config, ClusterLayerConfig) and not config.platform_images:
+        progress(f"platform images are not built in a preview: referenced as {UNBUILT[:20]}...")
+        config = config.model_copy(update={"platform_images": preview_platform_images()})
     if isinstance(config, ClusterLayerConfig) and config.cloud_stack and stack_references is None:
         progress(f"running the cloud layer {config.cloud_stack} under mocks for its descriptor")
         stack_references = {config.cloud_stack: cloud_outputs(config.cloud_stack)}

@@ -152,6 +152,26 @@ def chart_summaries(result: PreviewResult) -> list[dict[str, Any]]:
     return summaries
 
 
+def awaiting_pin(result: PreviewResult) -> list[str]:
+    """Image references of the stack's Kubernetes objects that name no digest: mirrors the
+    plan has not pinned yet (which `mlplat mirror` and `pulumi up` refuse)."""
+    found = set()
+    for reg in result.registrations:
+        if reg.custom and reg.type.startswith("kubernetes:") and not reg.is_provider:
+            found |= {ref for _, ref in image_references(reg.inputs()) if "@sha256:" not in ref}
+    return sorted(found)
+
+
+def supply_line(result: PreviewResult) -> str:
+    """One line on what the supply step must do before this stack can be applied."""
+    tagged = awaiting_pin(result)
+    if not tagged:
+        return ""
+    names = ", ".join(ref.rsplit("/", 1)[-1] for ref in tagged)
+    return (f"Images awaiting a digest pin (named by tag here; `mlplat mirror` and `pulumi up` refuse them until "
+            f"infra/versions.py pins them): {names}")
+
+
 def chart_lines(result: PreviewResult) -> list[str]:
     """`release: chart@version, N objects, M images, V violations` per chart."""
     lines = []
@@ -200,6 +220,8 @@ def plan_text(result: PreviewResult) -> str:
     lines += ["", *pools] if pools else []
     charts = chart_lines(result)
     lines += ["", "Helm charts (each object its own resource):", *[f"  {line}" for line in charts]] if charts else []
+    supply = supply_line(result)
+    lines += ["", supply] if supply else []
     lines += ["", "Resources by type:"]
     lines += [f"  {n:5d}  {t}" for t, n in summary["byType"].items()]
     lines += ["", verdict_text(result)]
@@ -238,6 +260,8 @@ def to_markdown(result: PreviewResult) -> str:
     ]
     if result.engine_errors:
         out += ["### Engine errors", ""] + [f"- {e}" for e in result.engine_errors] + [""]
+    supply = supply_line(result)
+    out += [supply, ""] if supply else []
     if data["violations"]:
         out += ["### Violations", "", "| policy | level | resource | message |", "|---|---|---|---|"]
         for v in data["violations"]:

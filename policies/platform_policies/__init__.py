@@ -20,6 +20,7 @@ from .exposure import eks_endpoint_private, no_public_ips_on_nodes, no_world_ope
 from .kubernetes import (
     k8s_containers_have_limits,
     k8s_gpu_pods_use_limits_and_tolerate_taint,
+    k8s_charts_from_allowed_registries,
     k8s_images_from_allowed_registries,
     k8s_images_pinned,
     k8s_no_added_capabilities,
@@ -64,6 +65,7 @@ EXPOSURE = [
     no_public_ips_on_nodes,
 ]
 KUBERNETES = [
+    k8s_charts_from_allowed_registries,
     k8s_images_from_allowed_registries,
     k8s_images_pinned,
     k8s_containers_have_limits,

@@ -102,26 +102,91 @@ k8s_images_from_allowed_registries = resource_rule(
 )
 
 
+def _check_chart_sources(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    if args.resource_type not in HELM_TYPES:
+        args.not_applicable("not a Helm chart or release")
+    allowed = list(settings["allowedRegistries"])
+    chart = get(args.props, "chart")
+    repository = get(args.props, "repositoryOpts", "repo")
+    if chart is UNKNOWN or repository is UNKNOWN:
+        return
+    if isinstance(repository, str) and repository:
+        report(f"{_label(args)}: chart {chart} is fetched from the chart repository {repository}; install it from "
+               f"the in-region OCI mirror ({allowed})")
+        return
+    if not isinstance(chart, str) or not chart.startswith("oci://"):
+        report(f"{_label(args)}: chart {chart!r} names no registry; install it from the in-region OCI mirror "
+               f"(oci://<registry>/...; allowed: {allowed})")
+        return
+    source = parse_image(chart.removeprefix("oci://"), tag_required=False)
+    if not registry_allowed(source, allowed):
+        report(f"{_label(args)}: chart {chart} comes from {source.host}, which is not an allowed registry {allowed}")
+
+
+k8s_charts_from_allowed_registries = resource_rule(
+    name="k8s-charts-from-allowed-registries",
+    description="Helm charts are installed from an OCI repository in the allowed registries (by default the stack's "
+    "in-region ECR), never from a chart repository abroad at deploy time.",
+    applies=lambda resource_type: resource_type in HELM_TYPES,
+    check=_check_chart_sources,
+    config=REGISTRY_SCHEMA,
+    framework=cis_eks("5.1.4", "Minimize Container Registries to only those approved"),
+    remediation="Mirror the chart into the in-region ECR (`mlplat mirror`) and install it from "
+    "oci://<account>.dkr.ecr.<region>.amazonaws.com/mlplat/<environment>/charts/<chart>.",
+    tags=["kubernetes", "residency"],
+)
+
+
 # --- Pinned images ----------------------------------------------------------------------
 
 
+PINNED_SCHEMA = {
+    "awaitingPin": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"repository": {"type": "string", "minLength": 1},
+                           "reason": {"type": "string", "minLength": 1}},
+            "required": ["repository", "reason"],
+            "additionalProperties": False,
+        },
+        "default": [],
+        "description": "Mirrors whose digest is not pinned yet (a repository path, or its last segments), each with "
+        "why: previews name them by tag meanwhile, and `mlplat mirror` and `pulumi up` refuse them until pinned. "
+        "Empty by default.",
+    },
+}
+
+
+def _awaiting_pin(image: Any, awaiting: list[Any]) -> bool:
+    entries = [str(get(entry, "repository")).strip("/") for entry in awaiting]
+    return any(image.path == entry or image.path.endswith("/" + entry) for entry in entries)
+
+
 def _check_pinned(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    _chart_objects_judged(args)
     images = _images(args)
     if not images:
         args.not_applicable("names no container image")
+    awaiting = list(settings["awaitingPin"])
     for path, image in images:
+        if not image.digest and _awaiting_pin(image, awaiting):
+            continue
         problem = pin_problem(image)
         if problem:
-            report(f"{_label(args)}: {path} {image.raw} {problem}; pin a version tag or a digest")
+            report(f"{_label(args)}: {path} {image.raw} {problem}; reference it by digest "
+                   "(<repository>:<tag>@sha256:<digest>)")
 
 
 k8s_images_pinned = resource_rule(
     name="k8s-images-pinned",
-    description="Images are pinned by a version tag or a digest, never :latest or an untagged reference.",
+    description="Images are referenced by digest, so a tag pushed again upstream never changes what runs.",
     applies=kubernetes_object,
     check=_check_pinned,
+    config=PINNED_SCHEMA,
     framework=iso("A.8.32", "Change management: what runs changes only through a reviewed change."),
-    remediation="Reference images as <registry>/<repository>:<version> or @sha256:<digest>.",
+    remediation="Reference images as <registry>/<repository>:<version>@sha256:<digest> (infra/versions.py pins "
+    "every mirror's digest; image_uri() writes the reference).",
     tags=["kubernetes"],
 )
 

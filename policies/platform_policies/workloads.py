@@ -123,7 +123,7 @@ def pod_images(spec: Any) -> Iterator[tuple[str, Any]]:
 
 
 def helm_images(values: Any, path: str = "values") -> list[tuple[str, ImageRef]]:
-    """Images named in Helm values: {registry?, repository, tag?|version?|digest?,
+    """Images named in Helm values: {registry?, repository, tag?|version?|digest?|sha?,
     image?} mappings (the GPU Operator puts the name in `image` beside `repository`), and
     plain `image: host/repo:tag` strings."""
     found: list[tuple[str, ImageRef]] = []
@@ -141,7 +141,9 @@ def helm_images(values: Any, path: str = "values") -> list[tuple[str, ImageRef]]
             if not isinstance(tag, str) or not tag:
                 version = get(values, "version")
                 tag = version if isinstance(version, str) else None
-            digest = get(values, "digest")
+            digest = get(values, "digest") or get(values, "sha")  # kube-prometheus-stack's `sha`
+            if isinstance(digest, str) and digest and not digest.startswith("sha256:"):
+                digest = f"sha256:{digest}"
             full = ref + (f":{tag}" if tag else "") + (f"@{digest}" if isinstance(digest, str) and digest else "")
             found.append((path, parse_image(full, tag_required=False)))
         for key in values:
@@ -208,12 +210,15 @@ VERSION_TAG = re.compile(r".*[0-9].*")
 
 
 def pin_problem(image: ImageRef) -> str | None:
+    """Why a reference does not pin what runs, or None. Only a digest does: a tag, even a
+    version tag, can be pushed again upstream, and the kubelet pulls what it names then."""
     if image.digest:
         return None
     if image.tag is None:
-        return None if not image.tag_required else "has no tag, so it means :latest"
+        return "has no tag, so it means :latest" if image.tag_required else \
+            "leaves the image to the chart's tag, which names no digest"
     if image.tag.lower() == "latest":
         return "uses the moving tag :latest"
     if not VERSION_TAG.fullmatch(image.tag):
         return f"uses the tag :{image.tag}, which names no version"
-    return None
+    return f"is referenced by the tag :{image.tag} alone, which can be pushed again"

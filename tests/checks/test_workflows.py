@@ -93,7 +93,8 @@ def test_the_cloud_layer_is_applied_before_the_cluster_layer_in_every_environmen
                                              for p in (REPO / "stacks").glob("Pulumi.*.yaml")
                                              if not p.name.endswith("-cluster.yaml"))
     layers = yaml.safe_load((REPO / ".github" / "workflows" / "deploy-environment.yml").read_text())["jobs"]
-    assert layers["cluster"]["needs"] == "cloud"
+    # cloud -> supply (mirror, platform images) -> cluster
+    assert (layers["supply"]["needs"], layers["cluster"]["needs"]) == ("cloud", "supply")
     assert _engine_steps(layers["cloud"]) == [("up", "${{ inputs.environment }}")]
     assert GITHUB_HOSTED.match(layers["cloud"]["runs-on"])
     # One environment after the other, prod last (behind its approval).
@@ -102,6 +103,25 @@ def test_the_cloud_layer_is_applied_before_the_cluster_layer_in_every_environmen
         order.append(called[current])
         current = next((n for n, j in deploy.items() if j.get("needs") == current), None)
     assert order[-1] == "prod" and len(order) == len(called)
+
+
+def test_the_supply_step_mirrors_and_builds_before_the_cluster_layer_reads_the_digests():
+    import yaml
+
+    jobs = yaml.safe_load((REPO / ".github" / "workflows" / "deploy-environment.yml").read_text())["jobs"]
+    supply = jobs["supply"]
+    assert GITHUB_HOSTED.match(supply["runs-on"]) and _engine_steps(supply) == []
+    runs = [str(step.get("run", "")) for step in supply["steps"]]
+    [mirror] = [step for step in supply["steps"] if "mlplat mirror" in str(step.get("run", ""))]
+    assert '--stack "$ENVIRONMENT"' in mirror["run"] and '--registry "$REGISTRY"' in mirror["run"]
+    # Registry credentials come from the environment's secrets, never from the repository.
+    assert mirror["env"]["NGC_API_KEY"] == "${{ secrets.NGC_API_KEY }}"
+    build = next(step for step in supply["steps"] if step.get("id") == "build")
+    assert "docker buildx build --push" in build["run"] and "BASE_IMAGE=" in build["run"]
+    assert runs.index(mirror["run"]) < runs.index(build["run"])  # bases come from the mirror
+    [up] = [step for step in jobs["cluster"]["steps"] if str(step.get("uses", "")).startswith("pulumi/actions@")]
+    assert "mlplat:platformImages" in up["with"]["config-map"]
+    assert "needs.supply.outputs.platform-images" in up["with"]["config-map"]
 
 
 def test_the_runner_label_names_the_project_the_cloud_layer_creates():

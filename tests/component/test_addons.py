@@ -15,7 +15,7 @@ from components.addons.queues import PoolCapacity
 from components.addons.values import NAMESPACES, AddonContext, chart_source, kueue_manager_config
 from components.tenancy import Tenancy, TenancyArgs
 from components.tenancy_spec import Tenant
-from infra.versions import CHARTS
+from infra.versions import CHARTS, image_uri
 from tests.component.recorder import Recording, record
 
 ACCOUNT, REGION = "111122223333", "me-central-1"
@@ -25,17 +25,19 @@ TENANTS = (
     Tenant("serving", 8, 64, 4, 0, instance_types=("g6e.2xlarge",)),
 )
 POOLS = (PoolCapacity("p5.48xlarge", 4, 8, 32), PoolCapacity("g6e.2xlarge", 4, 1, 0))
+MIRROR = f"oci://{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/prod/charts"
 LUSTRE = LustreVolume("fs-0123456789abcdef0", "fs-0123456789abcdef0.fsx.me-central-1.amazonaws.com", "abcdefgh", 1200)
 
 
 def context(**overrides: Any) -> AddonContext:
-    fields: dict[str, Any] = dict(account=ACCOUNT, region=REGION, gpu_instance_types=("p5.48xlarge", "g6e.2xlarge"),
+    fields: dict[str, Any] = dict(account=ACCOUNT, region=REGION, environment="prod",
+                                  gpu_instance_types=("p5.48xlarge", "g6e.2xlarge"),
                                   efa_instance_types=("p5.48xlarge",))
     return AddonContext(**{**fields, **overrides})
 
 
 def build(ctx: AddonContext | None = None, pools=POOLS, lustre: LustreVolume | None = LUSTRE,
-          mirror: str | None = None) -> Recording:
+          mirror: str = MIRROR) -> Recording:
     """The add-ons with a Kubernetes provider of their own; `workload_dependencies` on the
     recording holds the URNs the component hands to workloads."""
     dependencies: list[str] = []
@@ -77,10 +79,9 @@ def test_releases_in_prod_shape(rec):
 @pytest.mark.parametrize("chart", ["nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kueue", "jobset"])
 def test_release_pins_the_chart_version_and_source(rec, chart):
     inputs = release(rec, chart).inputs()
-    source = chart_source(chart)
+    source = chart_source(chart, MIRROR)
     assert inputs["version"] == CHARTS[chart].version
-    assert inputs["chart"] == source.chart
-    assert inputs.get("repositoryOpts", {}).get("repo") == source.repo
+    assert inputs["chart"] == source.chart and "repositoryOpts" not in inputs
     assert inputs["name"] == chart and inputs["namespace"] == NAMESPACES[chart]
 
 
@@ -178,7 +179,8 @@ def test_tenant_directories_job_after_its_own_claim_and_isolation(rec):
     assert body["metadata"]["namespace"] == "kube-system"
     [container] = body["spec"]["template"]["spec"]["containers"]
     assert container["command"][4:] == ["/fsx/research", "/fsx/serving"]
-    assert container["image"].startswith(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/mirror/node-debug:")
+    assert container["image"] == image_uri("node-debug", ACCOUNT, REGION, "prod")
+    assert container["image"].startswith(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/prod/mirror/node-debug:")
     claims = {(c.inputs()["metadata"]["namespace"]): c for c in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")}
     volumes = {v.inputs()["metadata"]["name"]: v for v in rec.of_type("kubernetes:core/v1:PersistentVolume")}
     own_claim = claims["kube-system"]
@@ -224,7 +226,7 @@ def test_gpu_operator_mode_replaces_plugin_and_exporter():
 
 
 def test_cpu_only_stack_gets_scheduling_and_telemetry_but_no_gpu_addons():
-    rec = build(AddonContext(ACCOUNT, REGION), pools=(), lustre=None)
+    rec = build(AddonContext(ACCOUNT, REGION, "prod"), pools=(), lustre=None)
     charts = {r.name for r in rec.of_type(RELEASE)}
     assert charts == {"jobset", "kueue", "kube-prometheus-stack"}
     assert not rec.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
@@ -233,12 +235,12 @@ def test_cpu_only_stack_gets_scheduling_and_telemetry_but_no_gpu_addons():
     assert flavor.inputs()["metadata"]["name"] == "default"
 
 
-def test_chart_mirror_replaces_every_repository():
-    mirror = f"oci://{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/charts"
-    rec = build(mirror=mirror)
+def test_every_chart_comes_from_the_in_region_mirror():
+    rec = build()
+    assert rec.of_type(RELEASE)
     for reg in rec.of_type(RELEASE):
         inputs = reg.inputs()
-        assert inputs["chart"] == f"{mirror}/{reg.name}"
+        assert inputs["chart"] == f"oci://{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/prod/charts/{reg.name}"
         assert "repositoryOpts" not in inputs
         assert inputs["version"] == CHARTS[reg.name].version
 

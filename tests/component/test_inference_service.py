@@ -25,6 +25,7 @@ from components.inference_spec import (
 from infra.config import load_stack
 from infra.inference import resolve_inference, serving_identity
 from infra.storage import storage_names
+from components.addons.values import mirror_image
 from infra.versions import IMAGES, KUBERNETES_VERSION, image_uri, registry_host
 from tests.component.recorder import Recording, record
 from tests.conftest import preview
@@ -42,7 +43,7 @@ MODELS_ARN, KEY_ARN = "arn:aws:s3:::mlplat-test-models", "arn:aws:kms:me-central
 
 GPU_PLAN = ServingPlan(
     namespace="inference", model="gpt", device="gpu", pool="inference",
-    image=image_uri("tritonserver", ACCOUNT, REGION), fetch_image=image_uri("aws-cli", ACCOUNT, REGION),
+    image=image_uri("tritonserver", ACCOUNT, REGION, "prod"), fetch_image=image_uri("aws-cli", ACCOUNT, REGION, "prod"),
     model_repository="s3://mlplat-test-models/triton",
     region=REGION, cpu=6, memory_gi=48, gpus=1, min_replicas=2, max_replicas=8, target_queue_us=50_000,
     target_cpu_percent=70, vpc_cidr="10.0.0.0/16", endpoint_cidrs=("3.5.212.0/23",),
@@ -57,11 +58,11 @@ def build(plan: ServingPlan) -> Recording:
         cluster = k8s.Provider("cluster-k8s", kubeconfig="{}")
         prometheus = k8s.core.v1.ConfigMap("prometheus-stand-in", metadata={"name": "p", "namespace": "monitoring"},
                                            opts=pulumi.ResourceOptions(provider=cluster))
-        image = IMAGES["prometheus-adapter"]
+        image = mirror_image("prometheus-adapter", ACCOUNT, REGION, "prod")
         InferenceService("inference-gpt", InferenceServiceArgs(
             plan=plan,
-            adapter=MetricsAdapter(f"{registry_host(ACCOUNT, REGION)}/{image.repository}", image.tag,
-                                   resource_metrics=plan.device == "cpu"),
+            adapter=MetricsAdapter(image.full_repository, image.tag, resource_metrics=plan.device == "cpu",
+                                   chart_mirror=f"oci://{registry_host(ACCOUNT, REGION)}/mlplat/prod/charts"),
             depends_on=(prometheus,),
         ), opts=pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster}))
 
@@ -102,8 +103,9 @@ def fetcher(rec: Recording) -> dict:
 
 def test_triton_serves_the_pods_copy_of_the_repository_with_strict_config(gpu):
     main = container(gpu)
-    assert main["image"] == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/mirror/tritonserver:" \
-                            f"{IMAGES['tritonserver'].tag}"
+    assert main["image"] == image_uri("tritonserver", ACCOUNT, REGION, "prod")
+    assert main["image"].startswith(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/prod/mirror/tritonserver:"
+                                    f"{IMAGES['tritonserver'].tag}")
     assert main["command"] == ["tritonserver"]
     args = main["args"]
     for flag in ("--model-repository=/models", "--model-control-mode=none",
@@ -119,7 +121,9 @@ def test_triton_serves_the_pods_copy_of_the_repository_with_strict_config(gpu):
 
 def test_an_init_container_copies_the_repository_with_pod_identity_credentials(gpu):
     fetch = fetcher(gpu)
-    assert fetch["image"] == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/mirror/aws-cli:{IMAGES['aws-cli'].tag}"
+    assert fetch["image"] == image_uri("aws-cli", ACCOUNT, REGION, "prod")
+    assert fetch["image"].startswith(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/prod/mirror/aws-cli:"
+                                     f"{IMAGES['aws-cli'].tag}")
     # AWS CLI v2 reads Pod Identity credentials from 2.15.0 on.
     major, minor = (int(part) for part in IMAGES["aws-cli"].tag.split(".")[:2])
     assert (major, minor) >= (2, 15)
@@ -254,7 +258,8 @@ def adapter_values(rec: Recording) -> dict:
     [release] = rec.of_type(RELEASE)
     inputs = release.inputs()
     assert (inputs["name"], inputs["namespace"], inputs["chart"]) == (
-        "prometheus-adapter", "monitoring", "prometheus-adapter")
+        "prometheus-adapter", "monitoring",
+        f"oci://{registry_host(ACCOUNT, REGION)}/mlplat/prod/charts/prometheus-adapter")
     return inputs["values"]
 
 
@@ -268,7 +273,7 @@ def test_the_adapter_serves_the_metric_the_autoscaler_reads(gpu, cpu):
     # CPU autoscaling needs the resource metrics API, which EKS lacks without metrics-server.
     assert "container_cpu_usage_seconds_total" in adapter_values(cpu)["rules"]["resource"]["cpu"]["containerQuery"]
     image = adapter_values(gpu)["image"]
-    assert f"{image['repository']}:{image['tag']}" == image_uri("prometheus-adapter", ACCOUNT, REGION)
+    assert f"{image['repository']}:{image['tag']}" == image_uri("prometheus-adapter", ACCOUNT, REGION, "prod")
 
 
 def test_autoscaler_waits_for_its_metrics(gpu):

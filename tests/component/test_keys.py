@@ -114,7 +114,7 @@ def test_stack_outputs_name_every_key_bucket_file_system_and_repository():
     assert out["keyAliases"]["datasets"] == "alias/mlplat-prod-datasets"
     assert out["buckets"] == {p: f"mlplat-prod-{p}-111122223333-me-central-1"
                               for p in ("datasets", "models", "checkpoints", "audit", "access-logs")}
-    assert out["repositories"] == {n: f"111122223333.dkr.ecr.me-central-1.amazonaws.com/{i.repository}"
+    assert out["repositories"] == {n: f"111122223333.dkr.ecr.me-central-1.amazonaws.com/{i.repository('prod')}"
                                    for n, i in IMAGES.items()}
     assert out["lustre"]["dnsName"] == f"{out['lustre']['fileSystemId']}.fsx.me-central-1.amazonaws.com"
     assert out["lustre"]["path"] == "/datasets" and out["lustre"]["mountName"]

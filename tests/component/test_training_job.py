@@ -26,9 +26,12 @@ DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 SERVICE_ACCOUNT = "kubernetes:core/v1:ServiceAccount"
 P5 = lookup("p5.48xlarge")
 
+# The platform images as CI records them after a build.
+BUILT = {"training": f"0.1.0-0a1b2c3d4e5f@sha256:{'1' * 64}", "checks": f"0.1.0-0a1b2c3d4e5f@sha256:{'2' * 64}"}
 PLAN = TrainingPlan(
     name="gpt2", namespace="research", queue="default", pool="train-p5", instance=P5, efa=True, nodes=2,
-    min_nodes=2, image=image_uri("training", ACCOUNT, REGION), checks_image=image_uri("checks", ACCOUNT, REGION),
+    min_nodes=2, image=image_uri("training", ACCOUNT, REGION, "prod", BUILT),
+    checks_image=image_uri("checks", ACCOUNT, REGION, "prod", BUILT),
     service_account="gpt2", lustre_claim="lustre-scratch", min_busbw_gbps=300.0,
     train_args=training_args("gpt2", "/fsx/research/gpt2", model="gpt2-124m", strategy="ddp", precision="bf16",
                              compile=True, max_steps=100, micro_batch=16, global_batch=256, checkpoint_every=50,
@@ -126,7 +129,8 @@ def test_image_comes_from_the_in_region_registry(rec):
     for manifest in (jobset(rec), jobset(rec, "gpt2-allreduce")):
         spec = pod(manifest)
         for c in [*spec["containers"], *spec["initContainers"]]:
-            assert c["image"] == "111122223333.dkr.ecr.me-central-1.amazonaws.com/mlplat/training:0.1.0"
+            assert c["image"] == ("111122223333.dkr.ecr.me-central-1.amazonaws.com/mlplat/prod/training:"
+                                  f"{BUILT['training']}")
 
 
 def test_runs_restricted_without_privilege(rec):
@@ -208,7 +212,7 @@ def test_gpu_check_runs_on_every_node_of_the_pool(rec):
     [c] = spec["containers"]
     assert c["command"][:3] == ["python", "-m", "workloads.gpucheck"]
     assert c["command"][3:9] == ["--expect-gpus", "8", "--expect-model", "h100", "--expect-memory-gib", "80"]
-    assert c["image"] == "111122223333.dkr.ecr.me-central-1.amazonaws.com/mlplat/checks:0.1.0"
+    assert c["image"] == f"111122223333.dkr.ecr.me-central-1.amazonaws.com/mlplat/prod/checks:{BUILT['checks']}"
     assert "nvidia.com/gpu" not in c["resources"]["limits"]  # the GPUs stay with training
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in c["env"]
     assert c["readinessProbe"]["exec"]["command"] == ["test", "-e", "/run/gpucheck/healthy"]

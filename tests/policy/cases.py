@@ -45,7 +45,7 @@ def deployment(pod_spec: dict[str, Any], name: str = "app", namespace: str = "te
 
 GOOD_CONTAINER = {
     "name": "app",
-    "image": f"{ECR}/mlplat/serve:1.4.2",
+    "image": f"{ECR}/mlplat/serve:1.4.2@sha256:{'e' * 64}",
     "resources": {"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}},
     "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
 }
@@ -56,6 +56,7 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 HELM = "kubernetes:helm.sh/v3:Release"
+HELM_CHART = "kubernetes:helm.sh/v4:Chart"
 
 RESOURCE_CASES: list[Case] = [
     # --- residency
@@ -125,6 +126,15 @@ RESOURCE_CASES: list[Case] = [
     Case("k8s-images-pinned", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
     Case("k8s-images-pinned", DEPLOYMENT,
          deployment(_pod({**GOOD_CONTAINER, "image": f"{ECR}/mlplat/serve:latest"})), True, provider=None),
+    Case("k8s-images-pinned", DEPLOYMENT,
+         deployment(_pod({**GOOD_CONTAINER, "image": f"{ECR}/mlplat/serve:1.4.2"})), True, provider=None),
+    Case("k8s-charts-from-allowed-registries", HELM_CHART,
+         {"chart": f"oci://{ECR}/mlplat/prod/charts/kueue", "version": "0.18.2"}, False, provider=None),
+    Case("k8s-charts-from-allowed-registries", HELM_CHART,
+         {"chart": "oci://registry.k8s.io/kueue/charts/kueue", "version": "0.18.2"}, True, provider=None),
+    Case("k8s-charts-from-allowed-registries", HELM_CHART,
+         {"chart": "kube-prometheus-stack", "version": "88.3.0",
+          "repositoryOpts": {"repo": "https://prometheus-community.github.io/helm-charts"}}, True, provider=None),
     Case("k8s-containers-have-limits", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
     Case("k8s-containers-have-limits", DEPLOYMENT,
          deployment(_pod({**GOOD_CONTAINER, "resources": {"requests": {"cpu": "1"}}})), True, provider=None),

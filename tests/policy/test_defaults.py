@@ -15,7 +15,8 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "policies" / "config"
 POLICIES = {p.name: p for p in ALL_POLICIES}
 # What the stacks' config files relax, each entry with a written reason; every other setting
 # they give restates a default or is stricter than it.
-RELAXED = {"k8s-no-privileged-or-host-namespaces", "k8s-workloads-run-as-non-root", "k8s-no-added-capabilities"}
+RELAXED = {"k8s-no-privileged-or-host-namespaces", "k8s-workloads-run-as-non-root", "k8s-no-added-capabilities",
+           "k8s-images-pinned"}
 STRICTER = {("load-balancer-listeners-tls", "requireTls13Policy"): True}
 
 

@@ -58,7 +58,11 @@ def test_helm_value_shapes():
     assert found["values.operator"].path == "mlplat/mirror/gpu-operator"
     assert found["values.prometheus.prometheusSpec.image"].host == ECR
     assert found["values.sidecar.image"].tag == "latest"
-    assert pin_problem(found["values.chartless.image"]) is None  # the chart's appVersion, pinned by its version
+    # The chart's appVersion: a tag, pinned by the chart version but not by digest.
+    assert pin_problem(found["values.chartless.image"]) == "leaves the image to the chart's tag, which names no digest"
+    split = helm_images({"image": {"registry": ECR, "repository": "mlplat/prod/mirror/prometheus", "tag": "v3",
+                                   "sha": "ab" * 32}})
+    assert [image.digest for _, image in split] == ["sha256:" + "ab" * 32]  # kube-prometheus-stack's `sha`
 
 
 def test_helm_release_images():
@@ -68,7 +72,16 @@ def test_helm_release_images():
     assert message == ("Release kube-system/nvidia-device-plugin: values.image pulls nvcr.io/nvidia/k8s-device-plugin"
                        ":v0.17.2 from nvcr.io, which is not an allowed registry "
                        "['*.dkr.ecr.me-central-1.amazonaws.com']")
-    assert check(k8s.k8s_images_pinned, HELM, release) == []
+    [message] = check(k8s.k8s_images_pinned, HELM, release)
+    assert message.startswith("Release kube-system/nvidia-device-plugin: values.image nvcr.io/nvidia/k8s-device-plugin"
+                              ":v0.17.2 is referenced by the tag :v0.17.2 alone")
+    pinned = {**release, "values": {"image": {"repository": f"{ECR}/mlplat/prod/mirror/k8s-device-plugin",
+                                              "tag": f"v0.19.3@sha256:{'c' * 64}"}}}
+    assert check(k8s.k8s_images_pinned, HELM, pinned) == []
+    awaiting = {"awaitingPin": [{"repository": "mirror/k8s-device-plugin", "reason": "not pinned yet"}]}
+    tagged = {**release, "values": {"image": {"repository": f"{ECR}/mlplat/prod/mirror/k8s-device-plugin",
+                                              "tag": "v0.19.3"}}}
+    assert check(k8s.k8s_images_pinned, HELM, tagged, config=awaiting) == []
     assert check(k8s.k8s_images_from_allowed_registries, HELM, {"chart": "x", "values": {}}) == NOT_APPLICABLE
     assert check(k8s.k8s_containers_have_limits, HELM, release) == NOT_APPLICABLE
 

@@ -49,14 +49,15 @@ def chart_objects(result) -> Iterator[tuple[str, dict]]:
             yield charts[reg.parent], reg.inputs(mask_secrets=False)
 
 
-def renders():
-    """Every distinct rendered release of every variant (stacks share most of them)."""
+def renders(with_environment: bool = False):
+    """Every distinct rendered release of every variant (stacks share most of them); with
+    the environment whose registry it pulls from, when asked."""
     seen = {}
     for stack, mode in VARIANTS:
         for chart in preview(stack, mode).charts:
             key = chart.rendered.release.key(KUBERNETES_VERSION, ())
-            seen.setdefault(key, chart.rendered)
-    return list(seen.values())
+            seen.setdefault(key, (stack.removesuffix("-cluster"), chart.rendered))
+    return list(seen.values()) if with_environment else [rendered for _, rendered in seen.values()]
 
 
 def test_every_chart_renders_into_registered_objects(variant):
@@ -121,7 +122,8 @@ def test_every_object_passes_kubernetes_validate_strict():
 def test_every_release_passes_the_render_check():
     """In-region images from the plan, mirrors equal to what the pinned charts run, and
     nothing the API server refuses, release by release."""
-    problems = [line for rendered in renders() for line in findings(rendered, ACCOUNT_ID, "me-central-1")]
+    problems = [line for environment, rendered in renders(with_environment=True)
+                for line in findings(rendered, ACCOUNT_ID, "me-central-1", environment)]
     assert problems == []
 
 

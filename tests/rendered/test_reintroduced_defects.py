@@ -22,6 +22,7 @@ from infra.config import load_stack
 from infra.preview.charts import children
 from infra.preview.fixtures import ACCOUNT_ID
 from infra.render import release_spec, render
+from infra.versions import IMAGES
 from tests.policy.harness import check
 
 REGION = "me-central-1"
@@ -34,10 +35,10 @@ def rendered(chart: str, values: dict):
 
 def test_efa_plugin_asking_for_privilege_with_no_escalation_is_refused():
     values = efa_device_plugin_values(PROD)
-    assert findings(rendered("aws-efa-k8s-device-plugin", values), ACCOUNT_ID, REGION) == []
+    assert findings(rendered("aws-efa-k8s-device-plugin", values), ACCOUNT_ID, REGION, "prod") == []
     # The defect: our map merged into the chart's `privileged: true`.
     values["securityContext"] = {**NO_CAPABILITIES, "runAsNonRoot": False}
-    lines = findings(rendered("aws-efa-k8s-device-plugin", values), ACCOUNT_ID, REGION)
+    lines = findings(rendered("aws-efa-k8s-device-plugin", values), ACCOUNT_ID, REGION, "prod")
     assert lines == [
         "release aws-efa-k8s-device-plugin: DaemonSet kube-system/aws-efa-k8s-device-plugin: "
         "spec.template.spec.containers[0].securityContext: Invalid value: cannot set `allowPrivilegeEscalation` "
@@ -47,11 +48,11 @@ def test_efa_plugin_asking_for_privilege_with_no_escalation_is_refused():
 
 def test_nfd_of_the_wrong_version_for_the_device_plugin_chart_is_caught():
     values = nvidia_device_plugin_values(PROD)
-    assert findings(rendered("nvidia-device-plugin", values), ACCOUNT_ID, REGION) == []
+    assert findings(rendered("nvidia-device-plugin", values), ACCOUNT_ID, REGION, "prod") == []
     # The defect: the GPU Operator's NFD (0.18.3) forced onto this chart's NFD 0.17.3.
     nfd = PROD.image("node-feature-discovery")
     values["nfd"]["image"] = {"repository": nfd.full_repository, "tag": nfd.tag, "pullPolicy": "IfNotPresent"}
-    lines = findings(rendered("nvidia-device-plugin", values), ACCOUNT_ID, REGION)
+    lines = findings(rendered("nvidia-device-plugin", values), ACCOUNT_ID, REGION, "prod")
     master = [line for line in lines if "node-feature-discovery-master" in line]
     assert master == [
         "release nvidia-device-plugin: Deployment nvidia-device-plugin/nvidia-device-plugin-node-feature-discovery-"
@@ -68,15 +69,15 @@ def test_nfd_of_the_wrong_version_for_the_device_plugin_chart_is_caught():
 
 def test_node_exporter_tag_the_chart_rewrites_is_caught():
     values = kube_prometheus_stack_values(PROD)
-    assert findings(rendered("kube-prometheus-stack", values), ACCOUNT_ID, REGION) == []
+    assert findings(rendered("kube-prometheus-stack", values), ACCOUNT_ID, REGION, "prod") == []
     # The defect: the chart (distroless by default) appends -distroless to the plan's tag.
     del values["prometheus-node-exporter"]["image"]["distroless"]
-    lines = findings(rendered("kube-prometheus-stack", values), ACCOUNT_ID, REGION)
+    lines = findings(rendered("kube-prometheus-stack", values), ACCOUNT_ID, REGION, "prod")
     host = f"{ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com"
     assert (
         "release kube-prometheus-stack: DaemonSet monitoring/kube-prometheus-stack-prometheus-node-exporter: "
-        f"spec.template.spec.containers[0].image: {host}/mlplat/mirror/node-exporter:v1.12.1-distroless-distroless "
-        "(image is an in-region mirror of the plan)"
+        f"spec.template.spec.containers[0].image: {host}/mlplat/prod/mirror/node-exporter:v1.12.1-distroless-distroless"
+        f"@{IMAGES['node-exporter'].digest} (image is an in-region mirror of the plan, by digest)"
     ) in lines
 
 

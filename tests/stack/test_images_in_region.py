@@ -15,8 +15,9 @@ import pytest
 
 from components.specs import deploy_runner
 from infra.preview.fixtures import ACCOUNT_ID
-from infra.versions import IMAGES, registry_host
-from tests.conftest import DESCRIPTOR, STACKS, both_layers, preview
+from infra.preview.report import awaiting_pin
+from infra.versions import CHARTS, IMAGES, UNBUILT, registry_host, unpinned
+from tests.conftest import DESCRIPTOR, STACKS, both_layers
 
 # `image`, `initImage`, `configReloaderImage`, ...
 IMAGE_KEY = re.compile(r"(^i|I)mage$")
@@ -39,9 +40,11 @@ def _compose(parts: dict) -> str:
     if parts.get("registry"):
         ref = f"{parts['registry']}/{ref}"
     tag = parts.get("tag") or parts.get("version")
-    if parts.get("digest"):
-        return f"{ref}@{parts['digest']}"
-    return f"{ref}:{tag}" if tag else ref
+    ref = f"{ref}:{tag}" if tag else ref
+    digest = str(parts.get("digest") or parts.get("sha") or "")  # kube-prometheus-stack: `sha` without sha256:
+    if digest:
+        return f"{ref}@{digest if digest.startswith('sha256:') else 'sha256:' + digest}"
+    return ref
 
 
 def image_references(value: Any, path: str = "", key: str = "") -> Iterator[tuple[str, str]]:
@@ -52,7 +55,7 @@ def image_references(value: Any, path: str = "", key: str = "") -> Iterator[tupl
         if split:
             yield path, _compose(value)
         for child_key, child in value.items():
-            if split and child_key in ("repository", "image", "registry", "tag", "version", "digest"):
+            if split and child_key in ("repository", "image", "registry", "tag", "version", "digest", "sha"):
                 continue
             yield from image_references(child, f"{path}.{child_key}" if path else str(child_key), str(child_key))
     elif isinstance(value, list):
@@ -63,10 +66,12 @@ def image_references(value: Any, path: str = "", key: str = "") -> Iterator[tupl
             yield path, value
 
 
-def out_of_plan(references: list[tuple[str, str]], account: str, region: str) -> list[str]:
-    """Every reference that is not `<account>.dkr.ecr.<region>.amazonaws.com/<plan repo>:<plan tag>`."""
+def out_of_plan(references: list[tuple[str, str]], account: str, region: str, environment: str) -> list[str]:
+    """Every reference that is not `<account>.dkr.ecr.<region>.amazonaws.com/mlplat/<env>/<plan
+    repo>:<plan tag>@<pin>` (the platform's own images at the preview's stand-in build)."""
     host = registry_host(account, region)
-    allowed = {f"{host}/{image.repository}:{image.tag}" for image in IMAGES.values()}
+    allowed = {f"{host}/{image.repository(environment)}:{UNBUILT if image.built_here else image.tag}"
+               + (f"@{image.digest}" if image.digest else "") for image in IMAGES.values()}
     return [f"{where}: {ref}" for where, ref in references if ref not in allowed]
 
 
@@ -108,17 +113,21 @@ def test_walker_finds_every_shape_of_reference():
     assert found["public.ecr.aws/eks/x:v1"] == "spec.containers[0].env[0].value"
 
 
-def test_walker_flags_other_regions_accounts_and_unplanned_tags():
+def test_walker_flags_other_regions_accounts_environments_tags_and_digests():
     kueue = IMAGES["kueue"]
+    repository = kueue.repository("prod")
     refs = [
-        ("ok", f"{HOST}/{kueue.repository}:{kueue.tag}"),
-        ("region", f"{registry_host(ACCOUNT_ID, 'us-west-2')}/{kueue.repository}:{kueue.tag}"),
-        ("account", f"{registry_host('999999999999', 'me-central-1')}/{kueue.repository}:{kueue.tag}"),
-        ("tag", f"{HOST}/{kueue.repository}:latest"),
+        ("ok", f"{HOST}/{repository}:{kueue.tag}@{kueue.digest}"),
+        ("region", f"{registry_host(ACCOUNT_ID, 'us-west-2')}/{repository}:{kueue.tag}@{kueue.digest}"),
+        ("account", f"{registry_host('999999999999', 'me-central-1')}/{repository}:{kueue.tag}@{kueue.digest}"),
+        ("environment", f"{HOST}/{kueue.repository('dev')}:{kueue.tag}@{kueue.digest}"),
+        ("tag", f"{HOST}/{repository}:latest"),
+        ("tag-alone", f"{HOST}/{repository}:{kueue.tag}"),
+        ("digest", f"{HOST}/{repository}:{kueue.tag}@sha256:{'0' * 64}"),
         ("upstream", f"{kueue.source}:{kueue.tag}"),
     ]
-    assert [line.split(":", 1)[0] for line in out_of_plan(refs, ACCOUNT_ID, "me-central-1")] == [
-        "region", "account", "tag", "upstream"]
+    assert [line.split(":", 1)[0] for line in out_of_plan(refs, ACCOUNT_ID, "me-central-1", "prod")] == [
+        "region", "account", "environment", "tag", "tag-alone", "digest", "upstream"]
 
 
 # --- every stack, both layers ------------------------------------------------------------
@@ -147,11 +156,30 @@ def test_every_image_is_an_in_region_mirror_from_the_plan(environment):
     assert not runs_pods(cloud), "the cloud layer declares Kubernetes workloads"
     curated = codebuild_curated(cloud)
     assert len(curated) == 1, "the deploy runner's build image"
-    assert set(out_of_plan(stack_references(cloud), ACCOUNT_ID, cloud.region)) == curated
+    assert set(out_of_plan(stack_references(cloud), ACCOUNT_ID, cloud.region, environment)) == curated
     refs = stack_references(cluster)
     assert runs_pods(cluster)
     assert refs, "the stack runs pods but no image reference was found in what it declares"
-    assert out_of_plan(refs, ACCOUNT_ID, cluster.region) == []
+    assert out_of_plan(refs, ACCOUNT_ID, cluster.region, environment) == []
+
+
+@pytest.mark.parametrize("environment", STACKS)
+def test_no_image_is_referenced_by_tag_alone_but_the_mirrors_awaiting_their_pin(environment):
+    """What the cluster layer declares and what its charts render, as it will be applied
+    (tests/conftest.py `preview` expands every chart): by digest, except the mirrors the
+    plan has not pinned yet, which `pulumi up` and `mlplat mirror` refuse."""
+    _, cluster = both_layers(environment)
+    awaiting = {f"{registry_host(ACCOUNT_ID, cluster.region)}/{IMAGES[name].repository(environment)}"
+                for name in (entry.split(" ", 1)[1] for entry in unpinned())}
+    tag_alone = {ref for _, ref in stack_references(cluster) if "@sha256:" not in ref}
+    assert {ref.rsplit(":", 1)[0] for ref in tag_alone} <= awaiting, sorted(tag_alone)
+    assert awaiting_pin(cluster) == sorted(tag_alone)  # what the preview's report lists
+    charts = [r for r in cluster.registrations if r.type == "kubernetes:helm.sh/v4:Chart"]
+    assert charts
+    for chart in charts:
+        assert chart.inputs()["chart"] == (f"oci://{registry_host(ACCOUNT_ID, cluster.region)}/"
+                                           f"{CHARTS[chart.name].mirror_repository(environment)}")
+        assert "repositoryOpts" not in chart.inputs()
 
 
 @pytest.mark.parametrize("environment", STACKS)
@@ -160,9 +188,10 @@ def test_every_referenced_repository_exists_in_the_stack(environment):
     host = registry_host(ACCOUNT_ID, cluster.region)
     assert cloud.stack_outputs[DESCRIPTOR]["registryHost"] == host
     created = {r.inputs()["name"] for r in cloud.registrations if r.type == "aws:ecr/repository:Repository"}
-    assert created == {image.repository for image in IMAGES.values()}
+    assert created == {image.repository(environment) for image in IMAGES.values()} | {
+        chart.mirror_repository(environment) for chart in CHARTS.values()}
     assert [r.urn for r in cluster.registrations if r.type == "aws:ecr/repository:Repository"] == []
     for _, ref in stack_references(cluster):
-        repository = ref.removeprefix(f"{host}/").rsplit(":", 1)[0]
+        repository = ref.removeprefix(f"{host}/").split("@")[0].rsplit(":", 1)[0]
         assert repository in created, ref
 

@@ -39,6 +39,7 @@ EXPECTED = {
     "public_subnet_nodes.py": "no-public-ips-on-nodes",
     "image_from_docker_hub.py": "k8s-images-from-allowed-registries",
     "image_latest.py": "k8s-images-pinned",
+    "chart_from_upstream.py": "k8s-charts-from-allowed-registries",
     "container_without_limits.py": "k8s-containers-have-limits",
     "gpu_pod_without_toleration.py": "k8s-gpu-pods-use-limits-and-tolerate-taint",
     "privileged_daemonset.py": "k8s-no-privileged-or-host-namespaces",

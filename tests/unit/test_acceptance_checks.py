@@ -696,7 +696,7 @@ def test_prod_deploys_the_workloads_the_suite_reads():
     threshold = float(commands[0][commands[0].index("--min-busbw-gbps") + 1])
     assert threshold == PROD.collective_threshold_gbps
 
-    charts = {r.inputs()["chart"] for r in of_type(result, "kubernetes:helm.sh/v4:Chart")}
+    charts = {r.inputs()["chart"].rsplit("/", 1)[-1] for r in of_type(result, "kubernetes:helm.sh/v4:Chart")}
     assert "aws-efa-k8s-device-plugin" in charts
     assert charts & {"nvidia-device-plugin", "gpu-operator"}
 

@@ -47,14 +47,14 @@ from components.tenancy_spec import Tenant
 from components.training_spec import HUGEPAGES_RESOURCE, pod_resources
 from infra.catalog import lookup
 from infra.config import ConfigError, load_stack, parse_config
-from infra.versions import CHARTS, IMAGES
+from infra.versions import CHARTS, IMAGES, image_uri, unpinned
 from tests.unit.test_config import raw_stack
 
-ACCOUNT, REGION = "111122223333", "me-central-1"
+ACCOUNT, REGION, ENV = "111122223333", "me-central-1", "prod"
 MIRROR_HOST = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
 
 PROD = AddonContext(
-    account=ACCOUNT, region=REGION,
+    account=ACCOUNT, region=REGION, environment=ENV,
     gpu_instance_types=("p5.48xlarge", "g6e.2xlarge"), efa_instance_types=("p5.48xlarge",),
 )
 
@@ -68,13 +68,16 @@ def required_instance_types(affinity: dict[str, Any]) -> list[str]:
 
 def image_references(values: Any, path: str = "") -> list[tuple[str, str]]:
     """Every (path, reference) of an image the values configure, in any of the shapes charts
-    use: {repository, tag}, {registry, repository, tag} or {repository, image, version}."""
+    use: {repository, tag}, {registry, repository, tag} or {repository, image, version}, the
+    digest in the tag or apart (`sha` without `sha256:`, or `sha`/`digest` with it)."""
     found: list[tuple[str, str]] = []
     if isinstance(values, dict):
         if "repository" in values and ("tag" in values or "version" in values):
             parts = [values.get("registry"), values["repository"], values.get("image")]
             ref = "/".join(p for p in parts if p)
-            found.append((path, f"{ref}:{values.get('tag') or values.get('version')}"))
+            digest = values.get("digest") or values.get("sha")
+            at = "" if not digest else f"@{digest}" if digest.startswith("sha256:") else f"@sha256:{digest}"
+            found.append((path, f"{ref}:{values.get('tag') or values.get('version')}{at}"))
         for key, value in values.items():
             found += image_references(value, f"{path}.{key}")
     elif isinstance(values, list):
@@ -93,8 +96,8 @@ ALL_VALUES = {
     "jobset": jobset_values(PROD),
     "aws-fsx-csi-driver": fsx_csi_values(PROD),
     # Installed with the inference service (components/inference.py), which is its only user.
-    "prometheus-adapter": adapter_values(f"{MIRROR_HOST}/{IMAGES['prometheus-adapter'].repository}",
-                                         IMAGES["prometheus-adapter"].tag, resource_metrics=True),
+    "prometheus-adapter": adapter_values(PROD.image("prometheus-adapter").full_repository,
+                                         PROD.image("prometheus-adapter").tag, resource_metrics=True),
 }
 
 
@@ -108,17 +111,20 @@ def test_every_chart_has_values_and_a_pinned_version():
 def test_every_image_comes_from_the_in_region_mirror(chart):
     refs = image_references(ALL_VALUES[chart])
     assert refs, f"{chart}: no image configured, the chart would fall back to its upstream default"
-    mirrored = {f"{MIRROR_HOST}/{image.repository}:{image.tag}" for image in IMAGES.values()}
+    # By digest, but for the mirrors still awaiting their pin, which only their tag names.
+    mirrored = {image_uri(name, ACCOUNT, REGION, ENV) for name, image in IMAGES.items() if not image.built_here}
     for path, ref in refs:
         assert ref in mirrored, f"{chart}{path}: {ref} is not in the registry plan"
-        assert not ref.endswith(":latest")
+        assert "@sha256:" in ref or f"image {ref.split('/')[-1].split(':')[0]}" in unpinned(), ref
 
 
 def test_mirror_image_splits_the_registry_plan_uri():
-    img = mirror_image("dcgm-exporter", ACCOUNT, REGION)
-    assert img.uri == f"{MIRROR_HOST}/mlplat/mirror/dcgm-exporter:{IMAGES['dcgm-exporter'].tag}"
-    assert (img.registry, img.repository, img.prefix, img.image) == (
-        MIRROR_HOST, "mlplat/mirror/dcgm-exporter", f"{MIRROR_HOST}/mlplat/mirror", "dcgm-exporter")
+    img = mirror_image("dcgm-exporter", ACCOUNT, REGION, ENV)
+    pinned = IMAGES["dcgm-exporter"]
+    assert img.uri == f"{MIRROR_HOST}/mlplat/prod/mirror/dcgm-exporter:{pinned.tag}@{pinned.digest}"
+    assert (img.registry, img.repository, img.prefix, img.image, img.tag) == (
+        MIRROR_HOST, "mlplat/prod/mirror/dcgm-exporter", f"{MIRROR_HOST}/mlplat/prod/mirror", "dcgm-exporter",
+        f"{pinned.tag}@{pinned.digest}")
 
 
 # --- NVIDIA device plugin ------------------------------------------------------------
@@ -144,7 +150,7 @@ def test_device_plugin_config_time_slicing_and_mig():
     shared = yaml.safe_load(device_plugin_config(4, "single"))
     assert shared["flags"]["migStrategy"] == "single"
     assert shared["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
-    ctx = AddonContext(ACCOUNT, REGION, ("g5.2xlarge",), time_slicing_replicas=4, mig_strategy="mixed")
+    ctx = AddonContext(ACCOUNT, REGION, ENV, ("g5.2xlarge",), time_slicing_replicas=4, mig_strategy="mixed")
     values = nvidia_device_plugin_values(ctx)
     assert values["config"]["default"] == "default"
     assert yaml.safe_load(values["config"]["map"]["default"]) == yaml.safe_load(device_plugin_config(4, "mixed"))
@@ -158,9 +164,9 @@ def test_gpu_operator_keeps_the_ami_driver_and_toolkit_and_runs_dcgm():
     assert {"name": "MOFED_ENABLED", "value": "false"} in values["devicePlugin"]["env"]
     assert values["daemonsets"]["tolerations"] == [GPU_TOLERATION]
     assert values["migManager"]["enabled"] is False and "mig" not in values
-    assert values["devicePlugin"]["repository"] == f"{MIRROR_HOST}/mlplat/mirror"
+    assert values["devicePlugin"]["repository"] == f"{MIRROR_HOST}/mlplat/prod/mirror"
     assert values["devicePlugin"]["image"] == "k8s-device-plugin"
-    mig = gpu_operator_values(AddonContext(ACCOUNT, REGION, ("p5.48xlarge",), mig_strategy="mixed"))
+    mig = gpu_operator_values(AddonContext(ACCOUNT, REGION, ENV, ("p5.48xlarge",), mig_strategy="mixed"))
     assert mig["mig"] == {"strategy": "mixed"} and mig["migManager"]["enabled"] is True
 
 
@@ -186,7 +192,7 @@ def test_efa_types_come_from_efa_pools_only():
 
 
 def test_prometheus_and_alertmanager_volumes_on_the_encrypted_class():
-    ctx = AddonContext(ACCOUNT, REGION, storage_class="gp3-encrypted", prometheus_volume_gi=250,
+    ctx = AddonContext(ACCOUNT, REGION, ENV, storage_class="gp3-encrypted", prometheus_volume_gi=250,
                        alertmanager_volume_gi=20, prometheus_retention_days=30)
     values = kube_prometheus_stack_values(ctx)
     prom = values["prometheus"]["prometheusSpec"]
@@ -247,7 +253,7 @@ def test_prometheus_rule_manifest():
 def test_kueue_and_jobset_controllers_have_limits_and_mirror_images():
     assert kueue_values(PROD)["controllerManager"]["manager"]["resources"]["limits"]
     assert kueue_values(PROD)["enablePrometheus"] is True
-    assert kueue_values(AddonContext(ACCOUNT, REGION, telemetry=False))["enablePrometheus"] is False
+    assert kueue_values(AddonContext(ACCOUNT, REGION, ENV, telemetry=False))["enablePrometheus"] is False
     assert jobset_values(PROD)["controller"]["resources"]["limits"]
 
 
@@ -400,19 +406,14 @@ def test_fsx_csi_driver_region_pinned_and_on_gpu_nodes():
     assert values["node"]["tolerateAllTaints"] is False
 
 
-def test_chart_source_upstream_and_mirror():
-    assert chart_source("nvidia-device-plugin") == ChartSource(
-        "nvidia-device-plugin", CHARTS["nvidia-device-plugin"].version, "https://nvidia.github.io/k8s-device-plugin")
-    kueue = chart_source("kueue")
-    assert (kueue.chart, kueue.repo) == ("oci://registry.k8s.io/kueue/charts/kueue", None)
-    mirror = chart_mirror("ecr", ACCOUNT, REGION)
-    assert mirror == f"oci://{MIRROR_HOST}/mlplat/charts"
+def test_charts_come_from_the_environments_in_region_repositories():
+    mirror = chart_mirror("ecr", ACCOUNT, REGION, ENV)
+    assert mirror == f"oci://{MIRROR_HOST}/mlplat/prod/charts"
     for name, chart in CHARTS.items():
-        source = chart_source(name, mirror)
-        assert source.chart == f"oci://{MIRROR_HOST}/mlplat/charts/{name}" and source.repo is None
-        assert source.version == chart.version
-    assert chart_mirror(None, ACCOUNT, REGION) is None
-    assert chart_mirror("oci://mirror.example/charts", ACCOUNT, REGION) == "oci://mirror.example/charts"
+        # Where `mlplat mirror` pushes it (infra/mirror.py) is where Helm fetches it.
+        assert chart_source(name, mirror) == ChartSource(f"oci://{MIRROR_HOST}/{chart.mirror_repository(ENV)}",
+                                                        chart.version)
+    assert chart_mirror("oci://mirror.example/charts", ACCOUNT, REGION, ENV) == "oci://mirror.example/charts"
 
 
 def test_system_namespaces_follow_the_stack():
@@ -421,7 +422,7 @@ def test_system_namespaces_follow_the_stack():
         "jobset-system", "kueue-system", "monitoring", "nvidia-device-plugin", "kube-system"]
     smb = addon_context(load_stack("smb"), ACCOUNT, "gp3-encrypted")
     assert system_namespaces_needed(smb, lustre=False) == ["jobset-system", "kueue-system", "monitoring"]
-    operator = AddonContext(ACCOUNT, REGION, ("g5.2xlarge",), device_plugin_mode="gpu-operator", telemetry=False)
+    operator = AddonContext(ACCOUNT, REGION, ENV, ("g5.2xlarge",), device_plugin_mode="gpu-operator", telemetry=False)
     assert system_namespaces_needed(operator, lustre=False) == ["jobset-system", "kueue-system", "gpu-operator"]
 
 

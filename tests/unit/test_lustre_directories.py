@@ -3,6 +3,8 @@ data; and its script, run by a real shell against a scratch directory."""
 
 from __future__ import annotations
 
+import re
+
 import os
 import stat
 import subprocess
@@ -28,7 +30,7 @@ from components.training_spec import POD_SECURITY, RUN_AS, TrainingPlan
 from infra.catalog import lookup
 
 LUSTRE = LustreVolume("fs-0123456789abcdef0", "fs-0123456789abcdef0.fsx.me-central-1.amazonaws.com", "abcdefgh", 1200)
-IMAGE = mirror_image("node-debug", "111122223333", "me-central-1").uri
+IMAGE = mirror_image("node-debug", "111122223333", "me-central-1", "prod").uri
 TENANTS = ("research", "applied")
 
 
@@ -84,7 +86,7 @@ def test_root_with_three_capabilities_and_nothing_else(job):
 
 def test_image_limits_and_retries(job):
     container = container_of(job)
-    assert container["image"] == IMAGE and ".dkr.ecr.me-central-1." in IMAGE and IMAGE.endswith(":1.37.0")
+    assert container["image"] == IMAGE and ".dkr.ecr.me-central-1." in IMAGE and re.search(r":1\.37\.0@sha256:[0-9a-f]{64}$", IMAGE)
     resources = container["resources"]
     assert resources["limits"]["cpu"] and resources["limits"]["memory"]
     spec = job["spec"]

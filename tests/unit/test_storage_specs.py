@@ -14,7 +14,7 @@ from components.bucket_policy import TrailDelivery, bucket_name, bucket_policy, 
 from components.key_policy import KeyUse, StorageNames, data_class_uses, key_policy
 from components.registry_policy import lifecycle_policy
 from infra.config import ConfigError, parse_config
-from infra.versions import IMAGES, image_uri
+from infra.versions import CHARTS, DIGEST, IMAGES, PlanError, image_uri, unpinned
 
 ACCOUNT, REGION = "111122223333", "me-central-1"
 ROOT = f"arn:aws:iam::{ACCOUNT}:root"
@@ -242,18 +242,42 @@ def test_ecr_lifecycle_policy():
         lifecycle_policy(0, 20)
 
 
-def test_registry_plan_maps_every_image_to_an_in_region_repository():
-    repositories = [image.repository for image in IMAGES.values()]
-    assert len(set(repositories)) == len(repositories)
+def test_registry_plan_maps_every_image_to_an_in_region_repository_of_its_environment():
+    repositories = [image.repository("prod") for image in IMAGES.values()]
+    charts = [chart.mirror_repository("prod") for chart in CHARTS.values()]
+    assert len(set(repositories + charts)) == len(repositories + charts)
+    # Two environments in one account never share a repository.
+    assert not set(repositories + charts) & {i.repository("dev") for i in IMAGES.values()}
+    built = {"training": f"0.1.0-abc@sha256:{'1' * 64}", "serving": f"0.1.0-abc@sha256:{'2' * 64}",
+             "checks": f"0.1.0-abc@sha256:{'3' * 64}"}
     for name, image in IMAGES.items():
         assert image.name == name and image.tag
-        uri = image_uri(name, ACCOUNT, REGION)
-        assert uri == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{image.repository}:{image.tag}"
+        uri = image_uri(name, ACCOUNT, REGION, "prod", built)
+        host = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
         if image.built_here:
-            assert image.upstream == "" and image.repository == f"mlplat/{name}"
+            assert image.upstream(REGION) == "" and image.repository("prod") == f"mlplat/prod/{name}"
+            assert uri == f"{host}/mlplat/prod/{name}:{built[name]}"
         else:
-            assert image.repository == f"mlplat/mirror/{name}" and image.upstream == f"{image.source}:{image.tag}"
-            assert "." in image.source.split("/", 1)[0], f"{name}: name the upstream registry host"
+            assert image.repository("prod") == f"mlplat/prod/mirror/{name}"
+            assert uri == f"{host}/mlplat/prod/mirror/{name}:{image.tag}" + (f"@{image.digest}" if image.digest else "")
+            assert image.upstream(REGION).endswith(f":{image.tag}")
+            assert "." in image.upstream(REGION).split("/", 1)[0], f"{name}: name the upstream registry host"
+    with pytest.raises(PlanError, match="mlplat:platformImages.training is not set"):
+        image_uri("training", ACCOUNT, REGION, "prod", {})
+
+
+def test_the_efa_plugin_is_copied_from_the_eks_registry_of_the_stacks_own_region():
+    assert IMAGES["aws-efa-k8s-device-plugin"].upstream("me-central-1") == (
+        "759879836304.dkr.ecr.me-central-1.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.20")
+    with pytest.raises(PlanError, match="no EKS add-on registry is known for region xx-west-9"):
+        IMAGES["aws-efa-k8s-device-plugin"].upstream("xx-west-9")
+
+
+def test_unpinned_lists_exactly_the_mirrors_without_a_digest():
+    # Every chart is pinned; the images listed here await a registry that answers.
+    assert unpinned() == [f"image {n}" for n, i in IMAGES.items() if not i.built_here and not i.digest]
+    assert all(DIGEST.match(c.digest) for c in CHARTS.values())
+    assert all(DIGEST.match(i.digest) for i in IMAGES.values() if i.digest)
 
 
 def test_registry_plan_covers_what_the_platform_runs():

@@ -3,10 +3,14 @@
 # (libnvidia-ml.so) comes from the node's driver: the NVIDIA container runtime mounts it
 # into any container started with NVIDIA_VISIBLE_DEVICES set. Build from the repository root:
 #
-#   docker build -f workloads/images/checks.Dockerfile -t <account>.dkr.ecr.<region>.amazonaws.com/mlplat/checks:<version> .
-
-# The Python the project is tested with.
-ARG BASE_IMAGE=python:3.11.7-slim-bookworm
+#   docker build -f workloads/images/checks.Dockerfile \
+#     --build-arg BASE_IMAGE=<registry>/mlplat/<env>/mirror/python:3.11.7-slim-bookworm@sha256:<pin> \
+#     -t <registry>/mlplat/<env>/checks:<version>-<commit> .
+#
+# BASE_IMAGE has no default: the base always comes from the in-region mirror by digest
+# (infra/versions.py image_uri("python", ...); deploy-environment.yml passes it). The
+# Python the project is tested with.
+ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
 # Same pin as the project's `workloads` extra in pyproject.toml.

@@ -4,13 +4,13 @@
 # Build from the repository root:
 #
 #   docker build -f workloads/images/serving.Dockerfile \
-#     --build-arg BASE_IMAGE=<account>.dkr.ecr.me-central-1.amazonaws.com/mlplat/mirror/pytorch:26.01-py3 \
-#     -t <account>.dkr.ecr.me-central-1.amazonaws.com/mlplat/serving:<version> .
+#     --build-arg BASE_IMAGE=<registry>/mlplat/<env>/mirror/pytorch:26.01-py3@sha256:<pin> \
+#     -t <registry>/mlplat/<env>/serving:<version>-<commit> .
 #
 # The base brings PyTorch (the export is tested against torch 2.13.0). Publishing to the
 # models bucket uses the AWS CLI, which the image leaves out: in-cluster it writes to a
 # mounted repository, and CI uploads with its own CLI.
-ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.01-py3
+ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
 # The project's `serve` extra, plus the gRPC and protobuf releases the Triton client and the

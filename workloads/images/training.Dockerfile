@@ -4,14 +4,15 @@
 # that lets NCCL use it). Build from the repository root:
 #
 #   docker build -f workloads/images/training.Dockerfile \
-#     --build-arg BASE_IMAGE=<account>.dkr.ecr.me-central-1.amazonaws.com/mlplat/mirror/pytorch:26.01-py3 \
-#     -t <account>.dkr.ecr.me-central-1.amazonaws.com/mlplat/training:<version> .
+#     --build-arg BASE_IMAGE=<registry>/mlplat/<env>/mirror/pytorch:26.01-py3@sha256:<pin> \
+#     -t <registry>/mlplat/<env>/training:<version>-<commit> .
 #
-# BASE_IMAGE defaults to the upstream of the plan's `pytorch` mirror; CI points it at the
-# in-region mirror, so the cluster only ever pulls the finished image from in-region ECR.
+# BASE_IMAGE has no default: the base always comes from the in-region mirror by digest
+# (infra/versions.py image_uri("pytorch", ...); deploy-environment.yml passes it), and the
+# cluster only ever pulls the finished image from in-region ECR.
 # The base brings its own PyTorch build; the trainer uses only stable APIs (DDP,
 # fully_shard, torch.distributed.checkpoint), tested against torch 2.13.0.
-ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:26.01-py3
+ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
 # EFA installer 1.51.0 (October 2026) carries libfabric 2.7.0amzn2.0 and aws-ofi-nccl 1.22.0.

@@ -1,0 +1,22 @@
+"""Two local registries per test: `upstream` stands in for nvcr.io, quay.io and the chart
+repositories, `mirror` for the environment's in-region ECR."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.services.oci import Registry, require_tools, start_registry
+
+
+@pytest.fixture
+def registries(tmp_path) -> Iterator[tuple[Registry, Registry]]:
+    require_tools()
+    upstream = start_registry(tmp_path / "upstream")
+    mirror = start_registry(tmp_path / "mirror")
+    try:
+        yield upstream, mirror
+    finally:
+        upstream.stop()
+        mirror.stop()
