@@ -124,6 +124,16 @@ def test_the_supply_step_mirrors_and_builds_before_the_cluster_layer_reads_the_d
     assert "needs.supply.outputs.platform-images" in up["with"]["config-map"]
 
 
+def test_every_engine_run_of_a_cluster_layer_names_the_platform_images():
+    """The cluster layer refuses to run without mlplat:platformImages (infra/cluster_layer.py)."""
+    runs = [(workflow, name, step) for workflow, name, job in _jobs() for step in job.get("steps") or []
+            if str(step.get("uses", "")).startswith("pulumi/actions@")
+            and str(step["with"]["stack-name"]).endswith("-cluster")]
+    assert len(runs) == 2
+    for workflow, name, step in runs:
+        assert "'mlplat:platformImages': {value: '${{ " in step["with"].get("config-map", ""), (workflow, name)
+
+
 def test_the_runner_label_names_the_project_the_cloud_layer_creates():
     from components.specs.deploy_runner import runs_on_label
 
