@@ -39,8 +39,10 @@ ENV_CREDENTIALS: dict[str, tuple[tuple[str, ...], str | None]] = {
 }
 _UNREACHABLE = ("connection refused", "no such host", "i/o timeout", "network is unreachable",
                 "connection reset", "tls: ", "server gave http response to https client", "context deadline exceeded")
-_UNAUTHORIZED = ("unauthorized", "authentication required", "denied", "403 forbidden", "401")
-_NOT_FOUND = ("manifest unknown", "name unknown", "not found", "404")
+_UNAUTHORIZED = ("unauthorized", "authentication required", "denied", "forbidden", " 401", " 403")
+# A word that quotes a host, a port or a digest.
+_REFERENCE = re.compile(r"\.\w|:\d|@|sha256")
+_NOT_FOUND = ("manifest unknown", "name unknown", "not found", " 404")
 
 
 class RegistryError(Exception):
@@ -161,7 +163,9 @@ class Skopeo:
 def raise_for(message: str, source: str, destination: str | None = None) -> None:
     """Turn skopeo's error into one of ours; return quietly for a missing manifest."""
     line = _last_message(message)
-    lowered = line.lower()
+    # Match on skopeo's words, not on the references it quotes: a port such as 34010 or a
+    # digest holding "404" must not read as an HTTP status.
+    lowered = " " + " ".join(w for w in line.lower().split() if not _REFERENCE.search(w))
     # skopeo names the registry it was talking to; otherwise blame the source.
     host = host_of(destination) if destination and host_of(destination) in line else host_of(source)
     if any(word in lowered for word in _UNREACHABLE):
