@@ -12,6 +12,8 @@ FULL_STAMP := $(VENV)/.full-installed
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 CHECKOV_PIN   := checkov==3.3.30
+# The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
+IAM_STAMP     := tests/iam/node_modules/.installed
 
 .PHONY: setup setup-core services preview test check bench up clean
 
@@ -24,13 +26,17 @@ $(CORE_STAMP): pyproject.toml
 
 # Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks,
 # and checkov in its own virtualenv.
-setup: $(FULL_STAMP) $(CHECKOV_STAMP)
+setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(IAM_STAMP)
 $(FULL_STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench]'
 	@touch $@
 $(CHECKOV_STAMP):
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check $(CHECKOV_PIN)
+	@touch $@
+$(IAM_STAMP): tests/iam/package-lock.json
+	@command -v npm >/dev/null || { echo "make setup needs Node.js 20 and npm for the IAM evaluator: install them (Debian/Ubuntu: sudo apt-get install nodejs npm)"; exit 1; }
+	npm ci --prefix tests/iam --no-audit --no-fund --loglevel=error
 	@touch $@
 
 # The mirror tests (tests/services) start real registries (Debian's docker-registry, the

@@ -1,5 +1,6 @@
-"""`AuditTrail`: an in-region CloudTrail trail, CMK-encrypted, with log file validation
-and S3 data events for the data buckets, delivered to the Object Lock audit bucket."""
+"""`AuditTrail`: a CloudTrail trail homed in the stack's region, CMK-encrypted, with log
+file validation and S3 data events for the data buckets, delivered to the Object Lock
+audit bucket."""
 
 from __future__ import annotations
 
@@ -55,8 +56,11 @@ class AuditTrail(pulumi.ComponentResource):
             s3_key_prefix=CLOUDTRAIL_PREFIX,
             kms_key_id=args.kms_key_arn,
             enable_log_file_validation=True,
-            # One region, the stack's: the trail and its logs stay where the data is.
-            is_multi_region_trail=False,
+            # Every region, delivered to the home region's audit bucket under its key: the
+            # logs stay where the data is. A single-region trail outside us-east-1 gets no
+            # IAM, STS or CloudFront events (global service events reach only multi-region
+            # trails since November 2021), so IAM changes would go unrecorded.
+            is_multi_region_trail=True,
             include_global_service_events=True,
             advanced_event_selectors=[
                 aws.cloudtrail.TrailAdvancedEventSelectorArgs(

@@ -70,9 +70,14 @@ def bucket_policy(
     bucket receives and, optionally, object access only through the VPC endpoint."""
     arn = bucket_arn(bucket, partition)
     objects = f"{arn}/*"
-    # Writes that name no encryption get the bucket's default, which is this key; a write
-    # that names another algorithm or another key is refused. Two statements, because keys
-    # inside one condition operator are ANDed.
+    # Writes that name no encryption get the bucket's default, which is this key: S3 log
+    # delivery, FSx export and SDK clients write that way, so a missing header must pass.
+    # `...IfExists` would not do: it is true when the key is absent, so a Deny with it
+    # refuses every such write. Each Deny therefore requires its header to be present
+    # (`Null: false`) and refuses: another algorithm (SSE-S3), another key, or aws:kms
+    # without a key, which S3 would encrypt under the AWS managed aws/s3 key. Separate
+    # statements, because the keys inside one condition are ANDed.
+    algorithm, key_id = "s3:x-amz-server-side-encryption", "s3:x-amz-server-side-encryption-aws-kms-key-id"
     wrong_encryption = [
         {
             "Sid": "DenyObjectsNotEncryptedWithKms",
@@ -80,7 +85,7 @@ def bucket_policy(
             "Principal": "*",
             "Action": "s3:PutObject",
             "Resource": objects,
-            "Condition": {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption": "aws:kms"}},
+            "Condition": {"StringNotEquals": {algorithm: "aws:kms"}, "Null": {algorithm: "false"}},
         },
         {
             "Sid": "DenyObjectsEncryptedWithAnotherKey",
@@ -88,7 +93,15 @@ def bucket_policy(
             "Principal": "*",
             "Action": "s3:PutObject",
             "Resource": objects,
-            "Condition": {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption-aws-kms-key-id": kms_key_arn}},
+            "Condition": {"StringNotEquals": {key_id: kms_key_arn}, "Null": {key_id: "false"}},
+        },
+        {
+            "Sid": "DenyKmsWithoutTheBucketKey",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "s3:PutObject",
+            "Resource": objects,
+            "Condition": {"Null": {algorithm: "false", key_id: "true"}},
         },
     ]
     statements: list[dict] = [

@@ -20,6 +20,7 @@ from infra.versions import EKS_ADDONS
 @dataclass(frozen=True)
 class ClusterArgs:
     cluster_name: str  # mlplat-<stack>
+    account_id: str
     region: str
     version: str
     subnet_ids: tuple[pulumi.Input[str], ...]  # private subnets, at least two zones
@@ -144,6 +145,7 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-vpc-cni",
             PodIdentityRoleArgs(
                 role_name=f"{args.cluster_name}-vpc-cni",
+                account_id=args.account_id,
                 namespace="kube-system",
                 service_account="aws-node",
                 cluster_name=None,  # the add-on owns the association
@@ -192,6 +194,7 @@ def _addon(
 @dataclass(frozen=True)
 class CoreAddonsArgs:
     cluster_name: str
+    account_id: str
     cluster: aws.eks.Cluster
     volumes_key_arn: pulumi.Input[str]  # the CSI driver's grants (the cluster layer's StorageClass uses the key)
 
@@ -212,6 +215,7 @@ class CoreAddons(pulumi.ComponentResource):
             f"{name}-ebs-csi",
             PodIdentityRoleArgs(
                 role_name=f"{args.cluster_name}-ebs-csi",
+                account_id=args.account_id,
                 namespace="kube-system",
                 service_account="ebs-csi-controller-sa",
                 cluster_name=None,

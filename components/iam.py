@@ -42,6 +42,7 @@ class NodeRole(pulumi.ComponentResource):
 @dataclass(frozen=True)
 class PodIdentityRoleArgs:
     role_name: str
+    account_id: str  # the only account whose clusters may have the role assumed
     namespace: str
     service_account: str
     # The association is made here, unless an EKS add-on owns it (the add-on's own
@@ -67,7 +68,7 @@ class PodIdentityRole(pulumi.ComponentResource):
             name,
             name=args.role_name,
             description=f"Pod Identity: {args.namespace}/{args.service_account}",
-            assume_role_policy=json.dumps(spec.pod_identity_trust_policy()),
+            assume_role_policy=json.dumps(spec.pod_identity_trust_policy(args.account_id)),
             opts=child,
         )
         if args.statements:

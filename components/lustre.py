@@ -107,7 +107,6 @@ class LustreScratch(pulumi.ComponentResource):
             tags={"Name": f"{args.prefix}-lustre"},
             opts=stateful,
         )
-        events = list(spec.REPOSITORY_EVENTS)
         self.association = aws.fsx.DataRepositoryAssociation(
             name,
             file_system_id=self.file_system.id,
@@ -117,8 +116,10 @@ class LustreScratch(pulumi.ComponentResource):
             # Removing the link must never remove what the file system holds.
             delete_data_in_filesystem=False,
             s3=aws.fsx.DataRepositoryAssociationS3Args(
-                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=events),
-                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=events),
+                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
+                    events=list(spec.IMPORT_EVENTS)),
+                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
+                    events=list(spec.EXPORT_EVENTS)),
             ),
             opts=child,
         )

@@ -19,8 +19,11 @@ LUSTRE_PORTS = ((988, 988), (1018, 1023))
 
 # Where the datasets bucket appears inside the file system.
 DATASETS_PATH = "/datasets"
-# New, changed and deleted objects flow both ways between the bucket and the file system.
-REPOSITORY_EVENTS = ("NEW", "CHANGED", "DELETED")
+# The bucket's new, changed and deleted objects show in the file system. Back to the
+# bucket go only new and changed files: exporting deletions would let an `rm` under
+# /datasets delete in S3, past the read-only grant training pods have on the bucket.
+IMPORT_EVENTS = ("NEW", "CHANGED", "DELETED")
+EXPORT_EVENTS = ("NEW", "CHANGED")
 
 
 def capacity_allowed(gib: int) -> bool:

@@ -23,6 +23,7 @@ class NetworkArgs:
     region: str
     vpc_cidr: str
     zone_ids: tuple[str, ...]
+    account_id: str
     logs_key_arn: pulumi.Input[str]  # CMK of the flow-log group
     log_retention_days: int
     single_nat_gateway: bool = False
@@ -242,7 +243,7 @@ class Network(pulumi.ComponentResource):
             f"{name}-flow-logs",
             name=f"{args.prefix}-flow-logs",
             description="VPC flow logs delivery to CloudWatch Logs",
-            assume_role_policy=json.dumps(iam_spec.trust_policy("vpc-flow-logs.amazonaws.com")),
+            assume_role_policy=json.dumps(iam_spec.flow_log_trust_policy(args.account_id, args.region)),
             opts=child,
         )
         aws.iam.RolePolicy(

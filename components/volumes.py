@@ -1,5 +1,10 @@
 """`VolumeEncryption`: every new EBS volume in the region encrypted with the platform's
-volumes key, whoever creates it and however."""
+volumes key, whoever creates it and however.
+
+Both settings belong to the account and region, not to a stack: a second stack setting
+them would overwrite the first's key, and every other EBS user's in the account. So only
+the stack whose config says `mlplat:storage: ebsAccountDefaults: true` makes this
+component, and exactly one stack per account and region may say so."""
 
 from __future__ import annotations
 
@@ -22,9 +27,11 @@ class VolumeEncryption(pulumi.ComponentResource):
         self.encryption_by_default = aws.ebs.EncryptionByDefault(
             name, enabled=True, opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True)
         )
+        # Kept too: a stack that gives the settings up (or is destroyed) must not reset
+        # the key under every other EBS user of the account.
         self.default_key = aws.ebs.DefaultKmsKey(
             name,
             key_arn=args.kms_key_arn,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.encryption_by_default]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.encryption_by_default], retain_on_delete=True),
         )
         self.register_outputs({"keyArn": self.default_key.key_arn})

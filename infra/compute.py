@@ -44,6 +44,7 @@ def build_compute(
             region=config.region,
             vpc_cidr=config.network.vpc_cidr,
             zone_ids=config.zone_ids,
+            account_id=account_id,
             logs_key_arn=logs_key,
             log_retention_days=config.storage.log_retention_days,
             single_nat_gateway=config.network.single_nat_gateway,
@@ -56,6 +57,7 @@ def build_compute(
         "cluster",
         ClusterArgs(
             cluster_name=prefix,
+            account_id=account_id,
             region=config.region,
             version=config.cluster.version,
             subnet_ids=tuple(s.id for s in network.subnets.values()),
@@ -103,7 +105,7 @@ def build_compute(
         )
     core_addons = CoreAddons(
         "core-addons",
-        CoreAddonsArgs(cluster_name=prefix, cluster=cluster.eks, volumes_key_arn=volumes_key),
+        CoreAddonsArgs(cluster_name=prefix, account_id=account_id, cluster=cluster.eks, volumes_key_arn=volumes_key),
         opts=pulumi.ResourceOptions(
             providers={"aws": aws_provider},
             depends_on=[p.node_group for p in node_pools.values()],

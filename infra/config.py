@@ -117,6 +117,9 @@ class StorageConfig(_Model):
     log_retention_days: int = 365
     # Object versions replaced or deleted this many days ago are removed for good.
     noncurrent_version_days: int = 90
+    # ... except in the datasets bucket: a replaced or deleted dataset object stays this
+    # long, so the data a served model was trained on can still be read back.
+    dataset_version_days: int = 730
     # The audit bucket is write-once: every object is locked for this long.
     audit_object_lock: ObjectLockConfig = ObjectLockConfig(mode="GOVERNANCE", days=365)
     lustre: LustreConfig = LustreConfig()
@@ -124,8 +127,13 @@ class StorageConfig(_Model):
     # endpoint (bucket settings stay manageable from outside). Off by default because
     # uploads from outside the VPC (an office, a transfer service) stop working.
     vpc_endpoint_only: bool = False
+    # EBS encryption by default and its default key are one setting per account and
+    # region, not per stack: exactly one stack in each account and region turns this on
+    # and owns them (components/volumes.py). Every volume the platform itself makes names
+    # the volumes key, so the other stacks do not depend on the default.
+    ebs_account_defaults: bool = False
 
-    _noncurrent = field_validator("noncurrent_version_days", mode="before")(_positive_days)
+    _noncurrent = field_validator("noncurrent_version_days", "dataset_version_days", mode="before")(_positive_days)
 
     @model_validator(mode="after")
     def _retention(self) -> StorageConfig:

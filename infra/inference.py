@@ -71,6 +71,7 @@ def metrics_adapter(config: PlatformConfig, job: ResolvedInference, account_id: 
 def serving_identity(
     config: PlatformConfig,
     prefix: str,
+    account_id: str,
     cluster_name: pulumi.Input[str],
     storage: Any,  # infra.storage.Storage
     keys: dict[str, aws.kms.Key],
@@ -90,7 +91,7 @@ def serving_identity(
     return PodIdentityRole(
         f"inference-{s.model_name}-identity",
         PodIdentityRoleArgs(
-            role_name=f"{prefix}-inference-{s.model_name}"[:64], namespace=s.namespace,
+            role_name=f"{prefix}-inference-{s.model_name}"[:64], account_id=account_id, namespace=s.namespace,
             service_account=SERVICE_ACCOUNT, cluster_name=cluster_name,
             statements=statements,
         ),

@@ -93,8 +93,8 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
     storage = build_storage(config, prefix, names, account_id, keys, compute.network, aws_opts)
     cluster_name = compute.cluster.eks.name
     access = tenant_access(config, cluster_name, provider)
-    training = training_identity(config, prefix, cluster_name, storage, keys.keys, provider)
-    serving = serving_identity(config, prefix, cluster_name, storage, keys.keys, provider)
+    training = training_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
+    serving = serving_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
     runner = None
     if config.deploy_runner is not None:
         subnets = list(compute.network.subnets.values())

@@ -55,7 +55,7 @@ class Storage:
     buckets: dict[str, RegionPinnedBucket]
     registry: ImageRegistry
     trail: AuditTrail
-    volumes: VolumeEncryption
+    volumes: VolumeEncryption | None  # only in the stack that owns the account's EBS defaults
     workload_logs: WorkloadLogs
     lustre: LustreScratch | None
 
@@ -81,7 +81,8 @@ def build_storage(
                 kms_key_arn=key[BUCKET_KEYS[purpose]],
                 account_id=account_id,
                 force_destroy=storage.force_destroy,
-                noncurrent_version_days=storage.noncurrent_version_days,
+                noncurrent_version_days=storage.dataset_version_days if purpose == "datasets"
+                else storage.noncurrent_version_days,
                 **extra,
             ),
             opts=opts,
@@ -126,7 +127,8 @@ def build_storage(
                                  kms_key_arn=key["images"], force_delete=storage.force_destroy),
         opts=opts,
     )
-    volumes = VolumeEncryption("ebs", VolumeEncryptionArgs(kms_key_arn=key["volumes"]), opts=opts)
+    volumes = VolumeEncryption("ebs", VolumeEncryptionArgs(kms_key_arn=key["volumes"]), opts=opts) \
+        if storage.ebs_account_defaults else None
     workload_logs = WorkloadLogs(
         "workload-logs",
         WorkloadLogsArgs(prefix=prefix, kms_key_arn=key["logs"], retention_days=storage.log_retention_days,
@@ -166,7 +168,8 @@ def export_storage(keys: PlatformKeys, storage: Storage) -> None:
     pulumi.export("repositories", {n: r.repository_url for n, r in storage.registry.repositories.items()})
     pulumi.export("auditTrail", storage.trail.trail.arn)
     pulumi.export("workloadLogGroup", storage.workload_logs.log_group.name)
-    pulumi.export("ebsDefaultKey", storage.volumes.default_key.key_arn)
+    if storage.volumes is not None:
+        pulumi.export("ebsDefaultKey", storage.volumes.default_key.key_arn)
     if storage.lustre is not None:
         pulumi.export("lustre", lustre_output(storage))
 

@@ -60,6 +60,7 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
 def training_identity(
     config: PlatformConfig,
     prefix: str,
+    account_id: str,
     cluster_name: pulumi.Input[str],
     storage: Any,  # infra.storage.Storage
     keys: dict[str, aws.kms.Key],
@@ -80,7 +81,8 @@ def training_identity(
     # once migrated (docs/layers.md).
     return PodIdentityRole(
         f"training-{s.name}-identity",
-        PodIdentityRoleArgs(role_name=f"{prefix}-{job.tenant.name}-{s.name}"[:64], namespace=job.tenant.name,
+        PodIdentityRoleArgs(role_name=f"{prefix}-{job.tenant.name}-{s.name}"[:64], account_id=account_id,
+                            namespace=job.tenant.name,
                             service_account=s.name, cluster_name=cluster_name,
                             statements=statements),
         opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),

@@ -18,19 +18,31 @@ EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
 
-def trust_policy(service: str, *, tag_session: bool = False) -> dict[str, Any]:
-    """Let one AWS service principal assume the role."""
+def trust_policy(service: str, *, tag_session: bool = False,
+                 condition: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Let one AWS service principal assume the role (on `condition`, where given)."""
     actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else ["sts:AssumeRole"]
-    return {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}],
-    }
+    statement: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
+    if condition:
+        statement["Condition"] = condition
+    return {"Version": "2012-10-17", "Statement": [statement]}
 
 
-def pod_identity_trust_policy() -> dict[str, Any]:
+def pod_identity_trust_policy(account_id: str) -> dict[str, Any]:
     # EKS Pod Identity requires both actions; session tags carry the cluster, namespace
-    # and service account, so policies can condition on them.
-    return trust_policy(POD_IDENTITY_PRINCIPAL, tag_session=True)
+    # and service account, so policies can condition on them. aws:SourceAccount keeps the
+    # service from assuming the role for another account's cluster (confused deputy).
+    return trust_policy(POD_IDENTITY_PRINCIPAL, tag_session=True,
+                        condition={"StringEquals": {"aws:SourceAccount": account_id}})
+
+
+def flow_log_trust_policy(account_id: str, region: str) -> dict[str, Any]:
+    # Only this account's flow logs, in this region, may have the service assume the
+    # role (confused deputy).
+    return trust_policy("vpc-flow-logs.amazonaws.com", condition={
+        "StringEquals": {"aws:SourceAccount": account_id},
+        "ArnLike": {"aws:SourceArn": f"arn:aws:ec2:{region}:{account_id}:vpc-flow-log/*"},
+    })
 
 
 def policy(statements: list[dict[str, Any]]) -> dict[str, Any]:

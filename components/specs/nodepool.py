@@ -14,11 +14,12 @@ GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 CPU_AMI_TYPE = "AL2023_x86_64_STANDARD"
 ROOT_DEVICE = "/dev/xvda"  # the root volume of the AL2023 EKS AMIs
 
-# Pods reach the instance metadata service through one extra network hop; with a limit
-# of 1 only host-network pods (device plugins, the CNI) could, with 2 any pod can. Node
-# credentials are the two managed policies of the node role; workload credentials come
-# from Pod Identity, which does not use this path.
-IMDS_HOP_LIMIT = 2
+# Pods reach the instance metadata service through one extra network hop: with a limit
+# of 2 any pod could take the node role's credentials; with 1 only host-network pods
+# (the CNI, the device plugins, the Pod Identity agent) reach it. Workload credentials
+# come from Pod Identity, which does not use this path, and the CSI drivers fall back to
+# the Kubernetes API for what they would read there.
+IMDS_HOP_LIMIT = 1
 
 LABEL_PREFIX = "mlplat.io"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
@@ -53,7 +54,10 @@ def efa_interfaces(instance: InstanceType, security_group_ids: list[Any]) -> lis
     other card gets an `efa-only` interface on device index 1: EFA bandwidth without
     spending a VPC address per card or creating extra routes on the host. A node that
     attaches fewer interfaces than the type has silently trains over fewer rails.
-    The booleans are strings because that is how the launch template API takes them.
+    No interface says associatePublicIpAddress, not even "false": EC2 refuses the field
+    on a launch with more than one interface. The private subnets (mapPublicIpOnLaunch
+    off) are what keep nodes off the internet. The booleans are strings because that is
+    how the launch template API takes them.
     """
     if not instance.has_efa:
         raise ValueError(f"{instance.name} has no EFA interfaces")
@@ -64,7 +68,6 @@ def efa_interfaces(instance: InstanceType, security_group_ids: list[Any]) -> lis
                 "network_card_index": card,
                 "device_index": 0 if card == 0 else 1,
                 "interface_type": "efa" if card == 0 else "efa-only",
-                "associate_public_ip_address": "false",
                 "delete_on_termination": "true",
                 "security_groups": list(security_group_ids),
             }

@@ -144,9 +144,15 @@ def _check_public_ips(args: ResourceValidationArgs, report: ReportViolation, set
     kind, props = args.resource_type, args.props
     where = f"{kind} '{args.name}'"
     if kind in LAUNCH_TEMPLATES:
-        for i, interface in enumerate(items(get(props, "networkInterfaces"))):
+        interfaces = items(get(props, "networkInterfaces"))
+        for i, interface in enumerate(interfaces):
             if flag(get(interface, "associatePublicIpAddress")) is True:
                 report(f"{where}: networkInterfaces[{i}].associatePublicIpAddress is \"true\"")
+            elif len(interfaces) > 1 and get(interface, "associatePublicIpAddress") is not None:
+                # EC2 refuses the launch (terraform-provider-aws #6777, #10157).
+                report(f"{where}: networkInterfaces[{i}] sets associatePublicIpAddress with "
+                       f"{len(interfaces)} interfaces, which EC2 refuses; leave it out and keep nodes in "
+                       "private subnets")
     elif kind in INSTANCES:
         if flag(get(props, "associatePublicIpAddress")) is True:
             report(f"{where}: associatePublicIpAddress is true")

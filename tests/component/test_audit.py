@@ -8,6 +8,7 @@ import pytest
 from components.audit import AuditTrail, AuditTrailArgs, event_selectors
 from components.logs import WorkloadLogs, WorkloadLogsArgs
 from components.volumes import VolumeEncryption, VolumeEncryptionArgs
+from infra.config import load_stack
 from tests.component.recorder import opts, record
 
 LOGS_KEY = "arn:aws:kms:me-central-1:111122223333:key/logs"
@@ -30,13 +31,14 @@ def audit():
     return record(program)
 
 
-def test_trail_is_in_region_encrypted_validated_and_delivers_to_the_audit_bucket(audit):
+def test_trail_records_every_region_and_iam_and_delivers_to_the_audit_bucket(audit):
     trail = audit.one(TRAIL)
     inputs = trail.inputs()
     assert inputs["name"] == "mlplat-test-audit"
     assert inputs["kmsKeyId"] == LOGS_KEY
     assert inputs["enableLogFileValidation"] is True
-    assert inputs["isMultiRegionTrail"] is False
+    # IAM, STS and CloudFront events reach only multi-region trails (outside us-east-1).
+    assert inputs["isMultiRegionTrail"] is True and inputs["includeGlobalServiceEvents"] is True
     assert inputs["s3BucketName"] == "b-audit" and inputs["s3KeyPrefix"] == "cloudtrail"
     assert "region" not in inputs  # the provider's region, the stack's
 
@@ -61,7 +63,9 @@ def test_trail_waits_for_the_audit_bucket_policy(audit):
 def test_ebs_encryption_by_default_with_the_volumes_key(audit):
     on = audit.one("aws:ebs/encryptionByDefault:EncryptionByDefault")
     assert on.inputs()["enabled"] is True and on.retain_on_delete is True
-    assert audit.one("aws:ebs/defaultKmsKey:DefaultKmsKey").inputs()["keyArn"] == VOLUMES_KEY
+    default_key = audit.one("aws:ebs/defaultKmsKey:DefaultKmsKey")
+    # Account settings: giving them up must not reset them under the account's other users.
+    assert default_key.inputs()["keyArn"] == VOLUMES_KEY and default_key.retain_on_delete is True
 
 
 def test_workload_log_group(audit):
@@ -86,11 +90,19 @@ def test_children_are_parented_and_on_the_provider(audit):
 def test_stack_trail_and_volume_keys(stack_preview):
     stack = stack_preview.stack
     [trail] = [r for r in stack_preview.registrations if r.type == TRAIL]
+    # Multi-region, yet its logs land in the stack's own audit bucket under the logs key.
+    assert trail.inputs()["isMultiRegionTrail"] is True
     assert trail.property_dependencies["kmsKeyId"][0].endswith("::keys-logs")
     [bucket] = trail.property_dependencies["s3BucketName"]
     assert stack_preview.by_urn[bucket].inputs()["bucket"] == f"mlplat-{stack}-audit-111122223333-me-central-1"
-    [default_key] = [r for r in stack_preview.registrations if r.type == "aws:ebs/defaultKmsKey:DefaultKmsKey"]
-    assert default_key.property_dependencies["keyArn"][0].endswith("::keys-volumes")
+    assert stack_preview.by_urn[trail.provider_ref.rsplit("::", 1)[0]].inputs()["region"] == "me-central-1"
+    # The account's EBS defaults: only in the one stack that owns them.
+    owns = load_stack(stack).storage.ebs_account_defaults
+    defaults = [r for r in stack_preview.registrations
+                if r.type in ("aws:ebs/defaultKmsKey:DefaultKmsKey", "aws:ebs/encryptionByDefault:EncryptionByDefault")]
+    assert len(defaults) == (2 if owns else 0)
+    for default_key in (r for r in defaults if r.type == "aws:ebs/defaultKmsKey:DefaultKmsKey"):
+        assert default_key.property_dependencies["keyArn"][0].endswith("::keys-volumes")
     groups = {r.inputs()["name"]: r for r in stack_preview.registrations
               if r.type == "aws:cloudwatch/logGroup:LogGroup"}
     workloads = groups[f"/mlplat/{stack}/workloads"]

@@ -9,6 +9,7 @@ import pytest
 
 from components.bucket import BucketArgs, ObjectLock, RegionPinnedBucket
 from components.bucket_policy import TrailDelivery, bucket_policy
+from infra.config import load_stack
 from tests.component.recorder import opts, record
 
 ACCOUNT = "111122223333"
@@ -165,3 +166,18 @@ def test_stack_buckets(stack_preview):
     [lock] = [r.inputs() for r in stack_preview.registrations if r.type == OBJECT_LOCK]
     expected_mode = {"prod": "COMPLIANCE"}.get(stack, "GOVERNANCE")
     assert lock["rule"]["defaultRetention"]["mode"] == expected_mode
+
+
+def test_stack_keeps_old_dataset_versions_longer_than_other_buckets(stack_preview):
+    """Deleted or replaced dataset objects outlive the other buckets' old versions: the
+    data a served model was trained on stays readable (storage.datasetVersionDays)."""
+    storage = load_stack(stack_preview.stack).storage
+    kept = {}
+    for lifecycle in (r for r in stack_preview.registrations if r.type == LIFECYCLE):
+        [bucket] = lifecycle.property_dependencies["bucket"]
+        rules = {rule["id"]: rule for rule in lifecycle.inputs()["rules"]}
+        if "expire-noncurrent-versions" in rules:
+            kept[stack_preview.by_urn[bucket].name] = \
+                rules["expire-noncurrent-versions"]["noncurrentVersionExpiration"]["noncurrentDays"]
+    assert kept["datasets"] == storage.dataset_version_days > storage.noncurrent_version_days
+    assert kept["models"] == kept["checkpoints"] == storage.noncurrent_version_days

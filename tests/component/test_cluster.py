@@ -29,13 +29,13 @@ def build(public_cidrs: tuple[str, ...] = ()):
 
     def program(provider):
         cluster = Cluster("cluster", ClusterArgs(
-            cluster_name="mlplat-test", region="me-central-1", version="1.34",
+            cluster_name="mlplat-test", account_id="111122223333", region="me-central-1", version="1.34",
             subnet_ids=("subnet-a", "subnet-b", "subnet-c"), secrets_key_arn=SECRETS_KEY, logs_key_arn=LOGS_KEY,
             log_retention_days=365, deployer_role_arn=DEPLOYER, break_glass_role_arn=BREAK_GLASS,
             public_access_cidrs=public_cidrs, admin_role_arns=(ADMIN,),
             read_only_role_arns=(VIEWER,)), opts=opts(provider))
         cluster.deployer_admin.urn.apply(deployer_admin.append)
-        CoreAddons("core-addons", CoreAddonsArgs(cluster_name="mlplat-test", cluster=cluster.eks,
+        CoreAddons("core-addons", CoreAddonsArgs(cluster_name="mlplat-test", account_id="111122223333", cluster=cluster.eks,
                                                  volumes_key_arn=VOLUMES_KEY),
                    opts=pulumi.ResourceOptions(providers={"aws": provider},
                                                depends_on=[cluster.addons["vpc-cni"]]))

@@ -316,7 +316,7 @@ def identity() -> Recording:
         bucket = SimpleNamespace(arn=pulumi.Output.from_input(MODELS_ARN))
         key = SimpleNamespace(arn=pulumi.Output.from_input(KEY_ARN))
         storage = SimpleNamespace(buckets={"models": SimpleNamespace(bucket=bucket)})
-        serving_identity(load_stack("prod"), "mlplat-test", "mlplat-test", storage, {"models": key}, aws_provider)
+        serving_identity(load_stack("prod"), "mlplat-test", "111122223333", "mlplat-test", storage, {"models": key}, aws_provider)
 
     return record(program)
 

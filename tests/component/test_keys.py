@@ -8,6 +8,7 @@ import pytest
 
 from components.key_policy import StorageNames, data_class_uses, key_policy
 from components.keys import KeysArgs, PlatformKeys
+from infra.config import load_stack
 from infra.preview.report import resource_region
 from infra.preview.storage_report import STORAGE_TYPES, storage_inventory
 from tests.component.recorder import opts, record
@@ -68,8 +69,11 @@ def test_every_storage_resource_is_on_a_platform_key_in_region(stack_preview):
     by_urn = stack_preview.by_urn
     rows = storage_inventory(stack_preview.registrations, lambda r: resource_region(r, by_urn))
     present = {r.type for r in stack_preview.registrations}
-    # Each kind the platform creates appears in the inventory (EKS and FSx only where built).
-    assert {kind for kind, *_ in STORAGE_TYPES.values()} - {"FSx for Lustre", "EKS secrets"} <= {r.kind for r in rows}
+    # Each kind the platform creates appears in the inventory (EKS and FSx only where built,
+    # the account's EBS default key only in the stack that owns it).
+    only_where_built = {"FSx for Lustre", "EKS secrets", "EBS default key"}
+    assert {kind for kind, *_ in STORAGE_TYPES.values()} - only_where_built <= {r.kind for r in rows}
+    assert ("EBS default key" in {r.kind for r in rows}) == load_stack(stack_preview.stack).storage.ebs_account_defaults
     stack = stack_preview.stack
     assert [r.name for r in rows if not r.key] == []
     for row in rows:

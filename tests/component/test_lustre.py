@@ -58,8 +58,10 @@ def test_data_repository_association_with_the_datasets_bucket(lustre):
     dra = lustre.one(DRA)
     inputs = dra.inputs()
     assert inputs["dataRepositoryPath"] == "s3://b-datasets" and inputs["fileSystemPath"] == "/datasets"
-    events = ["NEW", "CHANGED", "DELETED"]
-    assert inputs["s3"] == {"autoImportPolicy": {"events": events}, "autoExportPolicy": {"events": events}}
+    # Deletions come in from the bucket but never go out to it: an `rm` on the file system
+    # must not delete past training pods' read-only grant.
+    assert inputs["s3"] == {"autoImportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]},
+                            "autoExportPolicy": {"events": ["NEW", "CHANGED"]}}
     assert inputs["deleteDataInFilesystem"] is False and inputs["batchImportMetaDataOnCreate"] is True
     assert dra.property_dependencies["fileSystemId"] == [lustre.one(FSX).urn]
 

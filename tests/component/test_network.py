@@ -16,7 +16,7 @@ LOGS_KEY = "arn:aws:kms:me-central-1:111122223333:key/logs"
 def build(single_nat: bool = False):
     def program(provider):
         Network("network", NetworkArgs(prefix="mlplat-test", region="me-central-1", vpc_cidr="10.0.0.0/16",
-                                       zone_ids=ZONES, logs_key_arn=LOGS_KEY, log_retention_days=365,
+                                       zone_ids=ZONES, account_id="111122223333", logs_key_arn=LOGS_KEY, log_retention_days=365,
                                        single_nat_gateway=single_nat, cluster_name="mlplat-test"),
                 opts=opts(provider))
 

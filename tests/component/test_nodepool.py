@@ -45,7 +45,7 @@ def test_p5_launch_template_has_32_efa_interfaces(p5):
     assert all(n["interfaceType"] == "efa-only" and n["deviceIndex"] == 1 for n in interfaces[1:])
     for nic in interfaces:
         assert nic["securityGroups"] == ["sg-cluster", "sg-nodes", "sg-efa"]
-        assert nic["associatePublicIpAddress"] == "false" and nic["deleteOnTermination"] == "true"
+        assert "associatePublicIpAddress" not in nic and nic["deleteOnTermination"] == "true"
     assert "vpcSecurityGroupIds" not in p5.one(LT).inputs()
 
 
@@ -66,7 +66,7 @@ def test_root_volume_gp3_encrypted_with_volumes_key(p5):
 
 def test_imdsv2_required_with_hop_limit(p5):
     assert p5.one(LT).inputs()["metadataOptions"] == {
-        "httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 2,
+        "httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1,
         "instanceMetadataTags": "disabled"}
 
 

@@ -119,6 +119,13 @@ RESOURCE_CASES: list[Case] = [
          {"networkInterfaces": [{"associatePublicIpAddress": "false", "interfaceType": "efa"}]}, False),
     Case("no-public-ips-on-nodes", "aws:ec2/launchTemplate:LaunchTemplate",
          {"networkInterfaces": [{"associatePublicIpAddress": "true"}]}, True),
+    # EC2 refuses associatePublicIpAddress, even "false", on more than one interface.
+    Case("no-public-ips-on-nodes", "aws:ec2/launchTemplate:LaunchTemplate",
+         {"networkInterfaces": [{"networkCardIndex": 0, "interfaceType": "efa"},
+                                {"networkCardIndex": 1, "interfaceType": "efa-only"}]}, False),
+    Case("no-public-ips-on-nodes", "aws:ec2/launchTemplate:LaunchTemplate",
+         {"networkInterfaces": [{"associatePublicIpAddress": "false", "interfaceType": "efa"},
+                                {"associatePublicIpAddress": "false", "interfaceType": "efa-only"}]}, True),
     # --- Kubernetes
     Case("k8s-images-from-allowed-registries", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
     Case("k8s-images-from-allowed-registries", DEPLOYMENT,

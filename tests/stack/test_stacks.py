@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from infra.catalog import lookup
+from infra.config import load_stack
 from tests.helpers import of_type
 
 
@@ -54,3 +56,16 @@ def test_urns_are_unique(stack_preview):
 def test_cluster_layer_urns_are_unique(cluster_stack_preview):
     counts = Counter(r.urn for r in cluster_stack_preview.registrations)
     assert [u for u, n in counts.items() if n > 1] == []
+
+
+def test_no_launch_template_names_a_public_ip_beside_a_second_interface(stack_preview):
+    """EC2 refuses associatePublicIpAddress, even "false", on a launch with more than one
+    network interface: every multi-interface template (the EFA pools') leaves it out."""
+    templates = of_type(stack_preview, "aws:ec2/launchTemplate:LaunchTemplate")
+    multi = [t for t in templates if len(t.inputs().get("networkInterfaces") or []) > 1]
+    if any(pool.role in ("gpu", "inference") for pool in load_stack(stack_preview.stack).node_pools
+           if lookup(pool.instance_type).has_efa):
+        assert multi  # the EFA pools' templates are what this is about
+    for template in multi:
+        named = [i for i, nic in enumerate(template.inputs()["networkInterfaces"]) if "associatePublicIpAddress" in nic]
+        assert named == [], f"{template.name}: interfaces {named} set associatePublicIpAddress"
