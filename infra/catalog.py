@@ -73,6 +73,12 @@ class InstanceType:
         return self.gpu is not None and self.gpu.gpudirect_rdma and self.has_efa
 
     @property
+    def reservation_advised(self) -> bool:
+        """The UltraCluster training types (p4d, p5, p6...): AWS seldom has several of them
+        on demand at once, so a pool of them wants a capacity reservation or Capacity Block."""
+        return self.gpudirect_rdma
+
+    @property
     def nvme_gb(self) -> int:
         return self.nvme_disks * self.nvme_gb_each
 

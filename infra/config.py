@@ -163,6 +163,10 @@ class NodePoolConfig(_Model):
     capacity_reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
     # The reservation is an EC2 Capacity Block for ML (its own market type and capacity type).
     capacity_block: bool = False
+    # Types AWS seldom has on demand several at a time (the UltraCluster training types)
+    # need a reservation or a Capacity Block; `onDemand: true` launches without one and
+    # takes the risk of InsufficientInstanceCapacity (preflight refuses otherwise).
+    on_demand: bool = False
     root_volume_gib: int | None = Field(default=None, ge=20, le=16384)
 
     @field_validator("instance_type")

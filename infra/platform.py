@@ -27,7 +27,7 @@ from infra.config import PROJECT, ClusterLayerConfig, LayerConfig, PlatformConfi
 from infra.descriptor import OUTPUT as DESCRIPTOR_OUTPUT
 from infra.descriptor import cluster_descriptor_output
 from infra.inference import serving_identity
-from infra.preflight import pool_zones
+from infra.preflight import preflight
 from infra.storage import Storage, build_keys, build_storage, export_storage, lustre_output, storage_names
 from infra.training import training_identity
 from infra.versions import registry_host
@@ -83,8 +83,9 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
     invoke_opts = pulumi.InvokeOptions(provider=provider)
     account_id = aws.get_caller_identity(opts=invoke_opts).account_id
     prefix = f"{PROJECT}-{pulumi.get_stack()}"  # also the EKS cluster's name
-    # Before any other resource: a pool whose type its zone does not offer stops here.
-    zones_by_pool = pool_zones(config, invoke_opts)
+    # Before any other resource: what the region, the account's quotas or the reservations
+    # would refuse stops here (infra/preflight.py).
+    zones_by_pool = preflight(config, invoke_opts)
 
     names = storage_names(config, pulumi.get_stack(), account_id)
     keys = build_keys(config, prefix, names, account_id, aws_opts)

@@ -1,18 +1,30 @@
-"""Checks that need the cloud but must fail before anything is created: is each pool's
-instance type offered in the zone it must run in?
+"""Checks that need the cloud but must fail before anything is created, each one line:
 
-A p5 pool pinned to a zone without p5 capacity would otherwise sit in CREATING until
-the node group times out, tens of minutes later, with a message about the ASG.
+- each pool's instance type is offered in the zone it must run in;
+- the account's On-Demand vCPU quotas hold every pool at maxSize;
+- a pool of a type AWS seldom has on demand names a reservation or a Capacity Block (or
+  says `onDemand: true`), and a Capacity Block it names holds its type, zone and size;
+- the pinned EKS add-on versions are published in the region;
+- every VPC endpoint service the network makes exists in the region.
+
+A p5 pool pinned to a zone without p5 capacity, or beyond the vCPU quota, would otherwise
+sit in CREATING until the node group times out, tens of minutes later, with a message
+about the ASG. Offline, the preview's fixtures answer (infra/preview/fixtures.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
+from components.specs.network import INTERFACE_ENDPOINT_SERVICES, endpoint_service_name
+from infra.catalog import lookup
 from infra.config import PROJECT, ConfigError, NodePoolConfig, PlatformConfig
+from infra.versions import EKS_ADDONS
 
 
 def choose_zones(
@@ -60,3 +72,146 @@ def pool_zones(config: PlatformConfig, opts: pulumi.InvokeOptions) -> dict[str, 
         pool.name: choose_zones(index, pool, config.region, config.zone_ids, offered.get(pool.instance_type, set()))
         for index, pool in enumerate(config.node_pools)
     }
+
+
+# --- Quotas: the account's On-Demand vCPU quotas for the pools at their largest --------
+
+# EC2 counts running On-Demand instances (capacity reservations included) in vCPUs, per
+# group of families. A Capacity Block's instances are checked against the block instead.
+STANDARD_QUOTA = ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")
+ON_DEMAND_VCPU_QUOTAS: dict[str, tuple[str, str]] = {  # for the families of infra/catalog.py
+    "p": ("L-417A185B", "Running On-Demand P instances"),
+    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+}
+
+
+def vcpu_quota(instance_type: str) -> tuple[str, str]:
+    """(quota code, quota name) of the On-Demand vCPU quota `instance_type` counts against:
+    by the letters its family starts with (p5en -> p, c7i -> the standard quota)."""
+    letters = re.match(r"[a-z]+", instance_type)
+    return ON_DEMAND_VCPU_QUOTAS.get(letters.group(0) if letters else "", STANDARD_QUOTA)
+
+
+def vcpu_needs(config: PlatformConfig) -> dict[str, tuple[int, list[str]]]:
+    """vCPUs per quota code with every pool at maxSize, and which pools need them."""
+    needs: dict[str, tuple[int, list[str]]] = {}
+    for pool in config.node_pools:
+        if pool.capacity_block:
+            continue
+        code, _ = vcpu_quota(pool.instance_type)
+        vcpus = lookup(pool.instance_type).vcpus * pool.max_size
+        total, pools = needs.get(code, (0, []))
+        needs[code] = (total + vcpus, [*pools, f"{pool.name} {pool.max_size} x {pool.instance_type}"])
+    return needs
+
+
+def check_quotas(config: PlatformConfig, quotas: Mapping[str, float]) -> None:
+    """One ConfigError for the first quota the pools would exceed at maxSize."""
+    for code, (vcpus, pools) in sorted(vcpu_needs(config).items()):
+        quota = quotas[code]
+        if vcpus > quota:
+            name = next(n for c, n in (STANDARD_QUOTA, *ON_DEMAND_VCPU_QUOTAS.values()) if c == code)
+            raise ConfigError(
+                f"preflight: {PROJECT}:nodePools: {', '.join(pools)} need {vcpus} vCPUs of '{name}' ({code}) "
+                f"but the account's quota in {config.region} is {int(quota)}; request an increase in Service "
+                "Quotas or lower maxSize")
+
+
+# --- Capacity: reservations that exist, fit and are live; pools that need one ---------
+
+BLOCK_STATES = ("active", "scheduled", "payment-pending")
+
+
+def check_capacity_block(index: int, pool: NodePoolConfig, block: Any, zone_id: str) -> None:
+    """The Capacity Block a pool names holds its type, in its zone, for maxSize nodes."""
+    where = f"preflight: {PROJECT}:nodePools[{index}].capacityReservationId: {pool.capacity_reservation_id}"
+    if block.instance_type != pool.instance_type:
+        raise ConfigError(f"{where} is a Capacity Block of {block.instance_type}, not {pool.instance_type}; "
+                          "name the block bought for this pool's type")
+    if block.availability_zone_id != zone_id:
+        raise ConfigError(f"{where} is in {block.availability_zone_id}, not the pool's zone {zone_id}; "
+                          f"set zoneId: {block.availability_zone_id}")
+    if block.state not in BLOCK_STATES:
+        raise ConfigError(f"{where} is {block.state}; buy a new block and name it")
+    if block.instance_count < pool.max_size:
+        raise ConfigError(f"{where} holds {block.instance_count} instances, fewer than maxSize {pool.max_size}; "
+                          f"set maxSize to {block.instance_count} or extend the block")
+
+
+def check_on_demand_acknowledged(config: PlatformConfig) -> None:
+    """Pools of types AWS seldom has on demand in one spine need a reservation, a Capacity
+    Block, or `onDemand: true` saying the stack takes its chances."""
+    for index, pool in enumerate(config.node_pools):
+        instance = lookup(pool.instance_type)
+        if instance.reservation_advised and pool.capacity_reservation_id is None and not pool.on_demand:
+            raise ConfigError(
+                f"preflight: {PROJECT}:nodePools[{index}]: {pool.instance_type} x {pool.max_size} on demand will most "
+                "likely fail with InsufficientInstanceCapacity; set capacityReservationId (with capacityBlock: true "
+                "for a Capacity Block), or onDemand: true to launch on demand anyway")
+
+
+# --- Add-on versions and endpoint services the region must offer ----------------------
+
+
+def addon_release(version: str) -> tuple[int, ...]:
+    """`v1.20.4-eksbuild.2` -> (1, 20, 4, 2): comparable across builds."""
+    upstream, _, build = version.lstrip("v").partition("-eksbuild.")
+    return (*(int(p) for p in upstream.split(".")), int(build or 0))
+
+
+def check_addon(name: str, pinned: str, newest: str | None, kubernetes: str, region: str, detail: str = "") -> None:
+    """DescribeAddonVersions gives the newest release of an add-on for a Kubernetes
+    version in the region; a pin past it (or an add-on not offered) is not there yet."""
+    if newest is None or addon_release(pinned) > addon_release(newest):
+        # Only the newest release is asked for: a pin below it is taken to be there too.
+        offered = f"the newest there is {newest}" if newest else f"it offers none{f': {detail}' if detail else ''}"
+        raise ConfigError(
+            f"preflight: EKS add-on {name} {pinned} is not published in {region} for Kubernetes {kubernetes} "
+            f"({offered}); pin a version the region has in infra/versions.py EKS_ADDONS")
+
+
+def check_endpoint_service(service: str, region: str, found: bool, detail: str = "") -> None:
+    if not found:
+        raise ConfigError(
+            f"preflight: VPC endpoint service {endpoint_service_name(region, service)} does not exist in {region}"
+            f"{f' ({detail})' if detail else ''}; drop it from INTERFACE_ENDPOINT_SERVICES "
+            "(components/specs/network.py) or deploy to a region that has it")
+
+
+# --- All of it, before anything is created --------------------------------------------
+
+
+def preflight(config: PlatformConfig, opts: pulumi.InvokeOptions) -> dict[str, tuple[str, ...]]:
+    """Every check above against the region; the zones each pool may use."""
+    check_on_demand_acknowledged(config)
+    zones = pool_zones(config, opts)
+    quotas = {code: aws.servicequotas.get_service_quota(service_code="ec2", quota_code=code, opts=opts).value
+              for code in vcpu_needs(config)}
+    check_quotas(config, quotas)
+    for index, pool in enumerate(config.node_pools):
+        if pool.capacity_block:
+            block = aws.ec2.get_capacity_block_reservation(id=pool.capacity_reservation_id, opts=opts)
+            check_capacity_block(index, pool, block, zones[pool.name][0])
+    for addon in EKS_ADDONS.values():
+        newest, detail = None, ""
+        try:
+            newest = aws.eks.get_addon_version(addon_name=addon.name, kubernetes_version=config.cluster.version,
+                                               most_recent=True, opts=opts).version
+        except Exception as err:  # no release of it in the region for this Kubernetes version
+            detail = _first_line(err)
+        check_addon(addon.name, addon.version, newest, config.cluster.version, config.region, detail)
+    for service in INTERFACE_ENDPOINT_SERVICES:
+        found, detail = True, ""
+        try:
+            aws.ec2.get_vpc_endpoint_service(service_name=endpoint_service_name(config.region, service), opts=opts)
+        except Exception as err:  # "no matching VPC Endpoint Service found"
+            found, detail = False, _first_line(err)
+        check_endpoint_service(service, config.region, found, detail)
+    return zones
+
+
+def _first_line(err: Exception) -> str:
+    """The reason of a failed invoke, without the engine's `invoke of <token> failed:`."""
+    lines = str(err).strip().splitlines()
+    line = lines[0] if lines else type(err).__name__
+    return line.split(" failed: ", 1)[-1].removesuffix(" ()")[:160]

@@ -6,10 +6,12 @@ Every invoke the program makes must be answered here: an unanswered invoke would
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 ACCOUNT_ID = "111122223333"  # AWS's documentation account: never a real one
+DEFAULT_VCPU_QUOTA = 4096.0
 
 # Availability zones by region, with their zone *ids*: names are shuffled per account,
 # ids are not, so the program chooses subnets and placement by id.
@@ -32,6 +34,16 @@ class RegionFixture:
     # Instance types the preview says are *not* offered, as (type, zone id) pairs; empty
     # means every type is offered in every zone. Tests set it to prove the preflight check.
     not_offered: frozenset[tuple[str, str]] = frozenset()
+    # The account's On-Demand vCPU quotas by quota code; unlisted ones are DEFAULT_VCPU_QUOTA
+    # (an account whose quotas were raised for the platform).
+    vcpu_quotas: Mapping[str, float] = field(default_factory=dict)
+    # The newest release of each EKS add-on in the region; unlisted: the version pinned.
+    addon_versions: Mapping[str, str] = field(default_factory=dict)
+    # Interface endpoint services (`ecr.api`) the region lacks.
+    missing_endpoint_services: frozenset[str] = frozenset()
+    # Capacity Blocks the account holds, by cr- id: instanceType, availabilityZoneId,
+    # instanceCount, state.
+    capacity_blocks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def zones(self) -> tuple[tuple[str, str], ...]:
@@ -104,6 +116,45 @@ def _prefix_list(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
             "cidrBlocks": ["198.51.100.0/24", "203.0.113.0/24"], "filters": None}
 
 
+class InvokeRefused(Exception):
+    """What AWS answers for a lookup that finds nothing."""
+
+
+def _service_quota(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
+    code = args["quotaCode"]
+    value = fx.vcpu_quotas.get(code, DEFAULT_VCPU_QUOTA)
+    return {"id": code, "quotaCode": code, "serviceCode": args.get("serviceCode", "ec2"), "value": value,
+            "defaultValue": 5.0, "adjustable": True, "globalQuota": False, "region": fx.region,
+            "arn": f"arn:aws:servicequotas:{fx.region}:{fx.account_id}:ec2/{code}"}
+
+
+def _addon_version(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
+    from infra.versions import EKS_ADDONS
+
+    name = args["addonName"]
+    if name not in fx.addon_versions and name not in EKS_ADDONS:
+        raise InvokeRefused(f"no versions of add-on {name} for Kubernetes {args.get('kubernetesVersion')}")
+    version = fx.addon_versions.get(name) or EKS_ADDONS[name].version
+    return {"id": name, "addonName": name, "kubernetesVersion": args.get("kubernetesVersion"),
+            "mostRecent": args.get("mostRecent"), "version": version}
+
+
+def _endpoint_service(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
+    name = args["serviceName"]
+    if name.rsplit(".", 1)[-1] in fx.missing_endpoint_services or \
+            name.removeprefix(f"com.amazonaws.{fx.region}.") in fx.missing_endpoint_services:
+        raise InvokeRefused("no matching VPC Endpoint Service found")
+    return {"id": name, "serviceName": name, "serviceType": "Interface", "owner": "amazon",
+            "availabilityZones": [zone for zone, _ in fx.zones], "acceptanceRequired": False}
+
+
+def _capacity_block(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
+    ident = args["id"]
+    if ident not in fx.capacity_blocks:
+        raise InvokeRefused(f"no Capacity Block reservation {ident}")
+    return {"id": ident, "reservationType": "capacity-block", **fx.capacity_blocks[ident]}
+
+
 _HANDLERS = {
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
     "aws:index/getRegion:getRegion": _region,
@@ -113,4 +164,8 @@ _HANDLERS = {
     "aws:ssm/getParameter:getParameter": _ssm_parameter,
     "aws:ec2/getAmi:getAmi": _ami,
     "aws:ec2/getPrefixList:getPrefixList": _prefix_list,
+    "aws:servicequotas/getServiceQuota:getServiceQuota": _service_quota,
+    "aws:eks/getAddonVersion:getAddonVersion": _addon_version,
+    "aws:ec2/getVpcEndpointService:getVpcEndpointService": _endpoint_service,
+    "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation": _capacity_block,
 }

@@ -19,7 +19,7 @@ from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra.preview.fixtures import RegionFixture
+from infra.preview.fixtures import InvokeRefused, RegionFixture
 
 # Pulumi's wire signatures (sdk/go/common/resource/sig): how secrets, unknowns and
 # resource references look inside a serialized property Struct.
@@ -175,9 +175,12 @@ class PreviewMocks(pulumi.runtime.Mocks):
         # descriptor, from the cloud layer's preview).
         self.stack_outputs = stack_outputs or {}
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict | tuple[dict, list[tuple[str, str]]]:
         self.invokes.append(args.token)
-        return self.fixture.answer(args.token, args.args)
+        try:
+            return self.fixture.answer(args.token, args.args)
+        except InvokeRefused as err:  # AWS found nothing: the invoke fails, as the provider's would
+            return {}, [("", str(err))]
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         inputs = dict(args.inputs)

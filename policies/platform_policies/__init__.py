@@ -16,7 +16,7 @@ from .encryption import (
     messaging_encrypted_with_cmk,
     registries_encrypted_with_cmk,
 )
-from .exposure import eks_endpoint_private, no_public_ips_on_nodes, no_world_open_ingress
+from .exposure import eks_endpoint_private, no_public_ips_on_nodes, no_world_open_ingress, no_world_open_ports
 from .kubernetes import (
     k8s_containers_have_limits,
     k8s_gpu_pods_use_limits_and_tolerate_taint,
@@ -29,7 +29,12 @@ from .kubernetes import (
 )
 from .replication import kms_keys_single_region, no_cross_region_replication
 from .residency import availability_zones_in_allowed_regions, aws_resources_in_allowed_regions
-from .s3 import s3_buckets_block_public_access, s3_buckets_encrypted_with_cmk, s3_buckets_tls_only
+from .s3 import (
+    s3_buckets_block_public_access,
+    s3_buckets_encrypted_with_cmk,
+    s3_buckets_tls_only,
+    s3_public_access_settings,
+)
 from .tagging import storage_and_compute_tagged
 from .transit import elasticache_encrypted_in_transit, load_balancer_listeners_tls
 
@@ -59,7 +64,9 @@ ENCRYPTION_IN_TRANSIT = [
     elasticache_encrypted_in_transit,
 ]
 EXPOSURE = [
+    s3_public_access_settings,
     s3_buckets_block_public_access,
+    no_world_open_ports,
     no_world_open_ingress,
     eks_endpoint_private,
     no_public_ips_on_nodes,

@@ -50,6 +50,46 @@ def _target(rule: PolicyResource, groups: dict[str, PolicyResource]) -> PolicyRe
     return None
 
 
+def _ingress(resource_type: str, props: Any) -> list[tuple[str, Any, Any, Any, list[str]]]:
+    """(path, protocol, from, to, world-open CIDRs) of each ingress a group or rule opens."""
+    found = []
+    if resource_type in SECURITY_GROUPS:
+        for i, rule in enumerate(items(get(props, "ingress"))):
+            found.append((f"ingress[{i}]", get(rule, "protocol"), get(rule, "fromPort"), get(rule, "toPort"),
+                          _open_cidrs(get(rule, "cidrBlocks"), get(rule, "ipv6CidrBlocks"))))
+    elif resource_type in SG_RULES and get(props, "type") == "ingress":
+        found.append(("rule", get(props, "protocol"), get(props, "fromPort"), get(props, "toPort"),
+                      _open_cidrs(get(props, "cidrBlocks"), get(props, "ipv6CidrBlocks"))))
+    elif resource_type in INGRESS_RULES:
+        found.append(("rule", get(props, "ipProtocol"), get(props, "fromPort"), get(props, "toPort"),
+                      _open_cidrs(get(props, "cidrIpv4"), get(props, "cidrIpv6"))))
+    return [entry for entry in found if entry[4]]
+
+
+def _check_open_ports(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    """Judged on the group or rule alone, so the engine refuses it before it exists: only
+    TCP 443 may be open to the internet, and only where a load balancer uses the group
+    (which no-world-open-ingress checks across the stack)."""
+    where = f"{args.resource_type} '{args.name}'"
+    for path, protocol, low, high, open_to in _ingress(args.resource_type, args.props):
+        if not _https_only(protocol, low, high):
+            report(f"{where}: {path} allows {_ports(protocol, low, high)} from {', '.join(open_to)}; only TCP 443 "
+                   "to a load balancer's security group may be open to the internet")
+
+
+no_world_open_ports = resource_rule(
+    name="no-world-open-ports",
+    description="No security-group ingress from 0.0.0.0/0, ::/0 (or any range broader than /8, IPv6 /16) on any "
+    "port but TCP 443, judged on the group or rule itself (SSH from the internet is refused before it exists).",
+    applies=SECURITY_GROUPS | SG_RULES | INGRESS_RULES,
+    check=_check_open_ports,
+    framework=iso("A.8.20", "Networks security: networks and network devices are secured and controlled."),
+    remediation="Allow ingress from the VPC CIDR, a prefix list or another security group; reach nodes through "
+    "SSM Session Manager, not SSH; expose services only through a load balancer listening on 443.",
+    tags=["exposure"],
+)
+
+
 def _check_ingress(args: StackValidationArgs, report: ReportViolation, settings: Settings) -> None:
     groups = {r.urn: r for r in args.resources if r.resource_type in SECURITY_GROUPS}
     fronting_lbs = {
@@ -57,41 +97,25 @@ def _check_ingress(args: StackValidationArgs, report: ReportViolation, settings:
         for lb in args.resources if lb.resource_type in LOAD_BALANCERS
         for dependency in lb.property_dependencies.get("securityGroups", [])
     }
-
-    def judge(owner: PolicyResource, group: PolicyResource | None, path: str, protocol: Any, low: Any, high: Any,
-              *cidrs: Any) -> None:
-        open_to = _open_cidrs(*cidrs)
-        if not open_to:
-            return
-        if _https_only(protocol, low, high) and group is not None and group.urn in fronting_lbs:
-            return  # TLS on 443 to a load balancer: the one way in
-        where = f"{owner.resource_type} '{owner.name}'"
-        report(f"{where}: {path} allows {_ports(protocol, low, high)} from {', '.join(open_to)}; only TCP 443 to a "
-               "load balancer's security group may be open to the internet", owner.urn)
-
     for resource in args.resources:
-        props = resource.props
-        if resource.resource_type in SECURITY_GROUPS:
-            for i, rule in enumerate(items(get(props, "ingress"))):
-                judge(resource, resource, f"ingress[{i}]", get(rule, "protocol"), get(rule, "fromPort"),
-                      get(rule, "toPort"), get(rule, "cidrBlocks"), get(rule, "ipv6CidrBlocks"))
-        elif resource.resource_type in SG_RULES and get(props, "type") == "ingress":
-            judge(resource, _target(resource, groups), "rule", get(props, "protocol"), get(props, "fromPort"),
-                  get(props, "toPort"), get(props, "cidrBlocks"), get(props, "ipv6CidrBlocks"))
-        elif resource.resource_type in INGRESS_RULES:
-            judge(resource, _target(resource, groups), "rule", get(props, "ipProtocol"), get(props, "fromPort"),
-                  get(props, "toPort"), get(props, "cidrIpv4"), get(props, "cidrIpv6"))
+        group = resource if resource.resource_type in SECURITY_GROUPS else _target(resource, groups)
+        for path, protocol, low, high, open_to in _ingress(resource.resource_type, resource.props):
+            # Other ports are no-world-open-ports' to refuse, on the resource itself.
+            if _https_only(protocol, low, high) and (group is None or group.urn not in fronting_lbs):
+                report(f"{resource.resource_type} '{resource.name}': {path} allows {_ports(protocol, low, high)} "
+                       f"from {', '.join(open_to)} to a security group no load balancer uses; only a load "
+                       "balancer's may be open to the internet", resource.urn)
 
 
 no_world_open_ingress = stack_rule(
     name="no-world-open-ingress",
-    description="No security-group ingress from 0.0.0.0/0, ::/0 (or any range broader than /8, IPv6 /16), except "
-    "TCP 443 to a load balancer's security group.",
+    description="TCP 443 from the internet only to a security group a load balancer uses (the one way in; it needs "
+    "the stack to see the load balancer). Every other port is no-world-open-ports'.",
     scope=SECURITY_GROUPS | SG_RULES | INGRESS_RULES,
     check=_check_ingress,
     framework=iso("A.8.20", "Networks security: networks and network devices are secured and controlled."),
-    remediation="Allow ingress from the VPC CIDR, a prefix list or another security group; expose services only "
-    "through a load balancer listening on 443.",
+    remediation="Expose services only through a load balancer listening on 443; allow nodes and pods ingress from "
+    "the VPC CIDR, a prefix list or another security group.",
     tags=["exposure"],
 )
 

@@ -8,10 +8,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pulumi_policy import PolicyResource, ReportViolation, StackValidationArgs
+from pulumi_policy import PolicyResource, ReportViolation, ResourceValidationArgs, StackValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError
 
-from .common import UNKNOWN, Settings, aws_types, flag, get, items, key_problem, stack_rule
+from .common import UNKNOWN, Settings, aws_types, flag, get, items, key_problem, resource_rule, stack_rule
 from .controls import iso, pdpl
 
 BUCKETS = aws_types("s3/bucket:Bucket", "s3/bucketV2:BucketV2")
@@ -216,31 +216,47 @@ def _off_flags(resource: PolicyResource) -> list[str]:
     return [f for f in ACCESS_BLOCK_FLAGS if flag(get(resource.props, f)) not in (True, UNKNOWN)]
 
 
+def _check_public_settings(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    """What one resource says, judged before it exists: an access block with a flag off,
+    a public canned ACL."""
+    where = f"{args.resource_type} '{args.name}'"
+    if args.resource_type in ACCESS_BLOCKS | ACCOUNT_ACCESS_BLOCKS:
+        off = [f for f in ACCESS_BLOCK_FLAGS if flag(get(args.props, f)) not in (True, UNKNOWN)]
+        if off:
+            report(f"{where}: {', '.join(off)} must be true")
+    else:
+        acl = get(args.props, "acl")
+        if isinstance(acl, str) and acl in PUBLIC_ACLS:
+            report(f"{where}: acl {acl!r} grants public access")
+
+
+s3_public_access_settings = resource_rule(
+    name="s3-public-access-settings",
+    description="A bucket or account public access block has all four settings on; no bucket or bucket ACL grants "
+    "a public canned ACL. Judged on the resource itself, so the engine refuses it before it exists.",
+    applies=ACCESS_BLOCKS | ACCOUNT_ACCESS_BLOCKS | BUCKETS | BUCKET_ACLS,
+    check=_check_public_settings,
+    framework=iso("A.8.3", "Information access restriction: no anonymous access to stored data."),
+    remediation="Set block_public_acls, block_public_policy, ignore_public_acls and restrict_public_buckets all "
+    "True; keep ObjectOwnership BucketOwnerEnforced and no canned ACL.",
+    tags=["exposure"],
+)
+
+
 def _check_public_access(args: StackValidationArgs, report: ReportViolation, settings: Settings) -> None:
     buckets = Buckets(args.resources)
     blocks = buckets.attached(args.resources, ACCESS_BLOCKS)
-    for block in (r for r in args.resources if r.resource_type in ACCESS_BLOCKS | ACCOUNT_ACCESS_BLOCKS):
-        off = _off_flags(block)
-        if off:
-            report(f"{_label(block)}: {', '.join(off)} must be true", block.urn)
     for bucket in buckets.all:
         if not blocks.get(bucket.urn):
             report(f"{_label(bucket)} has no BucketPublicAccessBlock; add one with all four settings true",
                    bucket.urn)
-        acl = get(bucket.props, "acl")
-        if isinstance(acl, str) and acl in PUBLIC_ACLS:
-            report(f"{_label(bucket)}: acl {acl!r} grants public access", bucket.urn)
-    for grant in (r for r in args.resources if r.resource_type in BUCKET_ACLS):
-        acl = get(grant.props, "acl")
-        if isinstance(acl, str) and acl in PUBLIC_ACLS:
-            report(f"{_label(grant)}: acl {acl!r} grants public access", grant.urn)
 
 
 s3_buckets_block_public_access = stack_rule(
     name="s3-buckets-block-public-access",
-    description="Every bucket has a public access block with all four settings on; no public ACLs; an "
-    "account-level block, where declared, has all four settings on.",
-    scope=BUCKETS | ACCESS_BLOCKS | ACCOUNT_ACCESS_BLOCKS | BUCKET_ACLS,
+    description="Every bucket has a public access block (which needs the stack to see both); its settings and "
+    "ACLs are s3-public-access-settings'.",
+    scope=BUCKETS | ACCESS_BLOCKS,
     check=_check_public_access,
     framework=iso("A.8.3", "Information access restriction: no anonymous access to stored data."),
     remediation="Attach an aws.s3.BucketPublicAccessBlock with block_public_acls, block_public_policy, "

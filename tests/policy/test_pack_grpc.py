@@ -124,3 +124,28 @@ def test_stack_table_over_grpc(pack):
         if mine != expected:
             wrong.append((case.id, mine))
     assert wrong == []
+
+
+@pytest.mark.parametrize(("kind", "props", "rule"), [
+    ("aws:ec2/securityGroup:SecurityGroup",
+     {"vpcId": "vpc-1", "ingress": [{"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"]}]},
+     "no-world-open-ports"),
+    ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+     {"ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv4": "0.0.0.0/0", "securityGroupId": "sg-1"},
+     "no-world-open-ports"),
+    ("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
+     {"bucket": "data", "blockPublicAcls": True, "blockPublicPolicy": False, "ignorePublicAcls": True,
+      "restrictPublicBuckets": True}, "s3-public-access-settings"),
+], ids=["ssh-on-a-group", "ssh-on-an-ingress-rule", "access-block-flag-off"])
+def test_single_resource_violations_are_refused_by_analyze(pack, kind, props, rule):
+    """What one resource shows is refused when the engine registers it (Analyze), before
+    it is created, not only after the whole stack is registered (AnalyzeStack)."""
+    pack.configure(pack.info(), {}, "test")
+    request = analyzer_pb2.AnalyzeRequest(type=kind, urn=_urn(kind, "r"), name="r", properties=_struct(props))
+    request.provider.CopyFrom(_provider({"region": "me-central-1"}))
+    answer = pack.stub.Analyze(request)
+    [diag] = [d for d in answer.diagnostics if d.policyName == rule]
+    assert diag.enforcementLevel == analyzer_pb2.MANDATORY
+    stack = pack.stub.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=[analyzer_pb2.AnalyzerResource(
+        type=kind, urn=_urn(kind, "r"), name="r", properties=_struct(props), provider=request.provider)]))
+    assert [d.policyName for d in stack.diagnostics] == []  # not reported a second time

@@ -9,10 +9,11 @@ from platform_policies.s3 import (
     s3_buckets_block_public_access,
     s3_buckets_encrypted_with_cmk,
     s3_buckets_tls_only,
+    s3_public_access_settings,
 )
 
 from tests.policy.cases import BUCKET, PAB, POLICY, SSE, access_block, sse, tls_policy
-from tests.policy.harness import check_stack, stack_resource
+from tests.policy.harness import check, check_stack, stack_resource
 
 
 def _bucket(name: str = "data", **props):
@@ -85,15 +86,20 @@ def test_public_access():
     [(message, _)] = check_stack(s3_buckets_block_public_access, [bucket])
     assert "has no BucketPublicAccessBlock" in message
     assert check_stack(s3_buckets_block_public_access, [bucket, _linked(PAB, access_block(), bucket)]) == []
-    public = _bucket("web", acl="public-read")
-    found = check_stack(s3_buckets_block_public_access, [public, _linked(PAB, access_block(), public)])
-    assert [m for m, _ in found] == ["aws:s3/bucket:Bucket 'web': acl 'public-read' grants public access"]
-    account = stack_resource("aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock",
-                             {"blockPublicAcls": True, "blockPublicPolicy": False, "ignorePublicAcls": True,
-                              "restrictPublicBuckets": True}, "account")
-    found = check_stack(s3_buckets_block_public_access, [account])
-    assert [m for m, _ in found] == [
+
+
+def test_public_settings_are_judged_on_the_resource_itself():
+    assert check(s3_public_access_settings, BUCKET, {"bucket": "web", "acl": "public-read"}, name="web") == [
+        "aws:s3/bucket:Bucket 'web': acl 'public-read' grants public access"]
+    assert check(s3_public_access_settings, BUCKET, {"bucket": "web"}, name="web") == []
+    account = {"blockPublicAcls": True, "blockPublicPolicy": False, "ignorePublicAcls": True,
+               "restrictPublicBuckets": True}
+    assert check(s3_public_access_settings, "aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock", account,
+                 name="account") == [
         "aws:s3/accountPublicAccessBlock:AccountPublicAccessBlock 'account': blockPublicPolicy must be true"]
+    # The stack rule no longer reports them a second time.
+    public = _bucket("web", acl="public-read")
+    assert check_stack(s3_buckets_block_public_access, [public, _linked(PAB, access_block(), public)]) == []
 
 
 def test_exempted_bucket_is_not_reported():

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from platform_policies.exposure import eks_endpoint_private, no_public_ips_on_nodes, no_world_open_ingress
+from platform_policies.exposure import (
+    eks_endpoint_private,
+    no_public_ips_on_nodes,
+    no_world_open_ingress,
+    no_world_open_ports,
+)
 from platform_policies.transit import elasticache_encrypted_in_transit, load_balancer_listeners_tls, policy_minimum
 
 from tests.policy.cases import INGRESS, LB, SG, ingress
@@ -51,18 +56,23 @@ def test_cache_transit():
                  {"replicationGroupId": "g"}) == NOT_APPLICABLE
 
 
-def test_world_open_ingress_shapes():
-    group = stack_resource(SG, {"ingress": [{"protocol": "-1", "fromPort": 0, "toPort": 0,
-                                             "ipv6CidrBlocks": ["::/0"]}]}, "legacy")
-    [(message, urn)] = check_stack(no_world_open_ingress, [group])
+def test_world_open_ports_are_refused_on_the_group_or_rule_itself():
+    [message] = check(no_world_open_ports, SG, {"ingress": [{"protocol": "-1", "fromPort": 0, "toPort": 0,
+                                                            "ipv6CidrBlocks": ["::/0"]}]}, name="legacy")
     assert message == ("aws:ec2/securityGroup:SecurityGroup 'legacy': ingress[0] allows all ports from ::/0; only "
                        "TCP 443 to a load balancer's security group may be open to the internet")
+    assert check(no_world_open_ports, INGRESS, ingress(22, "10.0.0.0/16")) == []
+    assert check(no_world_open_ports, INGRESS, ingress(443)) == []  # the stack rule's to judge
+    assert check(no_world_open_ports, "aws:ec2/securityGroupRule:SecurityGroupRule",
+                 {"type": "egress", "protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]}) == []
+
+
+def test_443_open_to_a_group_no_load_balancer_uses_is_refused_across_the_stack():
     rule = stack_resource("aws:ec2/securityGroupRule:SecurityGroupRule",
                           {"type": "ingress", "protocol": "tcp", "fromPort": 443, "toPort": 443,
                            "cidrBlocks": ["0.0.0.0/0"]}, "https-nodes")
-    assert check_stack(no_world_open_ingress, [rule])  # 443 open, but not to a load balancer
-    internal = stack_resource(INGRESS, ingress(22, "10.0.0.0/16"), "ssh-vpc")
-    assert check_stack(no_world_open_ingress, [internal]) == []
+    [(message, urn)] = check_stack(no_world_open_ingress, [rule])
+    assert urn == rule.urn and "to a security group no load balancer uses" in message
 
 
 def test_443_to_a_load_balancer_is_the_exception():
@@ -73,7 +83,9 @@ def test_443_to_a_load_balancer_is_the_exception():
     https.property_dependencies["securityGroupId"] = [lb_group]
     http = stack_resource(INGRESS, ingress(80), "http")
     http.property_dependencies["securityGroupId"] = [lb_group]
-    assert [u for _, u in check_stack(no_world_open_ingress, [lb_group, lb, https, http])] == [http.urn]
+    assert check_stack(no_world_open_ingress, [lb_group, lb, https, http]) == []
+    # Port 80 on the load balancer's group is the resource rule's, refused on its own.
+    assert check(no_world_open_ports, INGRESS, ingress(80), name="http")
 
 
 def test_eks_endpoint():

@@ -1,0 +1,106 @@
+"""Preflight against the region, answered by fixtures: a vCPU quota shortfall, an add-on
+version the region lacks, a missing endpoint service, a pool that needs a reservation and
+a Capacity Block that does not fit each stop the program with one line, before anything
+but the provider is registered; through the CLI, with exit code 2."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import pytest
+
+from infra import cli
+from infra.config import ConfigError, NodePoolConfig, load_stack
+from infra.platform import build_platform
+from infra.preflight import check_capacity_block, check_on_demand_acknowledged, vcpu_needs, vcpu_quota
+from infra.preview import engine
+from infra.preview.fixtures import RegionFixture
+from infra.versions import EKS_ADDONS
+from tests.component.recorder import record, root_cause
+
+P_QUOTA = "L-417A185B"
+
+
+def _refusal(**facts) -> str:
+    failed = record(lambda _provider: build_platform(load_stack("prod")),
+                    fixture=RegionFixture("me-central-1", **facts), stack="prod", expect_error=True)
+    cause = root_cause(failed.error)
+    assert isinstance(cause, ConfigError)
+    # Nothing the stack would create was registered.
+    assert {r.type for r in failed.registrations} == {"pulumi:providers:aws"}
+    assert "\n" not in str(cause)
+    return str(cause)
+
+
+def test_prod_needs_its_p5_pool_at_max_size_in_the_p_quota():
+    needs = vcpu_needs(load_stack("prod"))
+    assert vcpu_quota("p5.48xlarge") == (P_QUOTA, "Running On-Demand P instances")
+    assert vcpu_quota("m7i.2xlarge")[0] == "L-1216C47A" and vcpu_quota("g6e.2xlarge")[0] == "L-DB2E81BA"
+    assert needs[P_QUOTA] == (16 * 192, ["train-p5 16 x p5.48xlarge"])
+
+
+def test_a_quota_shortfall_stops_the_stack():
+    assert _refusal(vcpu_quotas={P_QUOTA: 1536}) == (
+        "preflight: mlplat:nodePools: train-p5 16 x p5.48xlarge need 3072 vCPUs of 'Running On-Demand P instances' "
+        "(L-417A185B) but the account's quota in me-central-1 is 1536; request an increase in Service Quotas or "
+        "lower maxSize")
+
+
+def test_an_add_on_version_the_region_lacks_stops_the_stack():
+    pinned = EKS_ADDONS["aws-ebs-csi-driver"].version
+    assert _refusal(addon_versions={"aws-ebs-csi-driver": "v1.50.0-eksbuild.1"}) == (
+        f"preflight: EKS add-on aws-ebs-csi-driver {pinned} is not published in me-central-1 for Kubernetes "
+        "1.34 (the newest there is v1.50.0-eksbuild.1); pin a version the region has in infra/versions.py EKS_ADDONS")
+
+
+def test_a_newer_build_in_the_region_is_fine():
+    pinned = EKS_ADDONS["coredns"].version
+    newer = pinned.rsplit(".", 1)[0] + ".9"
+    rec = record(lambda _provider: build_platform(load_stack("prod")),
+                 fixture=RegionFixture("me-central-1", addon_versions={"coredns": newer}), stack="prod")
+    assert rec.one("aws:eks/addon:Addon", "core-addons-coredns").inputs()["addonVersion"] == pinned
+
+
+def test_a_missing_endpoint_service_stops_the_stack():
+    assert _refusal(missing_endpoint_services=frozenset({"eks-auth"})) == (
+        "preflight: VPC endpoint service com.amazonaws.me-central-1.eks-auth does not exist in me-central-1 "
+        "(no matching VPC Endpoint Service found); drop it from INTERFACE_ENDPOINT_SERVICES "
+        "(components/specs/network.py) or deploy to a region that has it")
+
+
+def test_a_p5_pool_without_a_reservation_must_say_on_demand():
+    config = load_stack("prod")
+    pools = [p.model_copy(update={"on_demand": False}) for p in config.node_pools]
+    with pytest.raises(ConfigError) as caught:
+        check_on_demand_acknowledged(config.model_copy(update={"node_pools": pools}))
+    assert str(caught.value).startswith(
+        "preflight: mlplat:nodePools[1]: p5.48xlarge x 16 on demand will most likely fail with "
+        "InsufficientInstanceCapacity; set capacityReservationId")
+    check_on_demand_acknowledged(config)  # prod says onDemand: true
+
+
+@pytest.mark.parametrize(("block", "says"), [
+    ({"instance_type": "p5e.48xlarge"}, "is a Capacity Block of p5e.48xlarge, not p5.48xlarge"),
+    ({"availability_zone_id": "mec1-az2"}, "is in mec1-az2, not the pool's zone mec1-az1; set zoneId: mec1-az2"),
+    ({"state": "expired"}, "is expired"),
+    ({"instance_count": 2}, "holds 2 instances, fewer than maxSize 4"),
+])
+def test_a_capacity_block_that_does_not_fit_is_named(block, says):
+    pool = NodePoolConfig.model_validate({"name": "train", "role": "gpu", "instanceType": "p5.48xlarge", "minSize": 2,
+                                          "maxSize": 4, "efa": True, "zoneId": "mec1-az1", "capacityBlock": True,
+                                          "capacityReservationId": "cr-0123456789abcdef0"})
+    fits = {"instance_type": "p5.48xlarge", "availability_zone_id": "mec1-az1", "state": "active", "instance_count": 4}
+    check_capacity_block(0, pool, SimpleNamespace(**fits), "mec1-az1")
+    with pytest.raises(ConfigError, match="^preflight: mlplat:nodePools\\[0\\].capacityReservationId: "
+                                          "cr-0123456789abcdef0 ") as caught:
+        check_capacity_block(0, pool, SimpleNamespace(**{**fits, **block}), "mec1-az1")
+    assert says in str(caught.value)
+
+
+def test_the_cli_says_one_line_and_exits_2(monkeypatch, capsys):
+    monkeypatch.setattr(engine, "RegionFixture", functools.partial(RegionFixture, vcpu_quotas={P_QUOTA: 96}))
+    code = cli.main(["preview", "--stack", "prod", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [err.strip()] and err.startswith("mlplat: error: preflight: mlplat:nodePools: ")
