@@ -21,7 +21,9 @@ LUSTRE_PORTS = ((988, 988), (1018, 1023))
 DATASETS_PATH = "/datasets"
 # The bucket's new, changed and deleted objects show in the file system. Back to the
 # bucket go only new and changed files: exporting deletions would let an `rm` under
-# /datasets delete in S3, past the read-only grant training pods have on the bucket.
+# /datasets delete in S3, past the read-only grant training pods have on the bucket. A
+# changed file still overwrites its object; the replaced version is kept for
+# storage.datasetVersionDays, so it can be restored.
 IMPORT_EVENTS = ("NEW", "CHANGED", "DELETED")
 EXPORT_EVENTS = ("NEW", "CHANGED")
 

@@ -15,7 +15,7 @@ about the ASG. Offline, the preview's fixtures answer (infra/preview/fixtures.py
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pulumi
@@ -106,7 +106,8 @@ def vcpu_needs(config: PlatformConfig) -> dict[str, tuple[int, list[str]]]:
 
 
 def check_quotas(config: PlatformConfig, quotas: Mapping[str, float]) -> None:
-    """One ConfigError for the first quota the pools would exceed at maxSize."""
+    """One ConfigError for the first quota this stack's pools alone would exceed at
+    maxSize (other stacks' instances in the account are not counted)."""
     for code, (vcpus, pools) in sorted(vcpu_needs(config).items()):
         quota = quotas[code]
         if vcpus > quota:
@@ -117,7 +118,9 @@ def check_quotas(config: PlatformConfig, quotas: Mapping[str, float]) -> None:
                 "Quotas or lower maxSize")
 
 
-# --- Capacity: reservations that exist, fit and are live; pools that need one ---------
+# --- Capacity: Capacity Blocks that exist, fit and are live; pools that need one ------
+# (An On-Demand Capacity Reservation is not looked up: pulumi-aws has no data source for
+# one. EC2 launches outside it when it does not fit.)
 
 BLOCK_STATES = ("active", "scheduled", "payment-pending")
 
@@ -153,10 +156,16 @@ def check_on_demand_acknowledged(config: PlatformConfig) -> None:
 # --- Add-on versions and endpoint services the region must offer ----------------------
 
 
+ADDON_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)(?:-[a-z]+)*-eksbuild\.(\d+)$")
+
+
 def addon_release(version: str) -> tuple[int, ...]:
     """`v1.20.4-eksbuild.2` -> (1, 20, 4, 2): comparable across builds."""
-    upstream, _, build = version.lstrip("v").partition("-eksbuild.")
-    return (*(int(p) for p in upstream.split(".")), int(build or 0))
+    match = ADDON_VERSION.match(version)
+    if match is None:
+        raise ConfigError(f"preflight: EKS add-on version {version!r} is not of the form v<x.y.z>-eksbuild.<n>; "
+                          "fix the pin in infra/versions.py EKS_ADDONS")
+    return (*(int(p) for p in match.group(1).split(".")), int(match.group(2)))
 
 
 def check_addon(name: str, pinned: str, newest: str | None, kubernetes: str, region: str, detail: str = "") -> None:
@@ -190,28 +199,46 @@ def preflight(config: PlatformConfig, opts: pulumi.InvokeOptions) -> dict[str, t
     check_quotas(config, quotas)
     for index, pool in enumerate(config.node_pools):
         if pool.capacity_block:
-            block = aws.ec2.get_capacity_block_reservation(id=pool.capacity_reservation_id, opts=opts)
+            block, reason = region_lookup(lambda pool=pool: aws.ec2.get_capacity_block_reservation(
+                id=pool.capacity_reservation_id, opts=opts))
+            if block is None:
+                raise ConfigError(
+                    f"preflight: {PROJECT}:nodePools[{index}].capacityReservationId: {pool.capacity_reservation_id} "
+                    f"is no Capacity Block of this account in {config.region} ({reason}); name the block's cr- id")
             check_capacity_block(index, pool, block, zones[pool.name][0])
     for addon in EKS_ADDONS.values():
-        newest, detail = None, ""
-        try:
-            newest = aws.eks.get_addon_version(addon_name=addon.name, kubernetes_version=config.cluster.version,
-                                               most_recent=True, opts=opts).version
-        except Exception as err:  # no release of it in the region for this Kubernetes version
-            detail = _first_line(err)
-        check_addon(addon.name, addon.version, newest, config.cluster.version, config.region, detail)
+        found, detail = region_lookup(lambda addon=addon: aws.eks.get_addon_version(
+            addon_name=addon.name, kubernetes_version=config.cluster.version, most_recent=True, opts=opts))
+        check_addon(addon.name, addon.version, found.version if found is not None else None,
+                    config.cluster.version, config.region, detail)
     for service in INTERFACE_ENDPOINT_SERVICES:
-        found, detail = True, ""
-        try:
-            aws.ec2.get_vpc_endpoint_service(service_name=endpoint_service_name(config.region, service), opts=opts)
-        except Exception as err:  # "no matching VPC Endpoint Service found"
-            found, detail = False, _first_line(err)
-        check_endpoint_service(service, config.region, found, detail)
+        found, detail = region_lookup(lambda service=service: aws.ec2.get_vpc_endpoint_service(
+            service_name=endpoint_service_name(config.region, service), opts=opts))
+        check_endpoint_service(service, config.region, found is not None, detail)
     return zones
 
 
-def _first_line(err: Exception) -> str:
-    """The reason of a failed invoke, without the engine's `invoke of <token> failed:`."""
-    lines = str(err).strip().splitlines()
-    line = lines[0] if lines else type(err).__name__
+# What AWS (through the provider) says when a lookup finds nothing. Anything else (no
+# permission, throttling, expired credentials) is not an answer about the region: it is
+# raised as it came.
+NOT_FOUND = ("no matching", "not found", "notfound", "does not exist", "no versions")
+
+
+def region_lookup(invoke: Callable[[], Any]) -> tuple[Any | None, str]:
+    """(result, "") or, where the lookup found nothing, (None, the provider's reason)."""
+    try:
+        return invoke(), ""
+    except Exception as err:
+        reason = _reason(err)
+        if not any(marker in reason.lower() for marker in NOT_FOUND):
+            raise
+        return None, reason
+
+
+def _reason(err: Exception) -> str:
+    """The provider's reason, on one line: its `* ...` line where it lists errors, else
+    the text after the engine's `invoke of <token> failed:`."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    listed = [line.removeprefix("* ") for line in lines if line.startswith("* ")]
+    line = listed[-1] if listed else (lines[0] if lines else type(err).__name__)
     return line.split(" failed: ", 1)[-1].removesuffix(" ()")[:160]

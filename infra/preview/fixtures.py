@@ -133,7 +133,7 @@ def _addon_version(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
 
     name = args["addonName"]
     if name not in fx.addon_versions and name not in EKS_ADDONS:
-        raise InvokeRefused(f"no versions of add-on {name} for Kubernetes {args.get('kubernetesVersion')}")
+        raise InvokeRefused(f"no matching EKS Add-On version found for {name}")
     version = fx.addon_versions.get(name) or EKS_ADDONS[name].version
     return {"id": name, "addonName": name, "kubernetesVersion": args.get("kubernetesVersion"),
             "mostRecent": args.get("mostRecent"), "version": version}
@@ -151,7 +151,7 @@ def _endpoint_service(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]
 def _capacity_block(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
     ident = args["id"]
     if ident not in fx.capacity_blocks:
-        raise InvokeRefused(f"no Capacity Block reservation {ident}")
+        raise InvokeRefused(f"no matching EC2 Capacity Block Reservation found ({ident})")
     return {"id": ident, "reservationType": "capacity-block", **fx.capacity_blocks[ident]}
 
 

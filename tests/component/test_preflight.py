@@ -13,7 +13,7 @@ import pytest
 from infra import cli
 from infra.config import ConfigError, NodePoolConfig, load_stack
 from infra.platform import build_platform
-from infra.preflight import check_capacity_block, check_on_demand_acknowledged, vcpu_needs, vcpu_quota
+from infra.preflight import check_capacity_block, check_on_demand_acknowledged, region_lookup, vcpu_needs, vcpu_quota
 from infra.preview import engine
 from infra.preview.fixtures import RegionFixture
 from infra.versions import EKS_ADDONS
@@ -73,7 +73,7 @@ def test_a_p5_pool_without_a_reservation_must_say_on_demand():
     config = load_stack("prod")
     pools = [p.model_copy(update={"on_demand": False}) for p in config.node_pools]
     with pytest.raises(ConfigError) as caught:
-        check_on_demand_acknowledged(config.model_copy(update={"node_pools": pools}))
+        check_on_demand_acknowledged(config.model_copy(update={"node_pools": tuple(pools)}))
     assert str(caught.value).startswith(
         "preflight: mlplat:nodePools[1]: p5.48xlarge x 16 on demand will most likely fail with "
         "InsufficientInstanceCapacity; set capacityReservationId")
@@ -98,9 +98,54 @@ def test_a_capacity_block_that_does_not_fit_is_named(block, says):
     assert says in str(caught.value)
 
 
-def test_the_cli_says_one_line_and_exits_2(monkeypatch, capsys):
-    monkeypatch.setattr(engine, "RegionFixture", functools.partial(RegionFixture, vcpu_quotas={P_QUOTA: 96}))
+@pytest.mark.parametrize(("facts", "says"), [
+    ({"vcpu_quotas": {P_QUOTA: 96}}, "preflight: mlplat:nodePools: train-p5 16 x p5.48xlarge need 3072 vCPUs"),
+    ({"addon_versions": {"coredns": "v1.11.1-eksbuild.1"}}, "preflight: EKS add-on coredns "),
+    ({"missing_endpoint_services": frozenset({"ssmmessages"})},
+     "preflight: VPC endpoint service com.amazonaws.me-central-1.ssmmessages does not exist"),
+], ids=["quota", "add-on", "endpoint-service"])
+def test_the_cli_says_one_line_and_exits_2(monkeypatch, capsys, facts, says):
+    monkeypatch.setattr(engine, "RegionFixture", functools.partial(RegionFixture, **facts))
     code = cli.main(["preview", "--stack", "prod", "--quiet"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.splitlines() == [err.strip()] and err.startswith("mlplat: error: preflight: mlplat:nodePools: ")
+    assert err.splitlines() == [err.strip()] and err.startswith(f"mlplat: error: {says}")
+
+
+def _with_capacity_block(block_id: str):
+    config = load_stack("prod")
+    pools = [p.model_copy(update={"placement_group_zone_id": None, "zone_id": "mec1-az1", "capacity_block": True,
+                                  "capacity_reservation_id": block_id, "on_demand": False})
+             if p.name == "train-p5" else p for p in config.node_pools]
+    return config.model_copy(update={"node_pools": tuple(pools)})
+
+
+def test_a_capacity_block_the_account_does_not_hold_is_one_line():
+    config = _with_capacity_block("cr-0123456789abcdef0")
+    failed = record(lambda _provider: build_platform(config), fixture=RegionFixture("me-central-1"), stack="prod",
+                    expect_error=True)
+    assert str(root_cause(failed.error)) == (
+        "preflight: mlplat:nodePools[1].capacityReservationId: cr-0123456789abcdef0 is no Capacity Block of this "
+        "account in me-central-1 (no matching EC2 Capacity Block Reservation found (cr-0123456789abcdef0)); name "
+        "the block's cr- id")
+    held = {"cr-0123456789abcdef0": {"instanceType": "p5.48xlarge", "availabilityZoneId": "mec1-az1",
+                                     "instanceCount": 16, "state": "active"}}
+    rec = record(lambda _provider: build_platform(config),
+                 fixture=RegionFixture("me-central-1", capacity_blocks=held), stack="prod")
+    assert rec.one("aws:eks/nodeGroup:NodeGroup", "pool-train-p5").inputs()["capacityType"] == "CAPACITY_BLOCK"
+
+
+def test_a_lookup_that_fails_for_another_reason_is_not_taken_for_an_answer():
+    def denied():
+        raise Exception("invocation of aws:ec2/getVpcEndpointService:getVpcEndpointService returned an error: "
+                        "1 error occurred:\n\t* reading EC2 VPC Endpoint Services: operation error EC2: "
+                        "DescribeVpcEndpointServices, api error UnauthorizedOperation: not authorized")
+
+    with pytest.raises(Exception, match="UnauthorizedOperation"):
+        region_lookup(denied)
+
+    def missing():
+        raise Exception("invocation of aws:ec2/getVpcEndpointService:getVpcEndpointService returned an error: "
+                        "1 error occurred:\n\t* no matching EC2 VPC Endpoint Service found")
+
+    assert region_lookup(missing) == (None, "no matching EC2 VPC Endpoint Service found")

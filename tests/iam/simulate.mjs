@@ -25,7 +25,12 @@ for (const { id, simulation } of paths) {
     answers.push({ id, result: "Error", errors: outcome.errors });
     continue;
   }
-  const ignored = outcome.result?.ignoredContextKeys ?? [];
+  if (outcome.resultType !== "single") {
+    // A path names one resource; a wildcard answer means the table named none.
+    answers.push({ id, result: "Error", errors: { resultType: outcome.resultType } });
+    continue;
+  }
+  const ignored = outcome.result.ignoredContextKeys ?? [];
   const unknown = ignored.filter((key) => !key.toLowerCase().startsWith(ENCRYPTION_CONTEXT));
   if (unknown.length > 0) {
     answers.push({ id, result: "Error", errors: { ignoredContextKeys: unknown } });

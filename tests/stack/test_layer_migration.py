@@ -27,8 +27,9 @@ TO_CLUSTER = ("mlplat:tenancy:Tenancy", "mlplat:addons:ClusterAddons", "mlplat:t
               "mlplat:inference:InferenceService")
 BACK_TO_CLOUD = ("mlplat:iam:PodIdentityRole", "aws:eks/accessEntry:AccessEntry")
 # The account's EBS defaults, which single stacks all made: only the stack that owns them
-# (storage.ebsAccountDefaults) still does. The others drop them from their state; both
-# settings are retained on delete, so the account keeps what its owner set.
+# (storage.ebsAccountDefaults) still does. The others drop them from their state with
+# `pulumi state delete` before their next `up` (docs/layers.md): their state holds them
+# without the retain flag, so an `up` would reset the account's default key.
 ACCOUNT_EBS_DEFAULTS = ("mlplat:storage:VolumeEncryption", "aws:ebs/defaultKmsKey:DefaultKmsKey",
                         "aws:ebs/encryptionByDefault:EncryptionByDefault")
 
