@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -109,6 +110,9 @@ def test_synthetic_shards_are_written_when_the_data_directory_is_empty(tmp_path)
     metrics = tmp_path / "m.jsonl"
     assert main(["--data", str(data), "--synthetic-tokens", "40000", "--model", "tiny", "--precision", "fp32",
                  "--micro-batch", "4", "--max-steps", "2", "--metrics", str(metrics)]) == 0
-    assert sorted(p.name for p in data.iterdir()) == [f"shard_{k:05d}.bin" for k in range(4)]
+    # The shards and their dataset version, which the run recorded.
+    assert sorted(p.name for p in data.iterdir()) == ["dataset.json", *(f"shard_{k:05d}.bin" for k in range(4))]
+    start = json.loads(metrics.read_text().splitlines()[0])
+    assert start["dataset"] == json.loads((data / "dataset.json").read_text())["id"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging directory left
     assert sorted(losses(metrics)) == [1, 2]

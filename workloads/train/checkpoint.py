@@ -146,7 +146,8 @@ def save(root: str | Path, step: int, state: dict[str, Any], config: dict[str, A
 def load(path: str | Path, state: dict[str, Any]) -> None:
     """Load checkpoint `path` into `state` in place (every rank calls this); DCP reshards
     to the current world size and parallelism."""
-    dcp.load(state, checkpoint_id=str(path))
+    with _single_process_is_intended():
+        dcp.load(state, checkpoint_id=str(path))
 
 
 def resolve(checkpoint_dir: str | Path) -> Path:

@@ -14,6 +14,7 @@ import argparse
 import io
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -28,6 +29,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workloads.train import checkpoint as ckpt
+from workloads.train import dataset_version
 from workloads.train.data import ShardedTokens, generate_synthetic_shards, micro_batch_start
 from workloads.train.metrics import MetricsWriter, model_flops_utilisation, resolve_peak_tflops
 from workloads.train.model import GPT, PRESETS, GPTConfig
@@ -35,6 +37,11 @@ from workloads.train.model import GPT, PRESETS, GPTConfig
 # Exit code of --stop-after-step: a run that stops there behaves like one killed by the
 # scheduler (no cleanup, no final checkpoint), which is what the resume tests need.
 SIMULATED_CRASH_EXIT = 86
+EXIT_BAD_INPUT = 2
+
+
+class ResumeRefused(Exception):
+    """The checkpoint was made on other data or another model: one line saying which."""
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -233,6 +240,7 @@ class Trainer:
         torch.manual_seed(args.seed + 1 + rt.rank)
         self.step = 0
         self.samples_seen = 0
+        self.dataset_id = ""  # the dataset version trained on (run sets it)
 
     def _grad_scaler(self) -> torch.amp.GradScaler:
         enabled = self.args.precision == "fp16"
@@ -258,10 +266,26 @@ class Trainer:
     def save(self) -> Path:
         run = {"model": self.config.to_dict(), "world_size": self.rt.world_size, "strategy": self.args.strategy,
                "precision": self.args.precision, "seq_len": self.seq_len, "global_batch": self.global_batch,
-               "samples_seen": self.samples_seen}
+               "samples_seen": self.samples_seen, "dataset": self.dataset_id}
         return ckpt.save(self.args.checkpoint_dir, self.step, self.state(), run, keep=self.args.keep_checkpoints)
 
+    def check_resumable(self, path: Path) -> None:
+        """Resume only on the data and the model the checkpoint was made with: another
+        dataset version silently changes what "exact" resume replays."""
+        saved = ckpt.read_config(path)
+        if saved.get("dataset") != self.dataset_id:
+            raise ResumeRefused(f"cannot resume from {path}: the dataset version differs (checkpoint "
+                                f"{saved.get('dataset') or 'unrecorded'}, --data {self.dataset_id}); point --data at "
+                                "the checkpoint's dataset or start a new run with --no-resume")
+        model = self.config.to_dict()
+        changed = sorted(k for k in set(model) | set(saved.get("model", {})) if model.get(k) != saved["model"].get(k))
+        if changed:
+            what = ", ".join(f"{k} {saved['model'].get(k)} -> {model.get(k)}" for k in changed)
+            raise ResumeRefused(f"cannot resume from {path}: the model config differs ({what}); use the "
+                                "checkpoint's settings or start a new run with --no-resume")
+
     def restore(self, path: Path) -> None:
+        self.check_resumable(path)
         state = self.state()
         ckpt.load(path, state)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
@@ -316,6 +340,9 @@ def prepare_data(args: argparse.Namespace, config: GPTConfig, rt: Runtime) -> No
     if rt.is_main and args.synthetic_tokens and not any(Path(args.data).glob("*.bin")):
         generate_synthetic_shards(args.data, num_shards=4, tokens_per_shard=args.synthetic_tokens // 4,
                                   vocab_size=config.vocab_size, seed=args.seed)
+        version = dataset_version.build(args.data, tokenizer=f"synthetic-markov-{config.vocab_size}",
+                                        sources=[f"synthetic:seed={args.seed}"])
+        dataset_version.write(version, args.data)
     if rt.distributed:
         dist.barrier()
 
@@ -326,6 +353,8 @@ def run(args: argparse.Namespace) -> int:
         torch.use_deterministic_algorithms(True)
     trainer = Trainer(args, rt)
     prepare_data(args, trainer.config, rt)
+    # Checked against its manifest before any step: a changed shard is named, not trained on.
+    trainer.dataset_id = dataset_version.load_or_build(args.data).id
     data = ShardedTokens(args.data, trainer.seq_len, args.seed)
     writer = MetricsWriter(args.metrics) if rt.is_main else None
     peak = resolve_peak_tflops(args.peak_tflops, args.gpu_model)
@@ -339,7 +368,8 @@ def run(args: argparse.Namespace) -> int:
                      precision=args.precision, compile=args.compile, params=trainer.model.num_params(),
                      flops_per_token=flops_per_token, seq_len=trainer.seq_len, micro_batch=args.micro_batch,
                      grad_accum=trainer.grad_accum, global_batch=trainer.global_batch, peak_tflops=peak,
-                     resumed_from=str(resume_from) if resume_from else None, step=trainer.step)
+                     resumed_from=str(resume_from) if resume_from else None, step=trainer.step,
+                     dataset=trainer.dataset_id)
 
     tokens_per_step = trainer.global_batch * trainer.seq_len
     while trainer.step < args.max_steps:
@@ -372,4 +402,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    try:
+        return run(build_parser().parse_args(argv))
+    except (dataset_version.DatasetMismatch, ResumeRefused) as err:
+        print(f"train: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
