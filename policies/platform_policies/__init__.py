@@ -5,6 +5,7 @@ transit, exposure, Kubernetes guardrails, tags. Each rule names its control thro
 compliance framework; docs/policy-pack.md lists them.
 """
 
+from .databases import databases_private_and_tls
 from .edge import no_global_edge_data_paths
 from .encryption import (
     block_storage_encrypted_with_cmk,
@@ -15,6 +16,7 @@ from .encryption import (
     logs_encrypted_with_cmk,
     messaging_encrypted_with_cmk,
     registries_encrypted_with_cmk,
+    secrets_encrypted_with_cmk,
 )
 from .exposure import eks_endpoint_private, no_public_ips_on_nodes, no_world_open_ingress, no_world_open_ports
 from .kubernetes import (
@@ -55,6 +57,7 @@ ENCRYPTION_AT_REST = [
     logs_encrypted_with_cmk,
     registries_encrypted_with_cmk,
     databases_encrypted_with_cmk,
+    secrets_encrypted_with_cmk,
     messaging_encrypted_with_cmk,
     kms_keys_rotate,
 ]
@@ -62,6 +65,7 @@ ENCRYPTION_IN_TRANSIT = [
     s3_buckets_tls_only,
     load_balancer_listeners_tls,
     elasticache_encrypted_in_transit,
+    databases_private_and_tls,
 ]
 EXPOSURE = [
     s3_public_access_settings,

@@ -256,6 +256,26 @@ databases_encrypted_with_cmk = resource_rule(
 )
 
 
+# --- Secrets --------------------------------------------------------------------------
+
+SECRETS = aws_types("secretsmanager/secret:Secret")
+
+
+def _check_secrets(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    _require_key(report, f"{args.resource_type} '{args.name}'", "kmsKeyId", get(args.props, "kmsKeyId"))
+
+
+secrets_encrypted_with_cmk = resource_rule(
+    name="secrets-encrypted-with-cmk",
+    description="Secrets Manager secrets are encrypted with a customer-managed KMS key, not aws/secretsmanager.",
+    applies=SECRETS,
+    check=_check_secrets,
+    framework=ENCRYPTION_CONTROL,
+    remediation=CRYPTO_REMEDIATION,
+    tags=["encryption"],
+)
+
+
 # --- Queues and topics ----------------------------------------------------------------
 
 TOPICS = aws_types("sns/topic:Topic")
@@ -321,4 +341,5 @@ __all__ = [
     "logs_encrypted_with_cmk",
     "messaging_encrypted_with_cmk",
     "registries_encrypted_with_cmk",
+    "secrets_encrypted_with_cmk",
 ]

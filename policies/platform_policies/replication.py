@@ -33,10 +33,15 @@ SECRETS = aws_types("secretsmanager/secret:Secret")
 ECR_REPLICATION = aws_types("ecr/replicationConfiguration:ReplicationConfiguration")
 RDS_BACKUP_REPLICATION = aws_types("rds/instanceAutomatedBackupsReplication:InstanceAutomatedBackupsReplication")
 EFS_REPLICATION = aws_types("efs/replicationConfiguration:ReplicationConfiguration")
+# A read replica (instance) or a replica cluster names its source; an ARN carries its region.
+RDS_DATABASES = {"aws:rds/instance:Instance": "replicateSourceDb", "aws:rds/cluster:Cluster": "replicationSourceIdentifier"}
+RDS_GLOBAL = aws_types("rds/globalCluster:GlobalCluster")
+RDS_SNAPSHOT_COPIES = {"aws:rds/snapshotCopy:SnapshotCopy": "sourceDbSnapshotIdentifier",
+                       "aws:rds/clusterSnapshotCopy:ClusterSnapshotCopy": "sourceDbClusterSnapshotIdentifier"}
 
 REPLICATION_TYPES = (
     S3_REPLICATION | S3_BUCKETS | DYNAMODB | DYNAMODB_REPLICA | SECRETS | ECR_REPLICATION | RDS_BACKUP_REPLICATION
-    | EFS_REPLICATION
+    | EFS_REPLICATION | frozenset(RDS_DATABASES) | RDS_GLOBAL | frozenset(RDS_SNAPSHOT_COPIES)
 )
 
 REPLICATION_SCHEMA = {
@@ -132,6 +137,26 @@ def _check_replication(args: ResourceValidationArgs, report_violation: ReportVio
         if source is not UNKNOWN:
             outside(arn_region(source), "sourceDbInstanceArn")
         return
+    if kind in RDS_DATABASES:
+        path = RDS_DATABASES[kind]
+        source = get(args.props, path)
+        if source is None:
+            args.not_applicable("a database that replicates from nothing")
+        if isinstance(source, str) and source.startswith("arn:"):
+            outside(arn_region(source), path)  # a bare identifier is in the replica's own region
+        return
+    if kind in RDS_GLOBAL:
+        report_violation(f"{where}: an Aurora global database replicates its clusters across regions by design; "
+                         "keep one regional cluster")
+        return
+    if kind in RDS_SNAPSHOT_COPIES:
+        destination = get(args.props, "destinationRegion")
+        if destination is not None:
+            outside(destination, "destinationRegion")
+        source = get(args.props, RDS_SNAPSHOT_COPIES[kind])
+        if isinstance(source, str) and source.startswith("arn:"):
+            outside(arn_region(source), RDS_SNAPSHOT_COPIES[kind])
+        return
     if kind in EFS_REPLICATION:
         destination = get(args.props, "destination", "region")
         if destination is None:
@@ -142,8 +167,8 @@ def _check_replication(args: ResourceValidationArgs, report_violation: ReportVio
 no_cross_region_replication = resource_rule(
     name="no-cross-region-replication",
     description="No replication of data out of the allowed regions: S3 replication (unless the destination is "
-    "declared in-region), DynamoDB and Secrets Manager replicas, ECR replication rules, RDS automated-backup "
-    "replication and EFS replication.",
+    "declared in-region), DynamoDB and Secrets Manager replicas, ECR replication rules, RDS read replicas, replica "
+    "clusters, global databases, snapshot copies and automated-backup replication, and EFS replication.",
     applies=REPLICATION_TYPES,
     check=_check_replication,
     config=REPLICATION_SCHEMA,

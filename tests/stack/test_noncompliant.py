@@ -36,6 +36,8 @@ EXPECTED = {
     "bucket_public_access.py": "s3-public-access-settings",
     "bucket_without_access_block.py": "s3-buckets-block-public-access",
     "ssh_from_anywhere.py": "no-world-open-ports",
+    "public_database.py": "databases-private-and-tls",
+    "secret_default_key.py": "secrets-encrypted-with-cmk",
     "https_to_nodes.py": "no-world-open-ingress",
     "public_eks_endpoint.py": "eks-endpoint-private",
     "public_subnet_nodes.py": "no-public-ips-on-nodes",
