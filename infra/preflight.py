@@ -83,6 +83,7 @@ ON_DEMAND_VCPU_QUOTAS: dict[str, tuple[str, str]] = {  # for the families of inf
     "p": ("L-417A185B", "Running On-Demand P instances"),
     "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
 }
+QUOTA_NAMES = dict((STANDARD_QUOTA, *ON_DEMAND_VCPU_QUOTAS.values()))
 
 
 def vcpu_quota(instance_type: str) -> tuple[str, str]:
@@ -111,11 +112,10 @@ def check_quotas(config: PlatformConfig, quotas: Mapping[str, float]) -> None:
     for code, (vcpus, pools) in sorted(vcpu_needs(config).items()):
         quota = quotas[code]
         if vcpus > quota:
-            name = next(n for c, n in (STANDARD_QUOTA, *ON_DEMAND_VCPU_QUOTAS.values()) if c == code)
             raise ConfigError(
-                f"preflight: {PROJECT}:nodePools: {', '.join(pools)} need {vcpus} vCPUs of '{name}' ({code}) "
-                f"but the account's quota in {config.region} is {int(quota)}; request an increase in Service "
-                "Quotas or lower maxSize")
+                f"preflight: {PROJECT}:nodePools: {', '.join(pools)} need {vcpus} vCPUs of '{QUOTA_NAMES[code]}' "
+                f"({code}) but the account's quota in {config.region} is {int(quota)}; request an increase in "
+                "Service Quotas or lower maxSize")
 
 
 # --- Capacity: Capacity Blocks that exist, fit and are live; pools that need one ------

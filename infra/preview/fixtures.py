@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.versions import EKS_ADDONS
+
 ACCOUNT_ID = "111122223333"  # AWS's documentation account: never a real one
 DEFAULT_VCPU_QUOTA = 4096.0
 
@@ -129,8 +131,6 @@ def _service_quota(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _addon_version(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
-    from infra.versions import EKS_ADDONS
-
     name = args["addonName"]
     if name not in fx.addon_versions and name not in EKS_ADDONS:
         raise InvokeRefused(f"no matching EKS Add-On version found for {name}")
@@ -141,8 +141,7 @@ def _addon_version(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
 
 def _endpoint_service(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
     name = args["serviceName"]
-    if name.rsplit(".", 1)[-1] in fx.missing_endpoint_services or \
-            name.removeprefix(f"com.amazonaws.{fx.region}.") in fx.missing_endpoint_services:
+    if name.removeprefix(f"com.amazonaws.{fx.region}.") in fx.missing_endpoint_services:
         raise InvokeRefused("no matching VPC Endpoint Service found")
     return {"id": name, "serviceName": name, "serviceType": "Interface", "owner": "amazon",
             "availabilityZones": [zone for zone, _ in fx.zones], "acceptanceRequired": False}

@@ -20,3 +20,9 @@ def iso(reference: str, specification: str) -> PolicyComplianceFramework:
 
 def cis_eks(reference: str, specification: str) -> PolicyComplianceFramework:
     return PolicyComplianceFramework(name=CIS_EKS, version="1.7.0", reference=reference, specification=specification)
+
+
+# Controls more than one rule serves.
+NETWORK_SECURITY = iso("A.8.20", "Networks security: networks and network devices are secured and controlled.")
+NO_ANONYMOUS_ACCESS = iso("A.8.3", "Information access restriction: no anonymous access to stored data.")
+TLS_TO_STORAGE = iso("A.8.24", "Use of cryptography: data in transit to storage is encrypted.")

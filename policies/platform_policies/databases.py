@@ -14,7 +14,7 @@ from typing import Any
 from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from .common import UNKNOWN, Settings, aws_types, flag, get, items, resource_rule
-from .controls import iso
+from .controls import TLS_TO_STORAGE
 
 INSTANCES = aws_types("rds/instance:Instance", "rds/clusterInstance:ClusterInstance")
 CLUSTERS = aws_types("rds/cluster:Cluster")
@@ -70,7 +70,7 @@ databases_private_and_tls = resource_rule(
     "require_secure_transport).",
     applies=INSTANCES | CLUSTERS | PARAMETER_GROUPS,
     check=_check_databases,
-    framework=iso("A.8.24", "Use of cryptography: data in transit to storage is encrypted."),
+    framework=TLS_TO_STORAGE,
     remediation="Set publicly_accessible=False; create an aws.rds.ParameterGroup (ClusterParameterGroup for "
     "Aurora) with rds.force_ssl=1 (PostgreSQL) or require_secure_transport=ON (MySQL) and name it on the database.",
     tags=["exposure", "encryption-in-transit"],

@@ -7,7 +7,7 @@ from typing import Any
 from pulumi_policy import PolicyResource, ReportViolation, ResourceValidationArgs, StackValidationArgs
 
 from .common import UNKNOWN, Settings, aws_types, flag, get, is_world_open, items, resource_rule, stack_rule
-from .controls import cis_eks, iso
+from .controls import NETWORK_SECURITY, cis_eks
 
 SECURITY_GROUPS = aws_types("ec2/securityGroup:SecurityGroup", "ec2/defaultSecurityGroup:DefaultSecurityGroup")
 SG_RULES = aws_types("ec2/securityGroupRule:SecurityGroupRule")
@@ -83,7 +83,7 @@ no_world_open_ports = resource_rule(
     "port but TCP 443, judged on the group or rule itself (SSH from the internet is refused before it exists).",
     applies=SECURITY_GROUPS | SG_RULES | INGRESS_RULES,
     check=_check_open_ports,
-    framework=iso("A.8.20", "Networks security: networks and network devices are secured and controlled."),
+    framework=NETWORK_SECURITY,
     remediation="Allow ingress from the VPC CIDR, a prefix list or another security group; reach nodes through "
     "SSM Session Manager, not SSH; expose services only through a load balancer listening on 443.",
     tags=["exposure"],
@@ -113,7 +113,7 @@ no_world_open_ingress = stack_rule(
     "the stack to see the load balancer). Every other port is no-world-open-ports'.",
     scope=SECURITY_GROUPS | SG_RULES | INGRESS_RULES,
     check=_check_ingress,
-    framework=iso("A.8.20", "Networks security: networks and network devices are secured and controlled."),
+    framework=NETWORK_SECURITY,
     remediation="Expose services only through a load balancer listening on 443; allow nodes and pods ingress from "
     "the VPC CIDR, a prefix list or another security group.",
     tags=["exposure"],

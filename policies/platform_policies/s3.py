@@ -12,7 +12,7 @@ from pulumi_policy import PolicyResource, ReportViolation, ResourceValidationArg
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError
 
 from .common import UNKNOWN, Settings, aws_types, flag, get, items, key_problem, resource_rule, stack_rule
-from .controls import iso, pdpl
+from .controls import NO_ANONYMOUS_ACCESS, TLS_TO_STORAGE, pdpl
 
 BUCKETS = aws_types("s3/bucket:Bucket", "s3/bucketV2:BucketV2")
 SSE_CONFIGS = aws_types(
@@ -202,7 +202,7 @@ s3_buckets_tls_only = stack_rule(
     "aws:SecureTransport is false.",
     scope=BUCKETS,
     check=_check_bucket_tls,
-    framework=iso("A.8.24", "Use of cryptography: data in transit to storage is encrypted."),
+    framework=TLS_TO_STORAGE,
     remediation="Attach an aws.s3.BucketPolicy with a Deny statement for Principal \"*\", Action \"s3:*\", "
     "Resource [bucket ARN, bucket ARN/*] and Condition {\"Bool\": {\"aws:SecureTransport\": \"false\"}}.",
     tags=["encryption-in-transit"],
@@ -212,8 +212,8 @@ s3_buckets_tls_only = stack_rule(
 # --- Public access --------------------------------------------------------------------
 
 
-def _off_flags(resource: PolicyResource) -> list[str]:
-    return [f for f in ACCESS_BLOCK_FLAGS if flag(get(resource.props, f)) not in (True, UNKNOWN)]
+def _off_flags(props: Any) -> list[str]:
+    return [f for f in ACCESS_BLOCK_FLAGS if flag(get(props, f)) not in (True, UNKNOWN)]
 
 
 def _check_public_settings(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
@@ -221,7 +221,7 @@ def _check_public_settings(args: ResourceValidationArgs, report: ReportViolation
     a public canned ACL."""
     where = f"{args.resource_type} '{args.name}'"
     if args.resource_type in ACCESS_BLOCKS | ACCOUNT_ACCESS_BLOCKS:
-        off = [f for f in ACCESS_BLOCK_FLAGS if flag(get(args.props, f)) not in (True, UNKNOWN)]
+        off = _off_flags(args.props)
         if off:
             report(f"{where}: {', '.join(off)} must be true")
     else:
@@ -236,7 +236,7 @@ s3_public_access_settings = resource_rule(
     "a public canned ACL. Judged on the resource itself, so the engine refuses it before it exists.",
     applies=ACCESS_BLOCKS | ACCOUNT_ACCESS_BLOCKS | BUCKETS | BUCKET_ACLS,
     check=_check_public_settings,
-    framework=iso("A.8.3", "Information access restriction: no anonymous access to stored data."),
+    framework=NO_ANONYMOUS_ACCESS,
     remediation="Set block_public_acls, block_public_policy, ignore_public_acls and restrict_public_buckets all "
     "True; keep ObjectOwnership BucketOwnerEnforced and no canned ACL.",
     tags=["exposure"],
@@ -258,7 +258,7 @@ s3_buckets_block_public_access = stack_rule(
     "ACLs are s3-public-access-settings'.",
     scope=BUCKETS | ACCESS_BLOCKS,
     check=_check_public_access,
-    framework=iso("A.8.3", "Information access restriction: no anonymous access to stored data."),
+    framework=NO_ANONYMOUS_ACCESS,
     remediation="Attach an aws.s3.BucketPublicAccessBlock with block_public_acls, block_public_policy, "
     "ignore_public_acls and restrict_public_buckets all True; keep ObjectOwnership BucketOwnerEnforced.",
     tags=["exposure"],
