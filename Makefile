@@ -12,6 +12,12 @@ FULL_STAMP := $(VENV)/.full-installed
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 CHECKOV_PIN   := checkov==3.3.30
+# The MLflow tracking server as its image runs it (workloads/images/tracking.Dockerfile), and
+# the moto server the tracking tests use for S3 and Secrets Manager: MLflow's server and
+# moto pin python-dateutil and botocore below what the project's environment holds.
+TRACKING_VENV  := .venv-tracking
+TRACKING_STAMP := $(TRACKING_VENV)/.installed
+TRACKING_PINS  := mlflow[auth]==3.17.2 psycopg[binary]==3.3.2 boto3==1.44.8 moto[server]==5.2.5
 # The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
 IAM_STAMP     := tests/iam/node_modules/.installed
 
@@ -26,13 +32,17 @@ $(CORE_STAMP): pyproject.toml
 
 # Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks,
 # and checkov in its own virtualenv.
-setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(IAM_STAMP)
+setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(IAM_STAMP)
 $(FULL_STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench]'
 	@touch $@
 $(CHECKOV_STAMP):
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check $(CHECKOV_PIN)
+	@touch $@
+$(TRACKING_STAMP):
+	@test -x $(TRACKING_VENV)/bin/python || $(PYTHON) -m venv $(TRACKING_VENV)
+	$(TRACKING_VENV)/bin/pip install --quiet --disable-pip-version-check $(TRACKING_PINS)
 	@touch $@
 $(IAM_STAMP): tests/iam/package-lock.json
 	@command -v npm >/dev/null || { echo "make setup needs Node.js 20 and npm for the IAM evaluator: install them (Debian/Ubuntu: sudo apt-get install nodejs npm)"; exit 1; }
@@ -42,9 +52,10 @@ $(IAM_STAMP): tests/iam/package-lock.json
 # The mirror tests (tests/services) start real registries (Debian's docker-registry, the
 # CNCF distribution registry) and copy with skopeo: installed here where apt-get may run
 # (root, or sudo without a password), otherwise one line says what to install.
-SERVICE_TOOLS := skopeo docker-registry
+SERVICE_TOOLS := skopeo docker-registry openssl
 services:
 	@missing=""; for tool in $(SERVICE_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi; \
 	if [ "$$sudo" = none ] || ! command -v apt-get >/dev/null; then \

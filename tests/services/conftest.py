@@ -20,3 +20,15 @@ def registries(tmp_path) -> Iterator[tuple[Registry, Registry]]:
     finally:
         upstream.stop()
         mirror.stop()
+
+
+@pytest.fixture(scope="session")
+def tracking(tmp_path_factory):
+    """PostgreSQL, a moto server and the MLflow tracking server, once per session."""
+    from tests.services.tracking import start_tracking_stack
+
+    stack = start_tracking_stack(tmp_path_factory.mktemp("tracking"))
+    try:
+        yield stack
+    finally:
+        stack.stop()

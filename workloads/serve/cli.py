@@ -13,6 +13,7 @@ Exit codes: 0 done, 1 a check failed (parity, smoke), 2 bad input (one line, no 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -65,7 +66,14 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     export = sub.add_parser("export", help="checkpoint -> ONNX (parity-checked) -> new version in the repository")
-    export.add_argument("--checkpoint", required=True, type=Path, help="a checkpoint, or a root of checkpoints")
+    export.add_argument("--checkpoint", required=True,
+                        help="a checkpoint directory, a root of checkpoints, models:/<name>/<version>, "
+                             "models:/<name>@<alias> or runs:/<run id> (the registry's, checked against its hashes)")
+    export.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
+                        help="the MLflow server for models:/ and runs:/ (default: $MLFLOW_TRACKING_URI)")
+    export.add_argument("--serving-image", default=os.environ.get("MLPLAT_SERVING_IMAGE", ""),
+                        help="the Triton image (by digest) that serves it, recorded in the registry "
+                             "(default: $MLPLAT_SERVING_IMAGE)")
     export.add_argument("--repository", required=True, help="model repository: a directory or s3://bucket/prefix")
     export.add_argument("--region", help="AWS region of the models bucket (s3:// only)")
     _spec_flags(export)
@@ -180,14 +188,42 @@ def _load_checkpoint(path: Path) -> tuple[Any, Any]:
         raise BadInput(f"--checkpoint {path}: cannot be loaded: {first}") from None
 
 
+def _registered_checkpoint(args: argparse.Namespace, into: Path) -> tuple[Path, Any]:
+    """A models:/ or runs:/ checkpoint, fetched from the checkpoints bucket with every hash
+    checked; and the registry reference (None for runs:/)."""
+    from workloads.tracking.client import TrackingError, check_server
+    from workloads.tracking.registry import RegistryError, resolve
+    from workloads.tracking.store import StoreError, download
+
+    if not args.tracking_uri:
+        raise BadInput(f"--checkpoint {args.checkpoint}: needs the registry: pass --tracking-uri or set "
+                       "MLFLOW_TRACKING_URI")
+    try:
+        check_server(args.tracking_uri)
+        ref = resolve(args.checkpoint, args.tracking_uri)
+        path = download(ref.manifest_uri, into, expect_sha256=ref.manifest_sha256 or None)
+    except (TrackingError, RegistryError, StoreError) as err:
+        raise BadInput(f"--checkpoint {args.checkpoint}: {err}") from None
+    return path, ref if ref.model else None
+
+
 def _export(args: argparse.Namespace) -> int:
+    # Settings are checked before the (slow) model load, so a typo fails at once.
+    _build_spec(args, vocab_size=1)
+    with tempfile.TemporaryDirectory() as fetched:
+        ref = None
+        checkpoint = Path(args.checkpoint)
+        if args.checkpoint.startswith(("models:/", "runs:/")):
+            checkpoint, ref = _registered_checkpoint(args, Path(fetched))
+        return _export_checkpoint(args, checkpoint, ref)
+
+
+def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> int:
     from workloads.serve.export import ParityError, export_checked
     from workloads.serve.repository import StoreError, layout, open_store, publish, published_config, stage_version
     from workloads.serve.triton_config import MODEL_FILENAME, round_trip, signature_change
 
-    # Settings are checked before the (slow) model load, so a typo fails at once.
-    _build_spec(args, vocab_size=1)
-    model, model_config = _load_checkpoint(args.checkpoint)
+    model, model_config = _load_checkpoint(checkpoint)
     spec = _build_spec(args, vocab_size=model_config.vocab_size, max_sequence=model_config.block_size)
     config_text = round_trip(spec)
     try:
@@ -217,6 +253,11 @@ def _export(args: argparse.Namespace) -> int:
             retired = publish(store, model_dir, version, keep=spec.keep_versions)
         except StoreError as err:
             raise BadInput(f"--repository: {err}") from None
+    if ref is not None:
+        from workloads.tracking.registry import record_export
+
+        record_export(args.tracking_uri, ref.model, ref.version, triton_model=spec.name, triton_version=version,
+                      repository=store.describe(), serving_image=args.serving_image)
     print(f"published {spec.name} version {version} to {store.describe()} "
           f"(ONNX Runtime vs PyTorch max |diff| {result.max_abs_diff:.2e}; Triton serves the newest "
           f"{spec.keep_versions})" + (f"; retired version(s) {', '.join(map(str, retired))}" if retired else ""))

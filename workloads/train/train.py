@@ -33,6 +33,8 @@ from workloads.train import dataset_version
 from workloads.train.data import ShardedTokens, generate_synthetic_shards, micro_batch_start
 from workloads.train.metrics import MetricsWriter, model_flops_utilisation, resolve_peak_tflops
 from workloads.train.model import GPT, PRESETS, GPTConfig
+from workloads.tracking.client import TrackingError
+from workloads.tracking.store import StoreError
 
 # Exit code of --stop-after-step: a run that stops there behaves like one killed by the
 # scheduler (no cleanup, no final checkpoint), which is what the resume tests need.
@@ -93,6 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default: $MLPLAT_GPU_PEAK_TFLOPS, or the catalog's value for --gpu-model)")
     run.add_argument("--gpu-model", help="GPU model to look up in the instance catalog for MFU, e.g. H100")
     run.add_argument("--stop-after-step", type=int, help="exit hard after this step (simulates a killed job)")
+    track = p.add_argument_group("tracking (MLflow) and the checkpoints bucket")
+    track.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
+                       help="the platform's MLflow server (default: $MLFLOW_TRACKING_URI; unset: no tracking)")
+    track.add_argument("--experiment", default=os.environ.get("MLPLAT_EXPERIMENT", "training"),
+                       help="MLflow experiment, by convention <tenant>/<job> (default: $MLPLAT_EXPERIMENT)")
+    track.add_argument("--run-name", help="MLflow run name")
+    track.add_argument("--track-every", type=int, default=10, help="steps between metric batches sent to MLflow")
+    track.add_argument("--checkpoint-upload", default=os.environ.get("MLPLAT_CHECKPOINT_UPLOAD"),
+                       help="s3://bucket/prefix: rank 0 copies each checkpoint there with a manifest of hashes "
+                            "(default: $MLPLAT_CHECKPOINT_UPLOAD)")
     return p
 
 
@@ -241,6 +253,7 @@ class Trainer:
         self.step = 0
         self.samples_seen = 0
         self.dataset_id = ""  # the dataset version trained on (run sets it)
+        self.run_id = ""  # the MLflow run, kept in checkpoints so a resumed job continues it
 
     def _grad_scaler(self) -> torch.amp.GradScaler:
         enabled = self.args.precision == "fp16"
@@ -266,7 +279,7 @@ class Trainer:
     def save(self) -> Path:
         run = {"model": self.config.to_dict(), "world_size": self.rt.world_size, "strategy": self.args.strategy,
                "precision": self.args.precision, "seq_len": self.seq_len, "global_batch": self.global_batch,
-               "samples_seen": self.samples_seen, "dataset": self.dataset_id}
+               "samples_seen": self.samples_seen, "dataset": self.dataset_id, "mlflow_run_id": self.run_id}
         return ckpt.save(self.args.checkpoint_dir, self.step, self.state(), run, keep=self.args.keep_checkpoints)
 
     def check_resumable(self, path: Path) -> None:
@@ -294,6 +307,7 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["progress"]["step"])
         self.samples_seen = int(state["progress"]["samples_seen"])
+        self.run_id = ckpt.read_config(path).get("mlflow_run_id") or ""
         states = torch.load(io.BytesIO(state["rng"]), weights_only=False)
         if len(states) == self.rt.world_size:
             ckpt.set_rng_states(states[self.rt.rank])
@@ -347,14 +361,66 @@ def prepare_data(args: argparse.Namespace, config: GPTConfig, rt: Runtime) -> No
         dist.barrier()
 
 
+def open_tracker(args: argparse.Namespace, rt: Runtime) -> Any:
+    """Rank 0's MLflow run (None without --tracking-uri). An unreachable server or refused
+    credentials stop every rank before the first step, with rank 0's one line."""
+    if not args.tracking_uri:
+        return None
+    from workloads.tracking.client import RunTracker
+
+    tracker, problem = None, [""]
+    if rt.is_main:
+        try:
+            tracker = RunTracker(args.tracking_uri, args.experiment, args.run_name)
+        except TrackingError as err:
+            problem = [str(err)]
+    if rt.distributed:
+        dist.broadcast_object_list(problem, src=0)
+    if problem[0]:
+        raise TrackingError(problem[0])
+    return tracker
+
+
+def start_tracking(tracker: Any, trainer: Trainer, version: dataset_version.DatasetVersion) -> None:
+    args = trainer.args
+    params = {"model": args.model, **{f"model.{k}": v for k, v in trainer.config.to_dict().items()},
+              "strategy": args.strategy, "precision": args.precision, "compile": args.compile,
+              "world_size": trainer.rt.world_size, "micro_batch": args.micro_batch, "grad_accum": trainer.grad_accum,
+              "global_batch": trainer.global_batch, "seq_len": trainer.seq_len, "lr": args.lr,
+              "warmup_steps": args.warmup_steps, "max_steps": args.max_steps, "weight_decay": args.weight_decay,
+              "seed": args.seed}
+    from workloads.tracking.client import GIT_SHA_TAG, IMAGE_TAG
+
+    tags = {key: os.environ[env] for key, env in ((GIT_SHA_TAG, "MLPLAT_GIT_SHA"), (IMAGE_TAG, "MLPLAT_IMAGE"))
+            if os.environ.get(env)}
+    resumed = bool(trainer.run_id)
+    trainer.run_id = tracker.start(run_id=trainer.run_id or None, params=params, tags=tags)
+    if not resumed:
+        tracker.log_dataset(version.id, str(Path(args.data).resolve()),
+                            {"shards": len(version.shards), "tokens": sum(s.tokens for s in version.shards),
+                             "tokenizer": version.tokenizer, "samples": version.samples(trainer.seq_len)})
+
+
+def upload_checkpoint(args: argparse.Namespace, trainer: Trainer, path: Path, tracker: Any) -> str:
+    from workloads.tracking.store import upload
+
+    manifest, digest = upload(path, args.checkpoint_upload, run_id=trainer.run_id or args.run_name or "untracked",
+                              dataset=trainer.dataset_id, config=ckpt.read_config(path))
+    if tracker is not None:
+        tracker.log_checkpoint(trainer.step, manifest, digest)
+    return manifest
+
+
 def run(args: argparse.Namespace) -> int:
     rt = init_runtime(args.device)
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
+    tracker = open_tracker(args, rt)
     trainer = Trainer(args, rt)
     prepare_data(args, trainer.config, rt)
     # Checked against its manifest before any step: a changed shard is named, not trained on.
-    trainer.dataset_id = dataset_version.load_or_build(args.data).id
+    version = dataset_version.load_or_build(args.data)
+    trainer.dataset_id = version.id
     data = ShardedTokens(args.data, trainer.seq_len, args.seed)
     writer = MetricsWriter(args.metrics) if rt.is_main else None
     peak = resolve_peak_tflops(args.peak_tflops, args.gpu_model)
@@ -363,6 +429,8 @@ def run(args: argparse.Namespace) -> int:
     resume_from = None if args.no_resume or not args.checkpoint_dir else ckpt.latest_checkpoint(args.checkpoint_dir)
     if resume_from is not None:
         trainer.restore(resume_from)
+    if tracker is not None:
+        start_tracking(tracker, trainer, version)
     if writer:
         writer.write("start", world_size=rt.world_size, device=str(rt.device), strategy=args.strategy,
                      precision=args.precision, compile=args.compile, params=trainer.model.num_params(),
@@ -383,15 +451,22 @@ def run(args: argparse.Namespace) -> int:
                          tokens_per_s=tokens_per_s, tokens_seen=trainer.samples_seen * trainer.seq_len,
                          mfu=model_flops_utilisation(tokens_per_s, flops_per_token, rt.world_size, peak)
                          if rt.device.type == "cuda" else None)
+        if tracker is not None and (trainer.step % args.track_every == 0 or trainer.step == args.max_steps):
+            tracker.log_metrics(trainer.step, {"loss": loss, "lr": lr, "grad_norm": grad_norm,
+                                               "step_time_s": elapsed,
+                                               "tokens_per_s": tokens_per_step / elapsed})
         at_end = trainer.step == args.max_steps
         if args.checkpoint_dir and (at_end or (args.checkpoint_every and trainer.step % args.checkpoint_every == 0)):
             path = trainer.save()
+            uploaded = upload_checkpoint(args, trainer, path, tracker) if args.checkpoint_upload and rt.is_main else None
             if writer:
-                writer.write("checkpoint", step=trainer.step, path=str(path))
+                writer.write("checkpoint", step=trainer.step, path=str(path), uploaded=uploaded)
         if args.stop_after_step is not None and trainer.step == args.stop_after_step:
             os._exit(SIMULATED_CRASH_EXIT)
+    if tracker is not None:
+        tracker.finish()
     if writer:
-        writer.write("end", step=trainer.step)
+        writer.write("end", step=trainer.step, run_id=trainer.run_id or None)
         writer.close()
     if rt.distributed:
         # Leave together: a rank that tears gloo down while a peer is still in its last
@@ -405,5 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(build_parser().parse_args(argv))
     except (dataset_version.DatasetMismatch, ResumeRefused) as err:
+        print(f"train: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    except (TrackingError, StoreError) as err:
         print(f"train: error: {err}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT

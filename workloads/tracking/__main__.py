@@ -1,0 +1,5 @@
+import sys
+
+from workloads.tracking.cli import main
+
+sys.exit(main())

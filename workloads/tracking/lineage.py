@@ -1,0 +1,81 @@
+"""The chain behind one model version, as an auditor asks for it:
+
+    dataset version -> run -> checkpoint -> registered model -> Triton version -> image digests
+
+Read from the registry and the run (a handful of requests), plus the checkpoint manifest's
+hash as the registry recorded it; `verify=True` also reads the manifest from the bucket
+and checks that hash."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from workloads.tracking.client import (
+    CHECKPOINT_SHA_TAG,
+    DATASET_TAG,
+    DATASET_URI_TAG,
+    GIT_SHA_TAG,
+    IMAGE_TAG,
+    tracking_client,
+)
+from workloads.tracking.registry import (
+    MANIFEST_TAG,
+    SERVING_IMAGE_TAG,
+    TRITON_MODEL_TAG,
+    TRITON_REPOSITORY_TAG,
+    TRITON_VERSION_TAG,
+    RegistryError,
+    get_run,
+    resolve,
+)
+
+
+def lineage(model_uri: str, tracking_uri: str, *, verify: bool = False) -> dict[str, Any]:
+    ref = resolve(model_uri, tracking_uri)
+    if not ref.model:
+        raise RegistryError(f"{model_uri}: lineage starts at a registered model: models:/<name>/<version>")
+    client = tracking_client(tracking_uri)
+    mv = client.get_model_version(ref.model, ref.version)
+    run = get_run(client, mv.run_id)
+    tags, params = run.data.tags, run.data.params
+    inputs = [{"name": d.dataset.name, "digest": d.dataset.digest, "source": json.loads(d.dataset.source or "{}")}
+              for d in (run.inputs.dataset_inputs if run.inputs else [])]
+    checkpoint: dict[str, Any] = {"manifest": mv.tags.get(MANIFEST_TAG, mv.source),
+                                  "sha256": mv.tags.get(CHECKPOINT_SHA_TAG, "")}
+    if verify:
+        from workloads.tracking.store import read_manifest
+
+        manifest, digest = read_manifest(checkpoint["manifest"])
+        checkpoint.update(verified=digest == checkpoint["sha256"], step=manifest.step, files=len(manifest.files))
+    model = client.get_registered_model(ref.model)
+    triton = None
+    if TRITON_VERSION_TAG in mv.tags:
+        triton = {"model": mv.tags.get(TRITON_MODEL_TAG, ""), "version": int(mv.tags[TRITON_VERSION_TAG]),
+                  "repository": mv.tags.get(TRITON_REPOSITORY_TAG, "")}
+    return {
+        "dataset": {"id": mv.tags.get(DATASET_TAG) or tags.get(DATASET_TAG, ""), "uri": tags.get(DATASET_URI_TAG, ""),
+                    "inputs": inputs},
+        "run": {"id": run.info.run_id, "name": run.info.run_name, "experiment": run.info.experiment_id,
+                "status": run.info.status, "git_sha": tags.get(GIT_SHA_TAG, ""), "params": dict(sorted(params.items()))},
+        "checkpoint": checkpoint,
+        "model": {"name": ref.model, "version": int(ref.version), "status": mv.status,
+                  "aliases": sorted(a for a, v in model.aliases.items() if v == ref.version)},
+        "triton": triton,
+        "images": {"training": tags.get(IMAGE_TAG, ""), "serving": mv.tags.get(SERVING_IMAGE_TAG, "")},
+    }
+
+
+def human(chain: dict[str, Any]) -> str:
+    d, r, c, m, t, i = (chain[k] for k in ("dataset", "run", "checkpoint", "model", "triton", "images"))
+    lines = [
+        f"dataset     {d['id'] or '(unrecorded)'}" + (f"  {d['uri']}" if d["uri"] else ""),
+        f"run         {r['id']}  {r['name'] or ''}  {r['status']}  git {r['git_sha'][:12] or '(unrecorded)'}",
+        f"checkpoint  {c['manifest']}  sha256:{c['sha256'][:16] or '(unrecorded)'}"
+        + ({True: "  verified", False: "  HASH DIFFERS"}[c["verified"]] if "verified" in c else ""),
+        f"model       {m['name']} version {m['version']}" + (f"  @{', @'.join(m['aliases'])}" if m["aliases"] else ""),
+        f"triton      {t['model']} version {t['version']}  {t['repository']}" if t else "triton      (not exported)",
+        f"images      training {i['training'] or '(unrecorded)'}",
+        f"            serving  {i['serving'] or '(unrecorded)'}",
+    ]
+    return "\n".join(lines)

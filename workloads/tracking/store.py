@@ -1,0 +1,151 @@
+"""Checkpoints in the checkpoints bucket: each one copied from the shared file system with
+a manifest of its files' SHA-256, and read back only when every hash matches.
+
+Layout: `s3://<bucket>/<prefix>/<run id>/step_<8 digits>/<files>` and, written last so
+its presence means the copy is whole, `.../step_<8 digits>/manifest.json`. Losing Lustre
+loses no checkpoint. Credentials are the pod's (Pod Identity); `AWS_ENDPOINT_URL_S3`
+points boto3 elsewhere (the tests' S3 server).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MANIFEST = "manifest.json"
+FORMAT = "mlplat.checkpoint/v1"
+CHUNK = 8 << 20
+
+
+class StoreError(Exception):
+    """A checkpoint cannot be stored or read back as it was: one line."""
+
+
+class StoredFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(pattern=r"^[^/][^\\]*$")  # relative to the checkpoint
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+
+
+class CheckpointManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: str = FORMAT
+    run_id: str
+    step: int = Field(ge=0)
+    dataset: str  # the dataset version trained on
+    files: tuple[StoredFile, ...] = Field(min_length=1)
+    config: dict[str, Any]  # the checkpoint's config.json (model, precision, layout)
+
+
+@dataclass(frozen=True)
+class Location:
+    bucket: str
+    key: str  # no leading or trailing slash
+
+    @classmethod
+    def parse(cls, uri: str) -> Location:
+        if not uri.startswith("s3://") or not uri[5:].split("/", 1)[0]:
+            raise StoreError(f"{uri!r} is not s3://bucket[/prefix]")
+        bucket, _, key = uri[5:].partition("/")
+        return cls(bucket, key.strip("/"))
+
+    def child(self, *parts: str) -> Location:
+        return Location(self.bucket, "/".join(p for p in (self.key, *parts) if p))
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def _s3(region: str | None = None) -> Any:
+    import boto3
+
+    return boto3.client("s3", region_name=region)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _client_error(err: Exception, what: str) -> StoreError:
+    code = getattr(err, "response", {}).get("Error", {}).get("Code", type(err).__name__)
+    return StoreError(f"{what}: {code}")
+
+
+def upload(checkpoint: Path, destination: str, *, run_id: str, dataset: str, config: Mapping[str, Any],
+           region: str | None = None) -> tuple[str, str]:
+    """Copy the checkpoint directory under `destination/<run id>/<dir name>/`, then its
+    manifest. Returns (manifest URI, the manifest's SHA-256)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    root = Location.parse(destination).child(run_id, checkpoint.name)
+    files = sorted(p for p in checkpoint.rglob("*") if p.is_file())
+    listed = [StoredFile(path=p.relative_to(checkpoint).as_posix(), sha256=_sha256(p), bytes=p.stat().st_size)
+              for p in files]
+    manifest = CheckpointManifest(run_id=run_id, step=int(config.get("step", 0)), dataset=dataset,
+                                  files=tuple(listed), config=dict(config))
+    body = (json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
+    s3 = _s3(region)
+    try:
+        for path, entry in zip(files, listed, strict=True):
+            s3.upload_file(str(path), root.bucket, root.child(entry.path).key,
+                           ExtraArgs={"ChecksumAlgorithm": "SHA256"})
+        s3.put_object(Bucket=root.bucket, Key=root.child(MANIFEST).key, Body=body, ChecksumAlgorithm="SHA256",
+                      ContentType="application/json")
+    except (BotoCoreError, ClientError) as err:
+        raise _client_error(err, f"cannot upload {checkpoint} to {root.uri}") from None
+    return root.child(MANIFEST).uri, hashlib.sha256(body).hexdigest()
+
+
+def read_manifest(manifest_uri: str, region: str | None = None) -> tuple[CheckpointManifest, str]:
+    """The manifest and its SHA-256."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    where = Location.parse(manifest_uri)
+    try:
+        body = _s3(region).get_object(Bucket=where.bucket, Key=where.key)["Body"].read()
+    except (BotoCoreError, ClientError) as err:
+        raise _client_error(err, f"cannot read checkpoint manifest {manifest_uri}") from None
+    try:
+        return CheckpointManifest.model_validate_json(body), hashlib.sha256(body).hexdigest()
+    except ValidationError as err:
+        raise StoreError(f"{manifest_uri}: not a checkpoint manifest ({err.errors()[0]['msg']})") from None
+
+
+def download(manifest_uri: str, into: Path, *, expect_sha256: str | None = None,
+             region: str | None = None) -> Path:
+    """The checkpoint as its manifest lists it, in `into/<step dir>`, every file's hash
+    checked (and the manifest's own, when the registry recorded it)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    manifest, digest = read_manifest(manifest_uri, region)
+    if expect_sha256 and digest != expect_sha256:
+        raise StoreError(f"{manifest_uri}: its SHA-256 is {digest}, but {expect_sha256} was recorded; the checkpoint "
+                         "was replaced after it was registered")
+    root = Location.parse(manifest_uri.rsplit("/", 1)[0])
+    target = into / root.key.rsplit("/", 1)[-1]
+    s3 = _s3(region)
+    for entry in manifest.files:
+        path = target / entry.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            s3.download_file(root.bucket, root.child(entry.path).key, str(path))
+        except (BotoCoreError, ClientError) as err:
+            raise _client_error(err, f"cannot read {root.child(entry.path).uri}") from None
+        if _sha256(path) != entry.sha256:
+            raise StoreError(f"{root.child(entry.path).uri}: does not match its manifest (sha256 differs); the "
+                             "stored checkpoint is damaged")
+    return target
