@@ -69,6 +69,7 @@ class KeyUse:
     eks: bool = False  # Kubernetes secrets envelope encryption
     secretsmanager: bool = False  # Secrets Manager secrets (the deploy runner's GitHub token)
     codebuild: bool = False  # CodeBuild projects (the deploy runner's build data)
+    rds: bool = False  # RDS storage, snapshots and Performance Insights
 
     @property
     def services(self) -> tuple[str, ...]:
@@ -83,6 +84,7 @@ class KeyUse:
             ("eks", self.eks),
             ("secretsmanager", self.secretsmanager),
             ("codebuild", self.codebuild),
+            ("rds", self.rds),
         ]
         return tuple(name for name, used in named if used)
 
@@ -267,6 +269,8 @@ def key_policy(account: str, region: str, use: KeyUse, partition: str = "aws") -
         statements += _through_service("UseThroughSecretsManager", "secretsmanager", region, account, partition)
     if use.codebuild:
         statements += _through_service("UseThroughCodeBuild", "codebuild", region, account, partition)
+    if use.rds:
+        statements += _through_service("UseThroughRDS", "rds", region, account, partition)
     return {"Version": "2012-10-17", "Id": "mlplat-key-policy", "Statement": statements}
 
 
@@ -311,4 +315,7 @@ def data_class_uses(names: StorageNames) -> dict[str, KeyUse]:
         "cluster": KeyUse(eks=True, secretsmanager=True, codebuild=True),
         "volumes": KeyUse(ebs=True),
         "images": KeyUse(ecr=True),
+        # The tracking database and its users' secrets (the RDS-managed password included):
+        # one class, read by the tracking server alone.
+        "tracking": KeyUse(rds=True, secretsmanager=True),
     }

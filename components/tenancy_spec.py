@@ -184,7 +184,7 @@ def _namespace_selector(name: str) -> dict[str, Any]:
 def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
     """Default deny both ways, then: DNS, traffic inside the namespace (the training
     rendezvous and NCCL's socket bootstrap use many ports), AWS credentials from the Pod
-    Identity agent, and scraping by Prometheus. EFA traffic bypasses the kernel and needs
+    Identity agent, the tracking server, and scraping by Prometheus. EFA traffic bypasses the kernel and needs
     no rule."""
     return [
         _policy(tenant, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
@@ -207,6 +207,14 @@ def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
             "podSelector": {},
             "policyTypes": ["Egress"],
             "egress": [{"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": [{"protocol": "TCP", "port": 80}]}],
+        }),
+        # The MLflow tracking server (components/tracking_spec.py), which admits tenants only.
+        _policy(tenant, "allow-tracking", {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"namespaceSelector": _namespace_selector("mlflow"),
+                                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "mlflow"}}}],
+                        "ports": [{"protocol": "TCP", "port": 5000}]}],
         }),
         _policy(tenant, "allow-prometheus-scrape", {
             "podSelector": {},

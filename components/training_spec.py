@@ -75,6 +75,9 @@ class TrainingPlan:
     max_restarts: int = 3  # JobSet restarts (every pod); the trainer resumes from its checkpoint
     worker_restarts: int = 2  # torchrun restarts of a pod's workers before the pod fails
     labels: dict[str, str] = field(default_factory=dict)
+    # The tracking server, the tenant's user and where checkpoints are copied
+    # (infra/training.py tracking_env); empty: the run is not tracked.
+    tracking_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -133,6 +136,7 @@ def nccl_env(plan: TrainingPlan) -> list[dict[str, str]]:
     ]
     if plan.instance.gpu is not None:
         env.append({"name": PEAK_TFLOPS_ENV, "value": str(plan.instance.gpu.bf16_tflops)})
+    env += [{"name": k, "value": v} for k, v in plan.tracking_env]
     return env
 
 

@@ -17,11 +17,13 @@ import pulumi_kubernetes as k8s
 
 from components.inference import InferenceService
 from components.specs.cluster import default_storage_class, kubeconfig
+from components.tracking import TrackingServer
 from components.training import TrainingJob
 from infra.cluster_services import ClusterServices, build_cluster_services
 from infra.config import PROJECT, ClusterLayerConfig, ConfigError, PlatformConfig, settings_from_descriptor
 from infra.descriptor import OUTPUT, ClusterDescriptor, from_stack_reference, parse_descriptor
 from infra.inference import build_inference
+from infra.tracking import build_tracking_server
 from infra.training import build_training
 from infra.versions import IMAGES, unpinned
 
@@ -40,6 +42,7 @@ class ClusterLayer:
     services: ClusterServices
     training: TrainingJob | None = None
     inference: InferenceService | None = None
+    tracking: TrackingServer | None = None
 
 
 def read_descriptor(layer: ClusterLayerConfig, stack: str) -> tuple[ClusterDescriptor, PlatformConfig]:
@@ -101,8 +104,9 @@ def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
         opts=pulumi.ResourceOptions(provider=provider),
     )
     services = build_cluster_services(config, descriptor, provider, storage_class)
+    tracking = build_tracking_server(config, descriptor, services, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
     inference = build_inference(config, descriptor, services, provider)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster_name)
-    return ClusterLayer(descriptor, config, provider, storage_class, services, training, inference)
+    return ClusterLayer(descriptor, config, provider, storage_class, services, training, inference, tracking)

@@ -491,6 +491,26 @@ class TenantConfig(_Model):
         return self
 
 
+class TrackingConfig(_Model):
+    """The MLflow tracking server and model registry (components/tracking_spec.py): its
+    PostgreSQL on RDS in the cloud layer, the server in the cluster layer."""
+
+    enabled: bool = True
+    instance_class: str = Field(default="db.t4g.medium", pattern=r"^db\.[a-z0-9]+\.[a-z0-9]+$")
+    storage_gib: int = Field(default=20, ge=20, le=65536, alias="storageGiB")
+    max_storage_gib: int = Field(default=100, ge=20, le=65536, alias="maxStorageGiB")
+    multi_az: bool = False  # a standby in a second zone
+    backup_days: int = Field(default=14, ge=1, le=35)  # automated backups, kept in the region
+    pool: str | None = None  # default: the first cpu pool, else the system pool
+    replicas: int = Field(default=2, ge=1, le=10)
+
+    @model_validator(mode="after")
+    def _storage_can_grow(self) -> TrackingConfig:
+        if self.max_storage_gib < self.storage_gib:
+            raise _FieldError("maxStorageGiB", f"{self.max_storage_gib} is below storageGiB {self.storage_gib}")
+        return self
+
+
 class TrainingConfig(_Model):
     """The training job a stack runs on a GPU pool (components/training.py), with the GPU
     node check on every node of the pool and, for multi-node EFA jobs, the all-reduce
@@ -603,6 +623,7 @@ class PlatformConfig(_Model):
     addons: AddonsConfig = AddonsConfig()
     tenants: tuple[TenantConfig, ...] = ()
     training: TrainingConfig = TrainingConfig()
+    tracking: TrackingConfig = TrackingConfig()
     inference: InferenceConfig | None = None  # None: the stack serves no model
     # The in-VPC runner the cluster layer deploys from. None: no runner (the cluster layer is
     # applied from elsewhere inside the network, e.g. a bastion).

@@ -33,6 +33,15 @@ class LustreDescriptor(_Descriptor):
     path: str = Field(min_length=1)  # the datasets folder inside the file system
 
 
+class TrackingDescriptor(_Descriptor):
+    """The MLflow server's database and the secrets it reads (never their values)."""
+
+    db_host: str = Field(min_length=1)
+    master_secret_arn: str = Field(min_length=1)  # RDS-managed: the database password
+    admin_secret_arn: str = Field(min_length=1)
+    tenant_secret_arns: dict[str, str] = {}
+
+
 class ClusterDescriptor(_Descriptor):
     """Facts of the cloud layer; names follow the stack outputs' camelCase."""
 
@@ -51,6 +60,7 @@ class ClusterDescriptor(_Descriptor):
     buckets: dict[str, str] = Field(min_length=1)  # data class -> bucket name
     keys: dict[str, str] = Field(min_length=1)  # data class -> KMS key ARN
     lustre: LustreDescriptor | None = None
+    tracking: TrackingDescriptor | None = None  # None: the environment runs no tracking server
     # The environment's settings (PlatformConfig fields, camelCase) as the cloud layer
     # validated them: one stack file per environment says everything, and the cluster layer
     # builds what the deployed cloud layer was built for.
@@ -84,19 +94,21 @@ def parse_descriptor(data: Any, *, layer: str, source: str, environment: str, re
 def cluster_descriptor_output(*, environment: str, region: str, account_id: str, cluster: Any, vpc_cidr: str,
                               endpoint_cidrs: list[str], registry_host: str, buckets: dict[str, Any],
                               keys: dict[str, Any], lustre: dict[str, Any] | None,
-                              settings: dict[str, Any]) -> pulumi.Output[dict[str, Any]]:
+                              settings: dict[str, Any],
+                              tracking: Any = None) -> pulumi.Output[dict[str, Any]]:
     """The descriptor as the cloud layer exports it (camelCase, as the model reads it)."""
     return pulumi.Output.all(
         cluster_name=cluster.eks.name, endpoint=cluster.eks.endpoint,
         certificate_authority=cluster.eks.certificate_authority.data,
         cluster_security_group_id=cluster.cluster_security_group_id,
-        buckets=buckets, keys=keys, lustre=lustre,
+        buckets=buckets, keys=keys, lustre=lustre, tracking=tracking,
     ).apply(lambda v: {
         "environment": environment, "region": region, "accountId": account_id, "clusterName": v["cluster_name"],
         "endpoint": v["endpoint"], "certificateAuthority": v["certificate_authority"],
         "clusterSecurityGroupId": v["cluster_security_group_id"], "vpcCidr": vpc_cidr,
         "endpointCidrs": endpoint_cidrs, "registryHost": registry_host, "buckets": v["buckets"], "keys": v["keys"],
         **({"lustre": v["lustre"]} if v["lustre"] else {}),
+        **({"tracking": v["tracking"]} if v["tracking"] else {}),
         "settings": settings,
     })
 

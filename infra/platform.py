@@ -21,6 +21,7 @@ from components.keys import PlatformKeys
 from components.network import Network
 from components.nodepool import GpuNodePool
 from components.tenancy import TenantAccess
+from components.tracking import TrackingDatabase
 from infra.cluster_services import s3_prefix_list_cidrs, tenant_access
 from infra.compute import build_compute
 from infra.config import PROJECT, ClusterLayerConfig, LayerConfig, PlatformConfig, settings_for_descriptor
@@ -29,6 +30,7 @@ from infra.descriptor import cluster_descriptor_output
 from infra.inference import serving_identity
 from infra.preflight import preflight
 from infra.storage import Storage, build_keys, build_storage, export_storage, lustre_output, storage_names
+from infra.tracking import build_tracking_database, tracking_identity, tracking_output
 from infra.training import training_identity
 from infra.versions import registry_host
 
@@ -36,7 +38,7 @@ from infra.versions import registry_host
 # One customer-managed key per class of data, so access to one class can be granted or
 # revoked without touching the others (components/key_policy.py `data_class_uses` says
 # which services use each, and why the log classes share one).
-DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes", "images")
+DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes", "images", "tracking")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Platform:
     training_identity: PodIdentityRole | None = None
     serving_identity: PodIdentityRole | None = None
     deploy_runner: DeployRunner | None = None  # None: the stack names no repository to deploy from
+    tracking: TrackingDatabase | None = None  # the MLflow server's database and secrets
+    tracking_identity: PodIdentityRole | None = None
 
 
 def region_provider(config: PlatformConfig) -> aws.Provider:
@@ -94,7 +98,10 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
     storage = build_storage(config, prefix, names, account_id, keys, compute.network, aws_opts)
     cluster_name = compute.cluster.eks.name
     access = tenant_access(config, cluster_name, provider)
-    training = training_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
+    tracking = build_tracking_database(config, prefix, compute, keys.keys, aws_opts)
+    tracker_role = None if tracking is None else tracking_identity(prefix, account_id, cluster_name, storage,
+                                                                    keys.keys, tracking, provider)
+    training = training_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider, tracking)
     serving = serving_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
     runner = None
     if config.deploy_runner is not None:
@@ -117,6 +124,6 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
         registry_host=registry_host(account_id, config.region),
         buckets={p: b.bucket.bucket for p, b in storage.buckets.items()},
         keys={c: k.arn for c, k in keys.keys.items()}, lustre=lustre_output(storage),
-        settings=settings_for_descriptor(config)))
+        settings=settings_for_descriptor(config), tracking=tracking_output(tracking)))
     return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
-                    access, training, serving, runner)
+                    access, training, serving, runner, tracking, tracker_role)

@@ -16,6 +16,7 @@ from components.addons.queues import LOCAL_QUEUE
 from components.addons.volumes import SCRATCH_CLAIM
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.training import TrainingJob, TrainingJobArgs
+from components.tracking_spec import tenant_statements
 from components.training_spec import TrainingPlan, s3_statements, training_args
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor
@@ -57,6 +58,25 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
     return replace(plan, train_args=args)
 
 
+def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor, plan: TrainingPlan) -> tuple[tuple[str, str], ...]:
+    """The trainer's MLflow run as its tenant's user (the password read from the tenant's
+    secret with the job's own role), and the checkpoints bucket rank 0 copies to."""
+    from infra.tracking import server_plan
+
+    server = server_plan(config, descriptor, {"tracking": "0@sha256:" + "0" * 64})
+    if server is None:
+        return ()
+    return (
+        ("MLFLOW_TRACKING_URI", server.uri),
+        ("MLFLOW_TRACKING_USERNAME", plan.namespace),
+        ("MLPLAT_TRACKING_SECRET_ARN", server.tenant_secret_arns[plan.namespace]),
+        ("MLPLAT_EXPERIMENT", f"{plan.namespace}/{plan.name}"),
+        ("MLPLAT_CHECKPOINT_UPLOAD", f"s3://{descriptor.buckets['checkpoints']}/runs"),
+        ("MLPLAT_IMAGE", plan.image),
+        ("AWS_REGION", config.region),
+    )
+
+
 def training_identity(
     config: PlatformConfig,
     prefix: str,
@@ -65,17 +85,21 @@ def training_identity(
     storage: Any,  # infra.storage.Storage
     keys: dict[str, aws.kms.Key],
     aws_provider: aws.Provider,
+    tracking: Any = None,  # components.tracking.TrackingDatabase
 ) -> PodIdentityRole | None:
     """The cloud layer's half of the training job: the Pod Identity role its service
-    account gets, reading datasets and writing checkpoints and models."""
+    account gets, reading datasets and writing checkpoints and models, and reading its
+    tenant's tracking user."""
     job = resolve_training(config)
     if job is None:
         return None
     buckets = storage.buckets
+    user_secret = tracking.secrets[job.tenant.name].arn if tracking is not None else ""
     statements = pulumi.Output.all(
         buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn, buckets["models"].bucket.arn,
-        keys["datasets"].arn, keys["checkpoints"].arn, keys["models"].arn,
-    ).apply(lambda a: s3_statements(a[0], a[1], a[2], read_key_arns=[a[3]], write_key_arns=[a[4], a[5]]))
+        keys["datasets"].arn, keys["checkpoints"].arn, keys["models"].arn, keys["tracking"].arn, user_secret,
+    ).apply(lambda a: s3_statements(a[0], a[1], a[2], read_key_arns=[a[3]], write_key_arns=[a[4], a[5]])
+            + (tenant_statements(a[7], a[6], config.region) if a[7] else []))
     s = job.settings
     # Named, and at the stack's root, as a stack made before the layers split holds it
     # once migrated (docs/layers.md).
@@ -101,6 +125,7 @@ def build_training(
     if job is None:
         return None
     plan = training_plan(config, job, descriptor.account_id, built)
+    plan = replace(plan, tracking_env=tracking_env(config, descriptor, plan))
     namespace = services.tenancy.namespaces.get(plan.namespace)
     return TrainingJob(
         f"training-{plan.name}",

@@ -233,6 +233,7 @@ IMAGES: dict[str, Image] = {
         Image("training", "workloads/images/training.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="pytorch"),
         Image("serving", "workloads/images/serving.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="pytorch"),
         Image("checks", "workloads/images/checks.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
+        Image("tracking", "workloads/images/tracking.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
     )
 }
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 # without leaving the VPC: image pulls (ECR API and registry), credentials (STS, and the
 # EKS Auth API behind Pod Identity), node bootstrap (EC2, EKS), logs and metrics, load
 # balancers and autoscaling for controllers, KMS for envelope encryption, SSM for shell
-# access without SSH. S3 (image layers, datasets) is the separate gateway endpoint.
+# access without SSH, Secrets Manager for the tracking server's credentials. S3 (image
+# layers, datasets) is the separate gateway endpoint.
 INTERFACE_ENDPOINT_SERVICES: tuple[str, ...] = (
     "ecr.api",
     "ecr.dkr",
@@ -23,6 +24,7 @@ INTERFACE_ENDPOINT_SERVICES: tuple[str, ...] = (
     "autoscaling",
     "kms",
     "ssm",
+    "secretsmanager",
     "ssmmessages",
     "ec2messages",
 )

@@ -330,6 +330,25 @@ def _data_repository_association(name: str, inputs: dict, ident: str, region: st
             "arn": f"arn:aws:fsx:{region}:{account}:association/{inputs.get('fileSystemId', '')}/dra-{ident}"}
 
 
+def _rds_instance(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    db = inputs.get("identifier") or f"{name}-{ident}"
+    address = f"{db}.{ident[:12]}.{region}.rds.amazonaws.com"
+    outputs: dict[str, Any] = {"id": db, "arn": f"arn:aws:rds:{region}:{account}:db:{db}", "address": address,
+                               "endpoint": f"{address}:{inputs.get('port', 5432)}", "port": inputs.get("port", 5432)}
+    if inputs.get("manageMasterUserPassword"):
+        # RDS names the secret it makes rds!db-<resource id>.
+        secret = f"arn:aws:secretsmanager:{region}:{account}:secret:rds!db-{ident[:8]}-{ident[8:14]}"
+        outputs["masterUserSecrets"] = [{"secretArn": secret, "kmsKeyId": inputs.get("masterUserSecretKmsKeyId", ""),
+                                         "secretStatus": "active"}]
+    return outputs
+
+
+def _secret(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    secret = inputs.get("name") or f"{name}-{ident}"
+    arn = f"arn:aws:secretsmanager:{region}:{account}:secret:{secret}-{ident[:6]}"
+    return {"id": arn, "arn": arn}
+
+
 def _trail(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
     trail = inputs.get("name") or f"{name}-{ident}"
     arn = f"arn:aws:cloudtrail:{region}:{account}:trail/{trail}"
@@ -361,6 +380,8 @@ _OUTPUTS: dict[str, Callable[[str, dict, str, str, str], dict[str, Any]]] = {
     "aws:fsx/lustreFileSystem:LustreFileSystem": _lustre,
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": _data_repository_association,
     "aws:cloudtrail/trail:Trail": _trail,
+    "aws:rds/instance:Instance": _rds_instance,
+    "aws:secretsmanager/secret:Secret": _secret,
 }
 
 

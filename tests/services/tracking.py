@@ -165,10 +165,14 @@ def start_tracking_stack(folder: Path) -> TrackingStack:
         for bucket in BUCKETS:
             s3_client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
         manager = session.client("secretsmanager", endpoint_url=s3)
-        admin, passwords = secrets.token_urlsafe(16), {t: secrets.token_urlsafe(16) for t in TENANTS}
 
-        def secret(name: str, value: dict) -> str:
-            return manager.create_secret(Name=name, SecretString=json.dumps(value))["ARN"]
+        def secret(name: str, value: dict | None = None) -> str:
+            # As the cloud layer makes them: the database's with a value (RDS writes it),
+            # the server's and the tenants' empty, for the server to fill.
+            given = {"SecretString": json.dumps(value)} if value else {}
+            return manager.create_secret(Name=name, **given)["ARN"]
+
+        made = {"admin": secret("admin"), **{t: secret(f"tenant-{t}") for t in TENANTS}}
 
         port = free_port()
         env = {
@@ -177,10 +181,8 @@ def start_tracking_stack(folder: Path) -> TrackingStack:
             "MLPLAT_DB_HOST": "127.0.0.1", "MLPLAT_DB_PORT": str(postgres.port), "MLPLAT_DB_NAME": "postgres",
             "MLPLAT_DB_CA_BUNDLE": str(postgres.ca),
             "MLPLAT_DB_SECRET_ARN": secret("db", {"username": postgres.user, "password": postgres.password}),
-            "MLPLAT_ADMIN_SECRET_ARN": secret("admin", {"username": "admin", "password": admin,
-                                                                 "flask_secret_key": secrets.token_hex(32)}),
-            "MLPLAT_TENANT_SECRET_ARNS": json.dumps({t: secret(f"tenant-{t}", {"username": t, "password": p})
-                                                     for t, p in passwords.items()}),
+            "MLPLAT_ADMIN_SECRET_ARN": made["admin"],
+            "MLPLAT_TENANT_SECRET_ARNS": json.dumps({t: made[t] for t in TENANTS}),
             "MLPLAT_ARTIFACTS": "s3://models/mlflow", "MLPLAT_PORT": str(port), "MLPLAT_WORKERS": "1",
             "MLPLAT_TRACKING_CONFIG_DIR": str(folder / "config"),
         }
@@ -188,16 +190,21 @@ def start_tracking_stack(folder: Path) -> TrackingStack:
         server = subprocess.Popen([str(TRACKING_VENV / "bin" / "python"), "-m", "workloads.tracking.server"],
                                   env=env, cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT)
         processes.append(server)
-        stack = TrackingStack(f"http://127.0.0.1:{port}", s3, admin, passwords, postgres, processes, log)
-        # Ready once the entrypoint has made the tenants' users.
+        uri = f"http://127.0.0.1:{port}"
+        # Ready once the entrypoint has filled the secrets and made the tenants' users;
+        # the passwords are read back as a tenant's pod would.
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if server.poll() is not None:
                 raise RuntimeError(f"tracking server exited {server.returncode}: {log.read_text()[-1500:]}")
             try:
-                if requests.get(f"{stack.uri}/api/2.0/mlflow/users/get", params={"username": TENANTS[-1]},
-                                auth=("admin", admin), timeout=2).ok:
-                    return stack
+                values = {who: json.loads(manager.get_secret_value(SecretId=arn)["SecretString"])["password"]
+                          for who, arn in made.items()}
+                if requests.get(f"{uri}/api/2.0/mlflow/users/get", params={"username": TENANTS[-1]},
+                                auth=("admin", values["admin"]), timeout=2).ok:
+                    return TrackingStack(uri, s3, values.pop("admin"), values, postgres, processes, log)
+            except manager.exceptions.ResourceNotFoundException:
+                pass
             except requests.RequestException:
                 pass
             time.sleep(0.5)

@@ -41,7 +41,7 @@ def test_every_data_class_has_a_key_and_a_use():
 
     uses = data_class_uses(NAMES)
     assert set(uses) == set(DATA_CLASSES) == {"datasets", "models", "checkpoints", "logs", "cluster", "volumes",
-                                              "images"}
+                                              "images", "tracking"}
     assert all(use.services for use in uses.values())
 
 

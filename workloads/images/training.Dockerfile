@@ -49,12 +49,15 @@ ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:${LD_LIBRARY_PA
 
 # NVML bindings for the GPU check (same pin as the project's `workloads` extra).
 RUN pip install --no-cache-dir nvidia-ml-py==13.615.71
+# The MLflow client and the checkpoints bucket (workloads/tracking): same pins as pyproject.
+RUN pip install --no-cache-dir mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8
 
 # The platform's own code: the workloads and the instance catalog they read (pure data).
 WORKDIR /opt/mlplat
 COPY infra/__init__.py infra/catalog.py infra/
 COPY workloads/__init__.py workloads/
 COPY workloads/train workloads/train
+COPY workloads/tracking workloads/tracking
 COPY workloads/collectives workloads/collectives
 COPY workloads/gpucheck workloads/gpucheck
 ENV PYTHONPATH=/opt/mlplat \

@@ -36,7 +36,22 @@ class TrackingError(Exception):
 
 
 def _credentials() -> tuple[str, str] | None:
+    """The user's name and password; in a pod, the password is read once from the tenant's
+    secret (MLPLAT_TRACKING_SECRET_ARN, with the pod's own role) and handed to MLflow."""
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    arn = os.environ.get("MLPLAT_TRACKING_SECRET_ARN")
+    if user and not password and arn:
+        import json
+
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            value = boto3.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"]
+            password = os.environ["MLFLOW_TRACKING_PASSWORD"] = json.loads(value)["password"]
+        except (BotoCoreError, ClientError, ValueError, KeyError) as err:
+            raise TrackingError(f"cannot read the tracking password from {arn} ({type(err).__name__}); the tracking "
+                                "server makes it at its first start: is it running?") from None
     return (user, password) if user and password else None
 
 

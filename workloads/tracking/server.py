@@ -164,14 +164,38 @@ def _secret(client: Any, arn: str) -> dict[str, Any]:
     return json.loads(client.get_secret_value(SecretId=arn)["SecretString"])
 
 
+def _made_secret(client: Any, arn: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    """A secret the cloud layer created empty: its value, or (the first time) one made
+    here, so no password passes through Pulumi. Replicas starting together use one client
+    token, so Secrets Manager keeps the first value and the others read it back."""
+    import secrets as random
+    import uuid
+
+    from botocore.exceptions import ClientError
+
+    try:
+        return _secret(client, arn)
+    except ClientError as err:
+        if err.response["Error"]["Code"] != "ResourceNotFoundException":
+            raise
+    value = {"password": random.token_urlsafe(24), **{f: random.token_hex(32) for f in fields}}
+    try:
+        client.put_secret_value(SecretId=arn, SecretString=json.dumps(value),
+                                ClientRequestToken=str(uuid.uuid5(uuid.NAMESPACE_URL, arn)))
+    except ClientError as err:
+        if err.response["Error"]["Code"] not in ("ResourceExistsException", "InvalidRequestException"):
+            raise
+    return _secret(client, arn)
+
+
 def _read_settings(secrets: Any) -> tuple[ServerSettings, dict[str, str]]:
     env = os.environ
     db = _secret(secrets, env["MLPLAT_DB_SECRET_ARN"])
     database = Database(host=env["MLPLAT_DB_HOST"], port=int(env.get("MLPLAT_DB_PORT", "5432")),
                         name=env.get("MLPLAT_DB_NAME", "mlflow"), user=db["username"], password=db["password"],
                         sslrootcert=env.get("MLPLAT_DB_CA_BUNDLE", ""))
-    admin = _secret(secrets, env["MLPLAT_ADMIN_SECRET_ARN"])
-    tenants = {name: _secret(secrets, arn)["password"]
+    admin = _made_secret(secrets, env["MLPLAT_ADMIN_SECRET_ARN"], ("flask_secret_key",))
+    tenants = {name: _made_secret(secrets, arn, ())["password"]
                for name, arn in json.loads(env.get("MLPLAT_TENANT_SECRET_ARNS", "{}")).items()}
     return ServerSettings(database=database, artifacts=env["MLPLAT_ARTIFACTS"], admin_password=admin["password"],
                           secret_key=admin["flask_secret_key"],

@@ -1,0 +1,210 @@
+"""What experiment tracking costs a training step, and how fast lineage answers.
+
+Runs against the real tracking stack of the service tests (tests/services/tracking.py),
+all on this machine over loopback: PostgreSQL (TLS, password auth), a moto server for S3
+and Secrets Manager, and the MLflow server started by the tracking image's entrypoint with
+basic auth, as tenant `research`.
+
+- Step time: the trainer on the CPU (one process, one thread), untracked versus tracked
+  with `--track-every 10`, alternating runs. Two figures per run, both over the steps
+  after warm-up:
+    step   the median of the trainer's own `step_time_s` (forward, backward, optimizer);
+           MLflow's background sender and the server share the cores with it, so any
+           interference shows here;
+    loop   the wall time per step of the whole loop, taken from when each step's metrics
+           line reaches this process: it also holds the `log_metrics` call that runs
+           after every 10th step, outside `step_time_s`. A mean over whole multiples of 10
+           steps, because a median over steps would leave out exactly the steps that log.
+  The median over runs of each is compared; the target is judged on `loop`.
+- Lineage: a short tracked run uploads a checkpoint to the checkpoints bucket, the
+  checkpoint is registered as a model version, and `lineage()` is timed in this process
+  (a warm client, as a service or notebook holds one; the first call is kept apart).
+
+    .venv/bin/python bench/tracking.py [--steps 150] [--warmup-steps 20] [--repeat 4] [--lineage-calls 20]
+
+Targets: MLflow logging every 10 steps adds < 2% to the step time; the lineage query for
+one model answers in < 1 s. Results go to bench/results/tracking.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.machine import describe, finish, record  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "tracking.json"
+TENANT, EXPERIMENT, MODEL = "research", "research/bench", "research-bench"
+TRACK_EVERY = 10
+# The trainer's CPU model of bench/train.py (4 layers, width 128, 128 tokens) with 4
+# sequences per step: a step of a few tens of milliseconds on one core, so a fixed cost per
+# logging call weighs as much as it would on any step of that length.
+MODEL_ARGS = ["--model", "tiny", "--n-layer", "4", "--n-head", "4", "--n-embd", "128", "--block-size", "128",
+              "--vocab-size", "512", "--micro-batch", "4", "--precision", "fp32", "--device", "cpu"]
+# Any MLflow or AWS setting of the caller's shell would make the untracked runs track.
+SCRUB = ("MLFLOW_", "AWS_", "MLPLAT_EXPERIMENT", "MLPLAT_CHECKPOINT_UPLOAD")
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB)}
+    # One thread: the step time is then not at the mercy of the server and PostgreSQL
+    # taking a core from an intra-op thread pool sized for both.
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def train(args: list[str], env: dict[str, str], folder: Path, name: str) -> tuple[list[dict], dict[int, float]]:
+    """Run the trainer; its metrics events and, per step, when its line arrived here."""
+    metrics = folder / f"{name}.jsonl"
+    arrived: dict[int, float] = {}
+    with (folder / f"{name}.err").open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "workloads.train", *args, "--metrics", str(metrics)],
+                                env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=err)
+        # The trainer prints (and flushes) each metrics line as it writes it.
+        for line in iter(proc.stdout.readline, b""):
+            now = time.perf_counter()
+            if line.startswith(b'{"event": "step"'):
+                arrived[json.loads(line)["step"]] = now
+        code = proc.wait()
+    if code:
+        sys.exit(f"trainer ({name}) failed ({code}):\n{(folder / f'{name}.err').read_text()[-3000:]}")
+    return [json.loads(line) for line in metrics.read_text().splitlines()], arrived
+
+
+def timed_run(opts: argparse.Namespace, env: dict[str, str], extra: list[str], folder: Path, name: str) -> dict:
+    events, arrived = train([*opts.common, "--max-steps", str(opts.steps), *extra], env, folder, name)
+    first, last = opts.warmup_steps, opts.steps
+    steps = [e["step_time_s"] for e in events if e["event"] == "step" and e["step"] > first]
+    return {"step_s": round(statistics.median(steps), 5),
+            "loop_s": round((arrived[last] - arrived[first]) / (last - first), 5),
+            "run_id": next(e for e in events if e["event"] == "end")["run_id"]}
+
+
+def overhead(untracked: list[dict], tracked: list[dict], key: str) -> dict:
+    base = statistics.median(r[key] for r in untracked)
+    with_tracking = statistics.median(r[key] for r in tracked)
+    return {"untracked_s": round(base, 5), "tracked_s": round(with_tracking, 5),
+            "overhead_pct": round(100 * (with_tracking / base - 1), 2)}
+
+
+def versions() -> str:
+    from tests.services.tracking import TRACKING_VENV, pg_binary
+
+    pg = subprocess.run([pg_binary("postgres"), "--version"], capture_output=True, text=True).stdout.strip()
+    tracking = subprocess.run([str(TRACKING_VENV / "bin" / "python"), "-c",
+                               "import mlflow, moto; print(mlflow.__version__, moto.__version__)"],
+                              capture_output=True, text=True).stdout.split()
+    return f"MLflow server {tracking[0]}, {pg}, moto {tracking[1]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=150, help="optimizer steps per run")
+    parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the figures")
+    parser.add_argument("--repeat", type=int, default=4, help="runs per mode, alternating")
+    parser.add_argument("--lineage-calls", type=int, default=20)
+    opts = parser.parse_args()
+    if (opts.steps - opts.warmup_steps) % TRACK_EVERY or opts.steps <= opts.warmup_steps:
+        sys.exit(f"--steps minus --warmup-steps must be a positive multiple of {TRACK_EVERY}, so that the loop "
+                 "figure holds as many logging calls in every window")
+
+    from tests.services.tracking import start_tracking_stack
+    from workloads.train import dataset_version as dv
+    from workloads.train.data import generate_synthetic_shards
+
+    machine = record()
+    print(f"Tracking benchmark on {describe(machine)}, {date.today()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="mlplat-bench-tracking-") as tmp:
+        folder = Path(tmp)
+        shards = folder / "shards"
+        generate_synthetic_shards(shards, num_shards=4, tokens_per_shard=250_000, vocab_size=512, seed=0)
+        dv.write(dv.build(shards, "gpt2-bpe", sources=["s3://datasets/bench/"]), shards)
+        opts.common = ["--data", str(shards), *MODEL_ARGS]
+
+        started = time.perf_counter()
+        stack = start_tracking_stack(folder)
+        try:
+            measured = f"real servers on loopback: {versions()}; MLflow basic auth, tenant {TENANT}"
+            print(f"Measured: {measured} (started in {time.perf_counter() - started:.1f} s)", flush=True)
+            untracked_env = base_env()
+            tracked_env = {**untracked_env, **stack.env(TENANT), "MLPLAT_GIT_SHA": "0" * 40}
+            tracking = ["--tracking-uri", stack.uri, "--experiment", EXPERIMENT, "--track-every", str(TRACK_EVERY)]
+
+            runs: dict[str, list[dict]] = {"untracked": [], "tracked": []}
+            print(f"\n{opts.steps} steps per run, the first {opts.warmup_steps} left out", flush=True)
+            print(f"  {'run':<10} {'step ms':>8} {'loop ms':>8}", flush=True)
+            for i in range(opts.repeat):  # alternately, so a drift in the machine's speed hits both
+                for mode, env, extra in (("untracked", untracked_env, []), ("tracked", tracked_env, tracking)):
+                    run = timed_run(opts, env, extra, folder, f"{mode}-{i}")
+                    if (run["run_id"] is not None) != (mode == "tracked"):
+                        sys.exit(f"{mode} run {i}: run_id {run['run_id']!r}; the mode did not take effect")
+                    runs[mode].append(run)
+                    print(f"  {mode:<10} {1000 * run['step_s']:>8.2f} {1000 * run['loop_s']:>8.2f}", flush=True)
+            step = overhead(runs["untracked"], runs["tracked"], "step_s")
+            loop = overhead(runs["untracked"], runs["tracked"], "loop_s")
+
+            # Lineage needs a registered version of an uploaded checkpoint: a short tracked run.
+            events, _ = train([*opts.common, "--max-steps", "20", *tracking, "--run-name", "bench-lineage",
+                               "--checkpoint-dir", str(folder / "ckpt"), "--checkpoint-every", "20",
+                               "--checkpoint-upload", "s3://checkpoints/runs"], tracked_env, folder, "lineage")
+            run_id = next(e for e in events if e["event"] == "end")["run_id"]
+            os.environ.update(stack.env(TENANT))
+            from workloads.tracking.lineage import lineage
+            from workloads.tracking.registry import register
+
+            version = register(stack.uri, MODEL, run_id).version
+            uri = f"models:/{MODEL}/{version}"
+            t0 = time.perf_counter()
+            chain = lineage(uri, stack.uri)
+            first_ms = 1000 * (time.perf_counter() - t0)
+            assert chain["run"]["id"] == run_id and chain["checkpoint"]["sha256"], chain
+            calls = []
+            for _ in range(opts.lineage_calls):
+                t0 = time.perf_counter()
+                lineage(uri, stack.uri)
+                calls.append(1000 * (time.perf_counter() - t0))
+        finally:
+            stack.stop()
+
+    calls.sort()
+    p95 = calls[min(len(calls) - 1, round(0.95 * (len(calls) - 1)))]
+    lin = {"model": uri, "calls": len(calls), "first_ms": round(first_ms, 1),
+           "median_ms": round(statistics.median(calls), 1), "p95_ms": round(p95, 1), "max_ms": round(calls[-1], 1)}
+    step_ok, lineage_ok = loop["overhead_pct"] < 2.0, lin["p95_ms"] < 1000.0
+    machine = finish(machine)
+
+    print(f"\nmedian of {opts.repeat} runs   untracked ms  tracked ms  overhead")
+    for name, row in (("step (trainer's)", step), ("loop (wall/step)", loop)):
+        print(f"  {name:<20} {1000 * row['untracked_s']:>10.2f} {1000 * row['tracked_s']:>11.2f} "
+              f"{row['overhead_pct']:>+8.2f}%")
+    print(f"tracking every {TRACK_EVERY} steps adds {loop['overhead_pct']:+.2f}% to the loop's time per step "
+          f"(target < 2%): {'met' if step_ok else 'NOT met'}")
+    print(f"lineage({uri}): median {lin['median_ms']:.1f} ms, p95 {lin['p95_ms']:.1f} ms, max {lin['max_ms']:.1f} ms "
+          f"over {len(calls)} calls (first {lin['first_ms']:.1f} ms); target < 1 s: {'met' if lineage_ok else 'NOT met'}")
+    print(f"load {machine['load_before']} -> {machine['load_after']}")
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "machine": describe(machine), "cpu": machine, "date": str(date.today()), "measured": measured,
+        "trainer": {"args": MODEL_ARGS, "threads": 1, "steps": opts.steps, "warmup_steps": opts.warmup_steps,
+                    "track_every": TRACK_EVERY, "repeat": opts.repeat},
+        "step": step, "loop": loop, "target_overhead_pct": 2.0, "step_target_met": step_ok,
+        "runs": {mode: [{k: r[k] for k in ("step_s", "loop_s")} for r in rs] for mode, rs in runs.items()},
+        "lineage": lin, "target_lineage_ms": 1000.0, "lineage_target_met": lineage_ok,
+    }, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""What the MLflow tracking server is made of, as plain data: its database in the cloud
+layer (RDS PostgreSQL) and its objects in the cluster layer (workloads/tracking/server.py
+runs in them).
+
+Why RDS PostgreSQL, one instance (Multi-AZ where the stack asks): MLflow's backend needs a
+SQL store and nothing Aurora adds (global databases, fast clones) is wanted here; Aurora's
+cluster would also be the one thing that replicates across regions if misconfigured.
+
+Why our own Deployment, not the community chart (charts/mlflow 1.11.5): the chart takes the
+database password and the auth app's admin password as values, which would put them in
+Pulumi's state and in a Kubernetes Secret; its image is a third-party build. Our image reads
+every credential from Secrets Manager through Pod Identity at start and follows rotation
+(workloads/tracking/server.py), and is built from the in-region mirror like the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from components.tenancy_spec import POD_IDENTITY_AGENT, pod_security_labels
+
+NAMESPACE = "mlflow"
+NAME = "mlflow"
+SERVICE_ACCOUNT = "mlflow"
+PORT = 5000
+DB_PORT = 5432
+DB_NAME = "mlflow"
+DB_USER = "mlflow"
+# Where the server keeps artifacts in the models bucket (proxied: clients never see it).
+ARTIFACTS_PREFIX = "mlflow"
+# PostgreSQL on RDS: the major version (RDS picks the newest minor and keeps it updated)
+# and its parameter-group family.
+ENGINE_VERSION = "17"
+PARAMETER_FAMILY = "postgres17"
+# The RDS certificate authority the server verifies (bundled in the tracking image).
+CA_CERT_IDENTIFIER = "rds-ca-rsa2048-g1"
+CA_BUNDLE = "/etc/ssl/rds/global-bundle.pem"
+
+
+@dataclass(frozen=True)
+class DatabasePlan:
+    identifier: str  # the RDS instance identifier, e.g. mlplat-prod-tracking
+    instance_class: str
+    storage_gib: int
+    max_storage_gib: int
+    multi_az: bool
+    backup_days: int
+    log_retention_days: int
+
+
+def parameters() -> list[dict[str, str]]:
+    """The parameter group's settings: TLS only (the pack checks rds.force_ssl), and the
+    connections and slow statements logged to CloudWatch under the logs key."""
+    return [
+        {"name": "rds.force_ssl", "value": "1", "apply_method": "pending-reboot"},
+        {"name": "log_connections", "value": "1", "apply_method": "immediate"},
+        {"name": "log_min_duration_statement", "value": "1000", "apply_method": "immediate"},
+    ]
+
+
+def log_group_name(identifier: str) -> str:
+    """The group RDS exports PostgreSQL's log to; made first so it is encrypted and expires."""
+    return f"/aws/rds/instance/{identifier}/postgresql"
+
+
+def secret_names(prefix: str, tenants: tuple[str, ...]) -> dict[str, str]:
+    """The server's admin secret and one per tenant: "admin" and each tenant -> name. Their
+    values are made by the server when it first starts, never by Pulumi."""
+    return {"admin": f"{prefix}/tracking/admin", **{t: f"{prefix}/tracking/tenant/{t}" for t in tenants}}
+
+
+def server_statements(models_arn: str, models_key_arn: str, tracking_key_arn: str, master_secret_arn: str,
+                      made_secret_arns: list[str]) -> list[dict[str, Any]]:
+    """The server's role: the models bucket's artifact prefix, the database's RDS-managed
+    secret (read), and the admin and tenant secrets (read, and their first value written)."""
+    return [
+        {"Sid": "ListArtifacts", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [models_arn],
+         "Condition": {"StringLike": {"s3:prefix": [f"{ARTIFACTS_PREFIX}/*"]}}},
+        {"Sid": "ReadWriteArtifacts", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+         "Resource": [f"{models_arn}/{ARTIFACTS_PREFIX}/*"]},
+        {"Sid": "ArtifactsKey", "Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+         "Resource": [models_key_arn]},
+        {"Sid": "ReadDatabaseSecret", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
+         "Resource": [master_secret_arn]},
+        {"Sid": "UserSecrets", "Effect": "Allow",
+         "Action": ["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue", "secretsmanager:DescribeSecret"],
+         "Resource": list(made_secret_arns)},
+        {"Sid": "SecretsKey", "Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+         "Resource": [tracking_key_arn]},
+    ]
+
+
+def tenant_statements(secret_arn: str, tracking_key_arn: str, region: str) -> list[dict[str, Any]]:
+    """A tenant's workloads read their own tracking user's secret, and no other."""
+    return [
+        {"Sid": "ReadTrackingUser", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
+         "Resource": [secret_arn]},
+        {"Sid": "TrackingUserKey", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [tracking_key_arn],
+         "Condition": {"StringEquals": {"kms:ViaService": f"secretsmanager.{region}.amazonaws.com"}}},
+    ]
+
+
+# --- cluster layer -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    image: str
+    replicas: int
+    instance_types: tuple[str, ...]  # the pool it runs on
+    db_host: str
+    master_secret_arn: str
+    admin_secret_arn: str
+    tenant_secret_arns: dict[str, str]
+    artifacts: str  # s3://<models bucket>/mlflow
+    region: str
+    vpc_cidr: str
+    endpoint_cidrs: tuple[str, ...]  # AWS APIs (interface endpoints, the S3 prefix list)
+    tenants: tuple[str, ...]
+    cpu: str = "1"
+    cpu_limit: str = "2"  # gunicorn's workers burst on registry searches
+    memory: str = "2Gi"
+
+    @property
+    def uri(self) -> str:
+        """What pods use: the Service, in-cluster only."""
+        return f"http://{NAME}.{NAMESPACE}.svc.cluster.local:{PORT}"
+
+
+LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlplat"}
+TENANT_LABEL = "mlplat.io/tenant"
+
+
+def namespace() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": NAMESPACE, "labels": {**pod_security_labels("restricted"),
+                                                       "app.kubernetes.io/part-of": "mlplat"}}}
+
+
+def service_account() -> dict[str, Any]:
+    # No Kubernetes API token: the server talks to AWS (Pod Identity) and PostgreSQL only.
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}, "automountServiceAccountToken": False}
+
+
+def deployment(plan: ServerPlan) -> dict[str, Any]:
+    import json
+
+    env = {
+        "MLPLAT_DB_HOST": plan.db_host, "MLPLAT_DB_PORT": str(DB_PORT), "MLPLAT_DB_NAME": DB_NAME,
+        "MLPLAT_DB_CA_BUNDLE": CA_BUNDLE, "MLPLAT_DB_SECRET_ARN": plan.master_secret_arn,
+        "MLPLAT_ADMIN_SECRET_ARN": plan.admin_secret_arn,
+        "MLPLAT_TENANT_SECRET_ARNS": json.dumps(plan.tenant_secret_arns, sort_keys=True),
+        "MLPLAT_ARTIFACTS": plan.artifacts, "MLPLAT_PORT": str(PORT), "MLPLAT_WORKERS": "2",
+        "AWS_REGION": plan.region, "AWS_DEFAULT_REGION": plan.region,
+    }
+    probe = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10, "timeoutSeconds": 3}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": LABELS},
+        "spec": {
+            "replicas": plan.replicas,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "template": {
+                "metadata": {"labels": LABELS},
+                "spec": {
+                    "serviceAccountName": SERVICE_ACCOUNT,
+                    "automountServiceAccountToken": False,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                        "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "affinity": {
+                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                                   "values": sorted(plan.instance_types)}]}]}},
+                        # Replicas on different nodes: one node's loss leaves the server up.
+                        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                            "weight": 100, "podAffinityTerm": {
+                                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+                                "topologyKey": "kubernetes.io/hostname"}}]},
+                    },
+                    "containers": [{
+                        "name": "mlflow",
+                        "image": plan.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "ports": [{"name": "http", "containerPort": PORT}],
+                        "env": [{"name": k, "value": v} for k, v in env.items()],
+                        "readinessProbe": probe,
+                        "livenessProbe": {**probe, "initialDelaySeconds": 60, "failureThreshold": 6},
+                        "resources": {"requests": {"cpu": plan.cpu, "memory": plan.memory},
+                                      "limits": {"cpu": plan.cpu_limit, "memory": plan.memory}},
+                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}},
+                        # The auth config and gunicorn's worker files: the only writable place.
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                    }],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                },
+            },
+        },
+    }
+
+
+def service() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": LABELS},
+            "spec": {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": NAME},
+                     "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]}}
+
+
+def disruption_budget() -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}}
+
+
+def _policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+
+
+def network_policies(plan: ServerPlan) -> list[dict[str, Any]]:
+    """Default deny; in: the tenants' namespaces on the server's port; out: DNS, the
+    database inside the VPC, the Pod Identity agent and the AWS APIs."""
+    return [
+        _policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        _policy("allow-tenants", {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [
+                {"key": TENANT_LABEL, "operator": "In", "values": sorted(plan.tenants)}]}}],
+                "ports": [{"protocol": "TCP", "port": PORT}]}],
+        }),
+        _policy("allow-egress", {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"to": [{"ipBlock": {"cidr": plan.vpc_cidr}}], "ports": [{"protocol": "TCP", "port": DB_PORT}]},
+                {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": [{"protocol": "TCP", "port": 80}]},
+                {"to": [{"ipBlock": {"cidr": c}} for c in plan.endpoint_cidrs],
+                 "ports": [{"protocol": "TCP", "port": 443}]},
+            ],
+        }),
+    ]
+
+
+def objects(plan: ServerPlan) -> list[dict[str, Any]]:
+    """Every object, the namespace and its fences first."""
+    return [namespace(), *network_policies(plan), service_account(), deployment(plan), service(),
+            disruption_budget()]

@@ -1,0 +1,113 @@
+"""The environment's MLflow tracking server: `mlplat:tracking` turned into its database,
+secrets and Pod Identity role in the cloud layer and a `TrackingServer` in the cluster
+layer. Tenants reach it at `ServerPlan.uri` as their own user (workloads/tracking)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.iam import PodIdentityRole, PodIdentityRoleArgs
+from components.tracking import TrackingDatabase, TrackingDatabaseArgs, TrackingServer, TrackingServerArgs
+from components.tracking_spec import (
+    ARTIFACTS_PREFIX,
+    NAMESPACE,
+    SERVICE_ACCOUNT,
+    DatabasePlan,
+    ServerPlan,
+    secret_names,
+    server_statements,
+)
+from infra.config import ConfigError, NodePoolConfig, PlatformConfig
+from infra.descriptor import ClusterDescriptor
+from infra.versions import image_uri
+
+
+def tracking_pool(config: PlatformConfig) -> NodePoolConfig:
+    """Where the server runs: the named pool, else the first cpu pool, else the system pool
+    (the smb stack's small system nodes leave it to the cpu pool)."""
+    wanted = config.tracking.pool
+    for pool in config.node_pools:
+        if pool.name == wanted:
+            return pool
+    if wanted is not None:
+        raise ConfigError(f"tracking.pool: no node pool named {wanted!r}; name one of "
+                          f"{', '.join(p.name for p in config.node_pools)}")
+    by_role = {p.role: p for p in reversed(config.node_pools)}
+    pool = by_role.get("cpu") or by_role.get("system")
+    if pool is None:
+        raise ConfigError("tracking: no cpu or system node pool to run the MLflow server on; add one or set "
+                          "tracking.enabled: false")
+    return pool
+
+
+def build_tracking_database(config: PlatformConfig, prefix: str, compute: Any, keys: dict[str, aws.kms.Key],
+                            aws_opts: pulumi.ResourceOptions) -> TrackingDatabase | None:
+    if not config.tracking.enabled:
+        return None
+    tracking_pool(config)  # a stack with nowhere to run the server stops here
+    t = config.tracking
+    plan = DatabasePlan(identifier=f"{prefix}-tracking", instance_class=t.instance_class, storage_gib=t.storage_gib,
+                        max_storage_gib=t.max_storage_gib, multi_az=t.multi_az, backup_days=t.backup_days,
+                        log_retention_days=config.storage.log_retention_days)
+    network = compute.network
+    return TrackingDatabase("tracking", TrackingDatabaseArgs(
+        plan=plan, subnet_ids=[s.id for s in network.subnets.values()], vpc_id=network.vpc.id,
+        client_security_group_id=compute.cluster.cluster_security_group_id, key_arn=keys["tracking"].arn,
+        logs_key_arn=keys["logs"].arn, secret_names=secret_names(prefix, tuple(x.name for x in config.tenants)),
+    ), opts=aws_opts)
+
+
+def tracking_identity(prefix: str, account_id: str, cluster_name: pulumi.Input[str], storage: Any,
+                      keys: dict[str, aws.kms.Key], database: TrackingDatabase,
+                      aws_provider: aws.Provider) -> PodIdentityRole:
+    """The server's role: artifacts in the models bucket, its secrets."""
+    statements = pulumi.Output.all(
+        storage.buckets["models"].bucket.arn, keys["models"].arn, keys["tracking"].arn, database.master_secret_arn,
+        *[s.arn for s in database.secrets.values()],
+    ).apply(lambda a: server_statements(a[0], a[1], a[2], a[3], list(a[4:])))
+    return PodIdentityRole("tracking-identity", PodIdentityRoleArgs(
+        role_name=f"{prefix}-tracking"[:64], account_id=account_id, namespace=NAMESPACE,
+        service_account=SERVICE_ACCOUNT, cluster_name=cluster_name, statements=statements,
+    ), opts=pulumi.ResourceOptions(providers={"aws": aws_provider}))
+
+
+def tracking_output(database: TrackingDatabase | None) -> pulumi.Output[dict[str, Any]] | None:
+    """The descriptor's `tracking`: where the database is and which secrets the server reads."""
+    if database is None:
+        return None
+    return pulumi.Output.all(
+        host=database.instance.address, master=database.master_secret_arn,
+        secrets=pulumi.Output.all(**{who: s.arn for who, s in database.secrets.items()}),
+    ).apply(lambda v: {"dbHost": v["host"], "masterSecretArn": v["master"],
+                       "adminSecretArn": v["secrets"]["admin"],
+                       "tenantSecretArns": {k: a for k, a in v["secrets"].items() if k != "admin"}})
+
+
+def server_plan(config: PlatformConfig, descriptor: ClusterDescriptor, built: dict[str, str]) -> ServerPlan | None:
+    t = descriptor.tracking
+    if t is None or not config.tracking.enabled:
+        return None
+    pool = tracking_pool(config)
+    return ServerPlan(
+        image=image_uri("tracking", descriptor.account_id, config.region, config.environment, built),
+        replicas=config.tracking.replicas,
+        instance_types=(pool.instance_type,),
+        db_host=t.db_host, master_secret_arn=t.master_secret_arn, admin_secret_arn=t.admin_secret_arn,
+        tenant_secret_arns=dict(t.tenant_secret_arns),
+        artifacts=f"s3://{descriptor.buckets['models']}/{ARTIFACTS_PREFIX}",
+        region=config.region, vpc_cidr=config.network.vpc_cidr,
+        endpoint_cidrs=tuple(descriptor.endpoint_cidrs), tenants=tuple(x.name for x in config.tenants),
+    )
+
+
+def build_tracking_server(config: PlatformConfig, descriptor: ClusterDescriptor, services: Any,
+                          k8s_provider: k8s.Provider, built: dict[str, str]) -> TrackingServer | None:
+    plan = server_plan(config, descriptor, built)
+    if plan is None:
+        return None
+    return TrackingServer("tracking", TrackingServerArgs(plan=plan, depends_on=(services.addons,)),
+                          opts=pulumi.ResourceOptions(providers={"kubernetes": k8s_provider}))
