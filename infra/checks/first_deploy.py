@@ -30,6 +30,12 @@ SKIP_AWAIT_REASONS: dict[str, str] = {
     "Service monitoring/dcgm-exporter": "the exporter runs only on GPU instance types; a new environment may have "
                                         "no GPU node for weeks, and Prometheus finds the pods when they come",
 }
+# Objects whose containers name a data location only as where they write (object id ->
+# why): they start without anything there.
+WRITES_ONLY: dict[str, str] = {
+    "Deployment mlflow/mlflow": "the tracking server's artifact destination: it stores what clients send and reads "
+                                "back only what it stored",
+}
 # Pods that Services may select.
 WORKLOADS = ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job", "Pod")
 
@@ -117,7 +123,8 @@ def _needs(obj: Mapping[str, Any], data_locations: Sequence[str],
            gpu_node_labels: Mapping[str, frozenset[str]]) -> list[str]:
     """What a workload's pods need that a new environment does not have: data, a GPU node."""
     spec = _pod_spec(obj)
-    return [*_reads_data(spec, data_locations), *_needs_gpu_node(spec, gpu_node_labels)]
+    reads = [] if object_id(obj) in WRITES_ONLY else _reads_data(spec, data_locations)
+    return [*reads, *_needs_gpu_node(spec, gpu_node_labels)]
 
 
 def _replicas(obj: Mapping[str, Any]) -> int:

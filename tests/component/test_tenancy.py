@@ -77,7 +77,7 @@ def test_each_namespace_gets_its_fences_after_the_namespace(rec):
         ("ResourceQuota", "tenant-quota"), ("LimitRange", "container-defaults"),
         ("NetworkPolicy", "default-deny"), ("NetworkPolicy", "allow-dns"), ("NetworkPolicy", "allow-same-namespace"),
         ("NetworkPolicy", "allow-pod-identity"), ("NetworkPolicy", "allow-prometheus-scrape"),
-        ("NetworkPolicy", "allow-vpc-endpoints"),
+        ("NetworkPolicy", "allow-vpc-endpoints"), ("NetworkPolicy", "allow-tracking"),
         ("Role", "tenant-developer"), ("RoleBinding", "tenant-developers"),
     }
     for reg in objects.values():

@@ -7,7 +7,8 @@ Names resolve against the stack (tests/iam/policies.py):
   a service principal (`logging.s3.amazonaws.com`), or an ARN;
 - resource: `bucket:<purpose>` or `bucket:<purpose>/<key>` (with that bucket's policy),
   `key:<data class>` (with the key's policy), `trust:<role resource name>` (assuming it,
-  against its trust policy).
+  against its trust policy), `secret:<admin|database|tenant>` (a tracking server secret,
+  which has no resource policy).
 
 Where AWS's own managed policy gives a service-linked role its permission (the FSx and Auto
 Scaling roles) or the account does (the deployer), we do not write it and cannot read it
@@ -132,6 +133,32 @@ PATHS: tuple[Path, ...] = (
     Path("the deploy runner reads its token through Secrets Manager", "role:deploy-runner-role", "kms:Decrypt",
          "key:cluster", ALLOWED, {"kms:ViaService": "secretsmanager.{region}.amazonaws.com",
                                   "kms:CallerAccount": "{account}"}),
+    Path("RDS takes its grant on the tracking key for the database", DEPLOYER, "kms:CreateGrant", "key:tracking",
+         ALLOWED, {"kms:ViaService": "rds.{region}.amazonaws.com", "kms:CallerAccount": "{account}",
+                   "kms:GrantIsForAWSResource": "true"}, service_grant=True),
+    Path("Secrets Manager decrypts a tracking user for the training role", "role:training-gpt2-smoke-identity",
+         "kms:Decrypt", "key:tracking", ALLOWED, {"kms:ViaService": "secretsmanager.{region}.amazonaws.com",
+                                                  "kms:CallerAccount": "{account}"}),
+    # --- The tracking server and its users ---------------------------------------------
+    Path("the tracking server stores an artifact", "role:tracking-identity", "s3:PutObject",
+         "bucket:models/mlflow/1/0123abcd/artifacts/dataset.json", ALLOWED),
+    Path("the tracking server cannot change the Triton repository", "role:tracking-identity", "s3:PutObject",
+         "bucket:models/triton/gpt/1/model.onnx", DENIED),
+    Path("the tracking server reads the database password", "role:tracking-identity",
+         "secretsmanager:GetSecretValue", "secret:database", ALLOWED),
+    Path("the tracking server fills a tenant's empty secret", "role:tracking-identity",
+         "secretsmanager:PutSecretValue", "secret:research", ALLOWED),
+    Path("training pods read their tenant's tracking user", "role:training-gpt2-smoke-identity",
+         "secretsmanager:GetSecretValue", "secret:research", ALLOWED),
+    Path("training pods cannot read another tenant's tracking user", "role:training-gpt2-smoke-identity",
+         "secretsmanager:GetSecretValue", "secret:applied", DENIED),
+    Path("training pods cannot read the tracking admin", "role:training-gpt2-smoke-identity",
+         "secretsmanager:GetSecretValue", "secret:admin", DENIED),
+    Path("training pods cannot read the database password", "role:training-gpt2-smoke-identity",
+         "secretsmanager:GetSecretValue", "secret:database", DENIED),
+    Path("the training role cannot decrypt the tracking key outside Secrets Manager",
+         "role:training-gpt2-smoke-identity", "kms:Decrypt", "key:tracking", DENIED,
+         {"kms:CallerAccount": "{account}"}),
     # --- Keys: abuses --------------------------------------------------------------------
     Path("a key administrator cannot decrypt with the key", "arn:aws:iam::{account}:role/key-admin", "kms:Decrypt",
          "key:datasets", DENIED, service_grant=True),

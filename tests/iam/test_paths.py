@@ -63,6 +63,10 @@ def simulation(path: Path, stack: StackPolicies, bucket_policies: dict[str, dict
     elif kind == "key":
         resource = stack.keys[rest]
         policy, owner = stack.key_policies[resource], stack.account
+    elif kind == "secret":  # the tracking server's secrets: no resource policy, identity decides
+        tracking = stack.outputs["clusterDescriptor"]["tracking"]
+        named = {"admin": tracking["adminSecretArn"], "database": tracking["masterSecretArn"]}
+        resource, policy, owner = named.get(rest) or tracking["tenantSecretArns"][rest], None, stack.account
     else:  # trust: assuming a role
         role = stack.roles[rest]
         resource, policy, owner = f"arn:aws:iam::{stack.account}:role/{role}", stack.trust[role], stack.account

@@ -137,7 +137,7 @@ def test_binding_names_the_tenant_groups():
 def test_every_tenant_object_is_schema_valid(tenant):
     objects = [tenant_namespace(tenant), *tenant_objects(tenant, EVERYONE, CIDRS),
                system_namespace(SYSTEM_NAMESPACES["monitoring"])]
-    assert [o["kind"] for o in objects].count("NetworkPolicy") == 6
+    assert [o["kind"] for o in objects].count("NetworkPolicy") == 7
     for manifest in objects:
         kubernetes_validate.validate(manifest, f"{KUBERNETES_VERSION}.0", strict=True)
 

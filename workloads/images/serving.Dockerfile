@@ -16,9 +16,8 @@ FROM ${BASE_IMAGE}
 # The project's `serve` extra, plus the gRPC and protobuf releases the Triton client and the
 # generated ModelConfig are used with (pyproject.toml).
 RUN pip install --no-cache-dir onnx==1.22.0 onnxscript==0.7.2 onnxruntime==1.31.1 tritonclient==2.65.0 \
-    grpcio==1.85.1 protobuf==5.29.6
-# Export from the registry (models:/...): the MLflow client and the checkpoints bucket.
-RUN pip install --no-cache-dir mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8
+    grpcio==1.85.1 protobuf==5.29.6 \
+    mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8
 
 WORKDIR /opt/mlplat
 COPY workloads/__init__.py workloads/
