@@ -17,11 +17,17 @@ from components.tracking_spec import (
     DB_USER,
     ENGINE_VERSION,
     PARAMETER_FAMILY,
+    SERVER_URI,
     DatabasePlan,
     ServerPlan,
+    deployment,
+    disruption_budget,
     log_group_name,
-    objects,
+    namespace,
+    network_policies,
     parameters,
+    service,
+    service_account,
 )
 
 
@@ -124,12 +130,12 @@ class TrackingServer(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TrackingServerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:tracking:TrackingServer", name, None, opts)
-        made = objects(args.plan)
-        ns = create(made[0], pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
+        plan = args.plan
+        ns = create(namespace(), pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-        fences = [create(o, in_ns) for o in made[1:] if o["kind"] in ("NetworkPolicy", "ServiceAccount")]
-        run = pulumi.ResourceOptions(parent=self, depends_on=[ns, *fences, *args.depends_on])
-        for o in made[1:]:
-            if o["kind"] not in ("NetworkPolicy", "ServiceAccount"):
-                create(o, run)
-        self.register_outputs({"uri": args.plan.uri})
+        # Fences and the ServiceAccount first, so no server pod runs without them.
+        ready = [create(o, in_ns) for o in (*network_policies(plan), service_account())]
+        run = pulumi.ResourceOptions(parent=self, depends_on=[ns, *ready, *args.depends_on])
+        for o in (deployment(plan), service(), disruption_budget()):
+            create(o, run)
+        self.register_outputs({"uri": SERVER_URI})

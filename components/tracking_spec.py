@@ -15,6 +15,7 @@ every credential from Secrets Manager through Pod Identity at start and follows 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,8 @@ PARAMETER_FAMILY = "postgres17"
 # The RDS certificate authority the server verifies (bundled in the tracking image).
 CA_CERT_IDENTIFIER = "rds-ca-rsa2048-g1"
 CA_BUNDLE = "/etc/ssl/rds/global-bundle.pem"
+# What pods use: the Service, in-cluster only.
+SERVER_URI = f"http://{NAME}.{NAMESPACE}.svc.cluster.local:{PORT}"
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,6 @@ class ServerPlan:
     cpu_limit: str = "2"  # gunicorn's workers burst on registry searches
     memory: str = "2Gi"
 
-    @property
-    def uri(self) -> str:
-        """What pods use: the Service, in-cluster only."""
-        return f"http://{NAME}.{NAMESPACE}.svc.cluster.local:{PORT}"
 
 
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlplat"}
@@ -145,8 +144,6 @@ def service_account() -> dict[str, Any]:
 
 
 def deployment(plan: ServerPlan) -> dict[str, Any]:
-    import json
-
     env = {
         "MLPLAT_DB_HOST": plan.db_host, "MLPLAT_DB_PORT": str(DB_PORT), "MLPLAT_DB_NAME": DB_NAME,
         "MLPLAT_DB_CA_BUNDLE": CA_BUNDLE, "MLPLAT_DB_SECRET_ARN": plan.master_secret_arn,
@@ -246,8 +243,3 @@ def network_policies(plan: ServerPlan) -> list[dict[str, Any]]:
         }),
     ]
 
-
-def objects(plan: ServerPlan) -> list[dict[str, Any]]:
-    """Every object, the namespace and its fences first."""
-    return [namespace(), *network_policies(plan), service_account(), deployment(plan), service(),
-            disruption_budget()]

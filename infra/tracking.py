@@ -1,6 +1,6 @@
 """The environment's MLflow tracking server: `mlplat:tracking` turned into its database,
 secrets and Pod Identity role in the cloud layer and a `TrackingServer` in the cluster
-layer. Tenants reach it at `ServerPlan.uri` as their own user (workloads/tracking)."""
+layer. Tenants reach it at `SERVER_URI` as their own user (workloads/tracking)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from components.addons.queues import LOCAL_QUEUE
 from components.addons.volumes import SCRATCH_CLAIM
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.training import TrainingJob, TrainingJobArgs
-from components.tracking_spec import tenant_statements
+from components.tracking_spec import SERVER_URI, tenant_statements
 from components.training_spec import TrainingPlan, s3_statements, training_args
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor
@@ -61,15 +61,12 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
 def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor, plan: TrainingPlan) -> tuple[tuple[str, str], ...]:
     """The trainer's MLflow run as its tenant's user (the password read from the tenant's
     secret with the job's own role), and the checkpoints bucket rank 0 copies to."""
-    from infra.tracking import server_plan
-
-    server = server_plan(config, descriptor, {"tracking": "0@sha256:" + "0" * 64})
-    if server is None:
+    if descriptor.tracking is None or not config.tracking.enabled:
         return ()
     return (
-        ("MLFLOW_TRACKING_URI", server.uri),
+        ("MLFLOW_TRACKING_URI", SERVER_URI),
         ("MLFLOW_TRACKING_USERNAME", plan.namespace),
-        ("MLPLAT_TRACKING_SECRET_ARN", server.tenant_secret_arns[plan.namespace]),
+        ("MLPLAT_TRACKING_SECRET_ARN", descriptor.tracking.tenant_secret_arns[plan.namespace]),
         ("MLPLAT_EXPERIMENT", f"{plan.namespace}/{plan.name}"),
         ("MLPLAT_CHECKPOINT_UPLOAD", f"s3://{descriptor.buckets['checkpoints']}/runs"),
         ("MLPLAT_IMAGE", plan.image),

@@ -20,7 +20,7 @@ RUN pip install --no-cache-dir onnx==1.22.0 onnxscript==0.7.2 onnxruntime==1.31.
     mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8
 
 WORKDIR /opt/mlplat
-COPY workloads/__init__.py workloads/
+COPY workloads/__init__.py workloads/hashing.py workloads/
 COPY workloads/train workloads/train
 COPY workloads/serve workloads/serve
 COPY workloads/tracking workloads/tracking

@@ -2,7 +2,7 @@
 
     dataset version -> run -> checkpoint -> registered model -> Triton version -> image digests
 
-Read from the registry and the run (a handful of requests), plus the checkpoint manifest's
+Read from the registry and the run (three requests), plus the checkpoint manifest's
 hash as the registry recorded it; `verify=True` also reads the manifest from the bucket
 and checks that hash."""
 
@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from workloads.tracking.client import (
-    CHECKPOINT_SHA_TAG,
     DATASET_TAG,
     DATASET_URI_TAG,
     GIT_SHA_TAG,
@@ -20,29 +19,25 @@ from workloads.tracking.client import (
     tracking_client,
 )
 from workloads.tracking.registry import (
-    MANIFEST_TAG,
     SERVING_IMAGE_TAG,
     TRITON_MODEL_TAG,
     TRITON_REPOSITORY_TAG,
     TRITON_VERSION_TAG,
-    RegistryError,
+    checkpoint_of,
     get_run,
-    resolve,
+    model_version,
 )
 
 
 def lineage(model_uri: str, tracking_uri: str, *, verify: bool = False) -> dict[str, Any]:
-    ref = resolve(model_uri, tracking_uri)
-    if not ref.model:
-        raise RegistryError(f"{model_uri}: lineage starts at a registered model: models:/<name>/<version>")
     client = tracking_client(tracking_uri)
-    mv = client.get_model_version(ref.model, ref.version)
+    mv = model_version(client, model_uri)
+    ref = checkpoint_of(mv)
     run = get_run(client, mv.run_id)
     tags, params = run.data.tags, run.data.params
     inputs = [{"name": d.dataset.name, "digest": d.dataset.digest, "source": json.loads(d.dataset.source or "{}")}
               for d in (run.inputs.dataset_inputs if run.inputs else [])]
-    checkpoint: dict[str, Any] = {"manifest": mv.tags.get(MANIFEST_TAG, mv.source),
-                                  "sha256": mv.tags.get(CHECKPOINT_SHA_TAG, "")}
+    checkpoint: dict[str, Any] = {"manifest": ref.manifest_uri, "sha256": ref.manifest_sha256}
     if verify:
         from workloads.tracking.store import read_manifest
 

@@ -9,6 +9,7 @@ serving image (lineage reads them all back)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,63 +46,73 @@ def _not_found(err: Exception) -> bool:
                                               "PERMISSION_DENIED")
 
 
-def _version(client: Any, name: str, version: str) -> Any:
+def _fetch(call: Callable[[], Any], missing: str | Callable[[], str]) -> Any:
+    """`call()`, or RegistryError(missing) where the server says there is no such object
+    for this user (`missing` may be computed only then)."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.get_model_version(name, version)
+        return call()
     except MlflowException as err:
         if not _not_found(err):
             raise
+        raise RegistryError(missing() if callable(missing) else missing) from None
+
+
+def _version(client: Any, name: str, version: str) -> Any:
+    def missing() -> str:
+        from mlflow.exceptions import MlflowException
+
         try:
             known = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
         except MlflowException:
             known = []
         if not known:
-            raise RegistryError(f"no registered model {name!r} (or no permission to read it)") from None
-        raise RegistryError(f"model {name!r} has no version {version} (versions: "
-                            f"{', '.join(map(str, known))})") from None
+            return f"no registered model {name!r} (or no permission to read it)"
+        return f"model {name!r} has no version {version} (versions: {', '.join(map(str, known))})"
+
+    return _fetch(lambda: client.get_model_version(name, version), missing)
 
 
 def get_run(client: Any, run_id: str) -> Any:
-    from mlflow.exceptions import MlflowException
+    return _fetch(lambda: client.get_run(run_id), f"no run {run_id} (or no permission to read it)")
 
-    try:
-        return client.get_run(run_id)
-    except MlflowException as err:
-        if not _not_found(err):
-            raise
-        raise RegistryError(f"no run {run_id} (or no permission to read it)") from None
+
+def _model(client: Any, name: str) -> Any:
+    return _fetch(lambda: client.get_registered_model(name),
+                  f"no registered model {name!r} (or no permission to read it)")
+
+
+def model_version(client: Any, uri: str) -> Any:
+    """The model version `models:/<name>/<version>` or `models:/<name>@<alias>` names."""
+    match = MODEL_URI.match(uri)
+    if match is None:
+        raise RegistryError(f"{uri!r} is not models:/<name>/<version> or models:/<name>@<alias>")
+    name, alias = match["name"], match["alias"]
+    if alias:
+        return _fetch(lambda: client.get_model_version_by_alias(name, alias),
+                      f"model {name!r} has no alias {alias!r} (or no permission to read it)")
+    return _version(client, name, match["version"])
+
+
+def checkpoint_of(mv: Any) -> CheckpointRef:
+    """The checkpoint a model version was registered from."""
+    return CheckpointRef(mv.tags.get(MANIFEST_TAG, mv.source), mv.tags.get(CHECKPOINT_SHA_TAG, ""), mv.run_id,
+                         mv.name, mv.version)
 
 
 def resolve(uri: str, tracking_uri: str) -> CheckpointRef:
     """`models:/<name>/<version>`, `models:/<name>@<alias>` or `runs:/<run id>` (its newest
     uploaded checkpoint) -> the checkpoint's manifest."""
-    from mlflow.exceptions import MlflowException
-
     client = tracking_client(tracking_uri)
     if run := RUN_URI.match(uri):
-        found = get_run(client, run["run"])
-        tags = found.data.tags
+        tags = get_run(client, run["run"]).data.tags
         if CHECKPOINT_TAG not in tags:
             raise RegistryError(f"run {run['run']} has uploaded no checkpoint")
         return CheckpointRef(tags[CHECKPOINT_TAG], tags.get(CHECKPOINT_SHA_TAG, ""), run["run"])
-    match = MODEL_URI.match(uri)
-    if match is None:
+    if not MODEL_URI.match(uri):
         raise RegistryError(f"{uri!r} is not models:/<name>/<version>, models:/<name>@<alias> or runs:/<run id>")
-    name = match["name"]
-    if match["alias"]:
-        try:
-            mv = client.get_model_version_by_alias(name, match["alias"])
-        except MlflowException as err:
-            if not _not_found(err):
-                raise
-            raise RegistryError(f"model {name!r} has no alias {match['alias']!r} (or no permission to read "
-                                "it)") from None
-    else:
-        mv = _version(client, name, match["version"])
-    return CheckpointRef(mv.tags.get(MANIFEST_TAG, mv.source), mv.tags.get(CHECKPOINT_SHA_TAG, ""), mv.run_id,
-                         name, mv.version)
+    return checkpoint_of(model_version(client, uri))
 
 
 def register(tracking_uri: str, name: str, run_id: str, step: int | None = None) -> Any:
@@ -173,13 +184,3 @@ def rollback(tracking_uri: str, name: str, alias: str) -> tuple[str, str]:
     client.set_registered_model_tag(name, HISTORY_TAG.format(alias=alias), ",".join(history))
     return current, previous
 
-
-def _model(client: Any, name: str) -> Any:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_registered_model(name)
-    except MlflowException as err:
-        if not _not_found(err):
-            raise
-        raise RegistryError(f"no registered model {name!r} (or no permission to read it)") from None

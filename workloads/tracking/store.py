@@ -18,9 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from workloads.hashing import file_sha256
+
 MANIFEST = "manifest.json"
 FORMAT = "mlplat.checkpoint/v1"
-CHUNK = 8 << 20
 
 
 class StoreError(Exception):
@@ -72,14 +73,6 @@ def _s3(region: str | None = None) -> Any:
     return boto3.client("s3", region_name=region)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _client_error(err: Exception, what: str) -> StoreError:
     code = getattr(err, "response", {}).get("Error", {}).get("Code", type(err).__name__)
     return StoreError(f"{what}: {code}")
@@ -93,7 +86,7 @@ def upload(checkpoint: Path, destination: str, *, run_id: str, dataset: str, con
 
     root = Location.parse(destination).child(run_id, checkpoint.name)
     files = sorted(p for p in checkpoint.rglob("*") if p.is_file())
-    listed = [StoredFile(path=p.relative_to(checkpoint).as_posix(), sha256=_sha256(p), bytes=p.stat().st_size)
+    listed = [StoredFile(path=p.relative_to(checkpoint).as_posix(), sha256=file_sha256(p), bytes=p.stat().st_size)
               for p in files]
     manifest = CheckpointManifest(run_id=run_id, step=int(config.get("step", 0)), dataset=dataset,
                                   files=tuple(listed), config=dict(config))
@@ -145,7 +138,7 @@ def download(manifest_uri: str, into: Path, *, expect_sha256: str | None = None,
             s3.download_file(root.bucket, root.child(entry.path).key, str(path))
         except (BotoCoreError, ClientError) as err:
             raise _client_error(err, f"cannot read {root.child(entry.path).uri}") from None
-        if _sha256(path) != entry.sha256:
+        if file_sha256(path) != entry.sha256:
             raise StoreError(f"{root.child(entry.path).uri}: does not match its manifest (sha256 differs); the "
                              "stored checkpoint is damaged")
     return target

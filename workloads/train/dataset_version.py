@@ -25,11 +25,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from workloads.hashing import file_sha256
 from workloads.train.data import HEADER_BYTES, list_shards, read_shard
 
 MANIFEST = "dataset.json"
 FORMAT = "mlplat.dataset/v1"
-CHUNK = 8 << 20  # bytes read at a time while hashing
 
 
 class DatasetMismatch(Exception):
@@ -65,14 +65,6 @@ class DatasetVersion(BaseModel):
     def samples(self, seq_len: int) -> int:
         """Samples of `seq_len + 1` tokens, as the loader cuts them (workloads/train/data.py)."""
         return sum(max(0, (s.tokens - 1) // seq_len) for s in self.shards)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def tokenizer_id(tokenizer: str | Path) -> str:
