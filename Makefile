@@ -18,6 +18,13 @@ CHECKOV_PIN   := checkov==3.3.30
 TRACKING_VENV  := .venv-tracking
 TRACKING_STAMP := $(TRACKING_VENV)/.installed
 TRACKING_PINS  := mlflow[auth]==3.17.2 psycopg[binary]==3.3.2 boto3==1.44.8 moto[server]==5.2.5
+# The Feast SDK and feature server as the features image runs them
+# (workloads/images/features.Dockerfile): Feast pins pandas, protobuf and SQLAlchemy apart
+# from the project's environment. s3fs reads the offline Parquet from S3; mlflow-skinny
+# registers training datasets in the lineage.
+FEATURES_VENV  := .venv-features
+FEATURES_STAMP := $(FEATURES_VENV)/.installed
+FEATURES_PINS  := feast[redis,aws]==0.66.0 s3fs==2026.9.0 mlflow-skinny==3.17.2
 # The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
 IAM_STAMP     := tests/iam/node_modules/.installed
 
@@ -32,7 +39,7 @@ $(CORE_STAMP): pyproject.toml
 
 # Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks,
 # and checkov in its own virtualenv.
-setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(IAM_STAMP)
+setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_STAMP)
 $(FULL_STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench]'
 	@touch $@
@@ -44,18 +51,25 @@ $(TRACKING_STAMP):
 	@test -x $(TRACKING_VENV)/bin/python || $(PYTHON) -m venv $(TRACKING_VENV)
 	$(TRACKING_VENV)/bin/pip install --quiet --disable-pip-version-check $(TRACKING_PINS)
 	@touch $@
+$(FEATURES_STAMP):
+	@test -x $(FEATURES_VENV)/bin/python || $(PYTHON) -m venv $(FEATURES_VENV)
+	$(FEATURES_VENV)/bin/pip install --quiet --disable-pip-version-check $(FEATURES_PINS)
+	@touch $@
 $(IAM_STAMP): tests/iam/package-lock.json
 	@command -v npm >/dev/null || { echo "make setup needs Node.js 20 and npm for the IAM evaluator: install them (Debian/Ubuntu: sudo apt-get install nodejs npm)"; exit 1; }
 	npm ci --prefix tests/iam --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# The mirror tests (tests/services) start real registries (Debian's docker-registry, the
-# CNCF distribution registry) and copy with skopeo: installed here where apt-get may run
-# (root, or sudo without a password), otherwise one line says what to install.
-SERVICE_TOOLS := skopeo docker-registry openssl
+# The services tests start real servers: registries (Debian's docker-registry, the CNCF
+# distribution registry) copied with skopeo, PostgreSQL for MLflow, Redis for Feast; the
+# feature-freshness alert is evaluated by promtool (Debian's prometheus). Installed here
+# where apt-get may run (root, or sudo without a password), otherwise one line says what
+# to install.
+SERVICE_TOOLS := skopeo docker-registry openssl redis-server
 services:
 	@missing=""; for tool in $(SERVICE_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi; \
 	if [ "$$sudo" = none ] || ! command -v apt-get >/dev/null; then \

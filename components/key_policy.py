@@ -70,6 +70,7 @@ class KeyUse:
     secretsmanager: bool = False  # Secrets Manager secrets (the deploy runner's GitHub token)
     codebuild: bool = False  # CodeBuild projects (the deploy runner's build data)
     rds: bool = False  # RDS storage, snapshots and Performance Insights
+    elasticache: bool = False  # ElastiCache data at rest and its snapshots
 
     @property
     def services(self) -> tuple[str, ...]:
@@ -85,6 +86,7 @@ class KeyUse:
             ("secretsmanager", self.secretsmanager),
             ("codebuild", self.codebuild),
             ("rds", self.rds),
+            ("elasticache", self.elasticache),
         ]
         return tuple(name for name, used in named if used)
 
@@ -271,6 +273,8 @@ def key_policy(account: str, region: str, use: KeyUse, partition: str = "aws") -
         statements += _through_service("UseThroughCodeBuild", "codebuild", region, account, partition)
     if use.rds:
         statements += _through_service("UseThroughRDS", "rds", region, account, partition)
+    if use.elasticache:
+        statements += _through_service("UseThroughElastiCache", "elasticache", region, account, partition)
     return {"Version": "2012-10-17", "Id": "mlplat-key-policy", "Statement": statements}
 
 
@@ -318,4 +322,7 @@ def data_class_uses(names: StorageNames) -> dict[str, KeyUse]:
         # The tracking database and its users' secrets (the RDS-managed password included):
         # one class, read by the tracking server alone.
         "tracking": KeyUse(rds=True, secretsmanager=True),
+        # The feature store's online copy (ElastiCache) and its snapshots; the offline data
+        # and registry are in the datasets bucket under that class's key.
+        "features": KeyUse(elasticache=True),
     }

@@ -17,12 +17,14 @@ import pulumi_kubernetes as k8s
 
 from components.inference import InferenceService
 from components.specs.cluster import default_storage_class, kubeconfig
+from components.features import FeatureProject
 from components.tracking import TrackingServer
 from components.training import TrainingJob
 from infra.cluster_services import ClusterServices, build_cluster_services
 from infra.config import PROJECT, ClusterLayerConfig, ConfigError, PlatformConfig, settings_from_descriptor
 from infra.descriptor import OUTPUT, ClusterDescriptor, from_stack_reference, parse_descriptor
 from infra.inference import build_inference
+from infra.features import build_feature_projects
 from infra.tracking import build_tracking_server
 from infra.training import build_training
 from infra.versions import IMAGES, unpinned
@@ -43,6 +45,7 @@ class ClusterLayer:
     training: TrainingJob | None = None
     inference: InferenceService | None = None
     tracking: TrackingServer | None = None
+    features: tuple[FeatureProject, ...] = ()  # one per tenant with a project
 
 
 def read_descriptor(layer: ClusterLayerConfig, stack: str) -> tuple[ClusterDescriptor, PlatformConfig]:
@@ -105,8 +108,10 @@ def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
     )
     services = build_cluster_services(config, descriptor, provider, storage_class)
     tracking = build_tracking_server(config, descriptor, services, provider, layer.platform_images)
+    features = build_feature_projects(config, descriptor, services, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
     inference = build_inference(config, descriptor, services, provider)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster_name)
-    return ClusterLayer(descriptor, config, provider, storage_class, services, training, inference, tracking)
+    return ClusterLayer(descriptor, config, provider, storage_class, services, training, inference, tracking,
+                        tuple(features))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -511,6 +512,54 @@ class TrackingConfig(_Model):
         return self
 
 
+class FeaturesConfig(_Model):
+    """The Feast feature store (components/features_spec.py): ElastiCache for Redis as the
+    online store in the cloud layer; per tenant, a project with its registry and offline
+    data under `features/<tenant>/` in the datasets bucket, a feature server and a
+    materialization CronJob in the cluster layer."""
+
+    enabled: bool = True
+    node_type: str = Field(default="cache.t4g.small", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
+    # Cache nodes: the primary and its replicas, spread over the zones; 2 or more fail over
+    # on their own (Multi-AZ).
+    nodes: int = Field(default=1, ge=1, le=6)
+    snapshot_days: int = Field(default=7, ge=0, le=35)  # daily snapshots, kept in the region
+    # TLS between clients and the cache. Required: IAM authentication and the tenants' users
+    # need it, and the features cross the VPC's network in the clear otherwise.
+    transit_encryption: bool = True
+    # How often each tenant's CronJob materializes new offline rows into the online store,
+    # and after how long without a materialization the freshness alert fires.
+    materialize_every_minutes: int = Field(default=60, ge=5, le=1440)
+    late_after_minutes: int | None = Field(default=None, ge=10)  # default: twice the interval plus 15
+    server_replicas: int = Field(default=2, ge=1, le=10)
+    pool: str | None = None  # default: the first cpu pool, else the system pool
+    # Tenants with a project; unset: every tenant. Each tenant's project is named after it
+    # (hyphens as underscores) unless `projects` names it.
+    tenants: tuple[str, ...] | None = None
+    projects: dict[str, str] = {}
+
+    @field_validator("transit_encryption")
+    @classmethod
+    def _tls_only(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("false would leave the online store without TLS; ElastiCache IAM authentication and "
+                             "the tenants' users need it: remove the key or set it to true")
+        return value
+
+    @field_validator("projects")
+    @classmethod
+    def _project_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for tenant, project in value.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,38}", project):
+                raise ValueError(f"{tenant}: {project!r} is not a Feast project name; use lowercase letters, digits "
+                                 "and underscores, starting with a letter")
+        return value
+
+    @property
+    def late_after(self) -> int:
+        return self.late_after_minutes or 2 * self.materialize_every_minutes + 15
+
+
 class TrainingConfig(_Model):
     """The training job a stack runs on a GPU pool (components/training.py), with the GPU
     node check on every node of the pool and, for multi-node EFA jobs, the all-reduce
@@ -624,6 +673,7 @@ class PlatformConfig(_Model):
     tenants: tuple[TenantConfig, ...] = ()
     training: TrainingConfig = TrainingConfig()
     tracking: TrackingConfig = TrackingConfig()
+    features: FeaturesConfig = FeaturesConfig()
     inference: InferenceConfig | None = None  # None: the stack serves no model
     # The in-VPC runner the cluster layer deploys from. None: no runner (the cluster layer is
     # applied from elsewhere inside the network, e.g. a bastion).
@@ -708,6 +758,60 @@ class PlatformConfig(_Model):
                 raise _KeyError(f"{PROJECT}:{key}", f"{arn!r} is the deployer or break-glass role, which is "
                                 "cluster admin already; an IAM role has one access entry")
         return self
+
+    @model_validator(mode="after")
+    def _feature_projects(self) -> PlatformConfig:
+        from components.features_spec import key_pattern_overlap, project_name
+
+        f = self.features
+        if not f.enabled:
+            return self
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            return self  # the tenants' own check names the duplicate
+        for key, listed in (("tenants", f.tenants or ()), ("projects", tuple(f.projects))):
+            for tenant in listed:
+                if tenant not in names:
+                    raise _KeyError(f"{PROJECT}:features.{key}", f"{tenant!r} is not a tenant; name one of "
+                                    f"{', '.join(names) or '(none: add tenants first)'}")
+        owners: dict[str, str] = {}
+        for tenant in self.feature_tenants:
+            project = project_name(tenant, f.projects)
+            if project in owners:
+                raise _KeyError(f"{PROJECT}:features.projects.{tenant}",
+                                f"names project {project!r}, which is tenant {owners[project]!r}'s; each tenant's "
+                                "features live in its own project")
+            owners[project] = tenant
+        if clash := key_pattern_overlap(owners):
+            (a, pa), (b, pb) = clash
+            raise _KeyError(f"{PROJECT}:features.projects.{b}",
+                            f"project {pb!r} ends with tenant {a!r}'s project {pa!r}, so {a!r}'s online-store user "
+                            f"could read {b!r}'s keys (Feast keys end with the project name); rename one")
+        return self
+
+    def service_pool(self, wanted: str | None, key: str) -> NodePoolConfig:
+        """Where a platform service runs: the named pool, else the first cpu pool, else the
+        system pool (the smb stack's small system nodes leave it to the cpu pool). `key`
+        names the setting in errors, e.g. "tracking"."""
+        for pool in self.node_pools:
+            if pool.name == wanted:
+                return pool
+        if wanted is not None:
+            raise ConfigError(f"{key}.pool: no node pool named {wanted!r}; name one of "
+                              f"{', '.join(p.name for p in self.node_pools)}")
+        by_role = {p.role: p for p in reversed(self.node_pools)}
+        pool = by_role.get("cpu") or by_role.get("system")
+        if pool is None:
+            raise ConfigError(f"{key}: no cpu or system node pool to run it on; add one or set {key}.enabled: false")
+        return pool
+
+    @property
+    def feature_tenants(self) -> tuple[str, ...]:
+        """The tenants with a feature project, in config order."""
+        if not self.features.enabled:
+            return ()
+        wanted = self.features.tenants
+        return tuple(t.name for t in self.tenants if wanted is None or t.name in wanted)
 
     @model_validator(mode="after")
     def _lustre_placed(self) -> PlatformConfig:

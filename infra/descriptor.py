@@ -42,6 +42,16 @@ class TrackingDescriptor(_Descriptor):
     tenant_secret_arns: dict[str, str] = {}
 
 
+class FeaturesDescriptor(_Descriptor):
+    """The online store of the feature store: where it is, and each tenant's user and
+    project (the users' IAM roles are the cloud layer's; no password exists)."""
+
+    host: str = Field(min_length=1)  # the replication group's primary endpoint
+    replication_group_id: str = Field(min_length=1)
+    users: dict[str, str] = {}  # tenant -> ElastiCache user id
+    projects: dict[str, str] = {}  # tenant -> Feast project
+
+
 class ClusterDescriptor(_Descriptor):
     """Facts of the cloud layer; names follow the stack outputs' camelCase."""
 
@@ -61,6 +71,7 @@ class ClusterDescriptor(_Descriptor):
     keys: dict[str, str] = Field(min_length=1)  # data class -> KMS key ARN
     lustre: LustreDescriptor | None = None
     tracking: TrackingDescriptor | None = None  # None: the environment runs no tracking server
+    features: FeaturesDescriptor | None = None  # None: the environment runs no feature store
     # The environment's settings (PlatformConfig fields, camelCase) as the cloud layer
     # validated them: one stack file per environment says everything, and the cluster layer
     # builds what the deployed cloud layer was built for.
@@ -95,13 +106,13 @@ def cluster_descriptor_output(*, environment: str, region: str, account_id: str,
                               endpoint_cidrs: list[str], registry_host: str, buckets: dict[str, Any],
                               keys: dict[str, Any], lustre: dict[str, Any] | None,
                               settings: dict[str, Any],
-                              tracking: Any = None) -> pulumi.Output[dict[str, Any]]:
+                              tracking: Any = None, features: Any = None) -> pulumi.Output[dict[str, Any]]:
     """The descriptor as the cloud layer exports it (camelCase, as the model reads it)."""
     return pulumi.Output.all(
         cluster_name=cluster.eks.name, endpoint=cluster.eks.endpoint,
         certificate_authority=cluster.eks.certificate_authority.data,
         cluster_security_group_id=cluster.cluster_security_group_id,
-        buckets=buckets, keys=keys, lustre=lustre, tracking=tracking,
+        buckets=buckets, keys=keys, lustre=lustre, tracking=tracking, features=features,
     ).apply(lambda v: {
         "environment": environment, "region": region, "accountId": account_id, "clusterName": v["cluster_name"],
         "endpoint": v["endpoint"], "certificateAuthority": v["certificate_authority"],
@@ -109,6 +120,7 @@ def cluster_descriptor_output(*, environment: str, region: str, account_id: str,
         "endpointCidrs": endpoint_cidrs, "registryHost": registry_host, "buckets": v["buckets"], "keys": v["keys"],
         **({"lustre": v["lustre"]} if v["lustre"] else {}),
         **({"tracking": v["tracking"]} if v["tracking"] else {}),
+        **({"features": v["features"]} if v["features"] else {}),
         "settings": settings,
     })
 

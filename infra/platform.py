@@ -8,7 +8,7 @@ Kubernetes object and reads the descriptor (docs/layers.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -21,6 +21,7 @@ from components.keys import PlatformKeys
 from components.network import Network
 from components.nodepool import GpuNodePool
 from components.tenancy import TenantAccess
+from components.features import FeatureOnlineStore
 from components.tracking import TrackingDatabase
 from infra.cluster_services import s3_prefix_list_cidrs, tenant_access
 from infra.compute import build_compute
@@ -30,6 +31,7 @@ from infra.descriptor import cluster_descriptor_output
 from infra.inference import serving_identity
 from infra.preflight import preflight
 from infra.storage import Storage, build_keys, build_storage, export_storage, lustre_output, storage_names
+from infra.features import build_online_store, feature_identities, features_output
 from infra.tracking import build_tracking_database, tracking_identity, tracking_output
 from infra.training import training_identity
 from infra.versions import registry_host
@@ -38,7 +40,7 @@ from infra.versions import registry_host
 # One customer-managed key per class of data, so access to one class can be granted or
 # revoked without touching the others (components/key_policy.py `data_class_uses` says
 # which services use each, and why the log classes share one).
-DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes", "images", "tracking")
+DATA_CLASSES = ("datasets", "models", "checkpoints", "logs", "cluster", "volumes", "images", "tracking", "features")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Platform:
     deploy_runner: DeployRunner | None = None  # None: the stack names no repository to deploy from
     tracking: TrackingDatabase | None = None  # the MLflow server's database and secrets
     tracking_identity: PodIdentityRole | None = None
+    features: FeatureOnlineStore | None = None  # the feature store's online store and tenants' users
+    feature_identities: dict[str, PodIdentityRole] = field(default_factory=dict)  # tenant -> role
 
 
 def region_provider(config: PlatformConfig) -> aws.Provider:
@@ -101,6 +105,8 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
     tracking = build_tracking_database(config, prefix, compute, keys.keys, aws_opts)
     tracker_role = None if tracking is None else tracking_identity(prefix, account_id, cluster_name, storage,
                                                                     keys.keys, tracking, provider)
+    features = build_online_store(config, prefix, compute, keys.keys, aws_opts)
+    feature_roles = feature_identities(config, prefix, account_id, cluster_name, storage, keys.keys, features, provider)
     training = training_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider, tracking)
     serving = serving_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
     runner = None
@@ -124,6 +130,7 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
         registry_host=registry_host(account_id, config.region),
         buckets={p: b.bucket.bucket for p, b in storage.buckets.items()},
         keys={c: k.arn for c, k in keys.keys.items()}, lustre=lustre_output(storage),
-        settings=settings_for_descriptor(config), tracking=tracking_output(tracking)))
+        settings=settings_for_descriptor(config), tracking=tracking_output(tracking),
+        features=features_output(features)))
     return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
-                    access, training, serving, runner, tracking, tracker_role)
+                    access, training, serving, runner, tracking, tracker_role, features, feature_roles)

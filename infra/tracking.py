@@ -27,21 +27,7 @@ from infra.versions import image_uri
 
 
 def tracking_pool(config: PlatformConfig) -> NodePoolConfig:
-    """Where the server runs: the named pool, else the first cpu pool, else the system pool
-    (the smb stack's small system nodes leave it to the cpu pool)."""
-    wanted = config.tracking.pool
-    for pool in config.node_pools:
-        if pool.name == wanted:
-            return pool
-    if wanted is not None:
-        raise ConfigError(f"tracking.pool: no node pool named {wanted!r}; name one of "
-                          f"{', '.join(p.name for p in config.node_pools)}")
-    by_role = {p.role: p for p in reversed(config.node_pools)}
-    pool = by_role.get("cpu") or by_role.get("system")
-    if pool is None:
-        raise ConfigError("tracking: no cpu or system node pool to run the MLflow server on; add one or set "
-                          "tracking.enabled: false")
-    return pool
+    return config.service_pool(config.tracking.pool, "tracking")
 
 
 def build_tracking_database(config: PlatformConfig, prefix: str, compute: Any, keys: dict[str, aws.kms.Key],

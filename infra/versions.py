@@ -234,6 +234,7 @@ IMAGES: dict[str, Image] = {
         Image("serving", "workloads/images/serving.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="pytorch"),
         Image("checks", "workloads/images/checks.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
         Image("tracking", "workloads/images/tracking.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
+        Image("features", "workloads/images/features.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
     )
 }
 

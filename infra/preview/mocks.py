@@ -343,6 +343,19 @@ def _rds_instance(name: str, inputs: dict, ident: str, region: str, account: str
     return outputs
 
 
+def _replication_group(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    group = inputs.get("replicationGroupId") or f"{name}-{ident}"
+    # With TLS, ElastiCache names the primary endpoint master.<group>.<hash>.<region code>.cache...
+    return {"id": group, "arn": f"arn:aws:elasticache:{region}:{account}:replicationgroup:{group}",
+            "primaryEndpointAddress": f"master.{group}.{ident[:6]}.{region}.cache.amazonaws.com",
+            "memberClusters": [f"{group}-{i:03d}" for i in range(1, int(inputs.get("numCacheClusters", 1)) + 1)]}
+
+
+def _cache_user(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    user = inputs.get("userId") or f"{name}-{ident}"
+    return {"id": user, "arn": f"arn:aws:elasticache:{region}:{account}:user:{user}"}
+
+
 def _secret(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
     secret = inputs.get("name") or f"{name}-{ident}"
     arn = f"arn:aws:secretsmanager:{region}:{account}:secret:{secret}-{ident[:6]}"
@@ -382,6 +395,8 @@ _OUTPUTS: dict[str, Callable[[str, dict, str, str, str], dict[str, Any]]] = {
     "aws:cloudtrail/trail:Trail": _trail,
     "aws:rds/instance:Instance": _rds_instance,
     "aws:secretsmanager/secret:Secret": _secret,
+    "aws:elasticache/replicationGroup:ReplicationGroup": _replication_group,
+    "aws:elasticache/user:User": _cache_user,
 }
 
 

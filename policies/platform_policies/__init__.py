@@ -28,8 +28,9 @@ from .kubernetes import (
     k8s_no_added_capabilities,
     k8s_no_privileged_or_host_namespaces,
     k8s_workloads_run_as_non_root,
+    feature_server_in_cluster,
 )
-from .replication import kms_keys_single_region, no_cross_region_replication
+from .replication import dynamodb_single_region_tables, kms_keys_single_region, no_cross_region_replication
 from .residency import availability_zones_in_allowed_regions, aws_resources_in_allowed_regions
 from .s3 import (
     s3_buckets_block_public_access,
@@ -46,6 +47,7 @@ RESIDENCY = [
     aws_resources_in_allowed_regions,
     availability_zones_in_allowed_regions,
     no_cross_region_replication,
+    dynamodb_single_region_tables,
     kms_keys_single_region,
     no_global_edge_data_paths,
 ]
@@ -74,6 +76,7 @@ EXPOSURE = [
     no_world_open_ingress,
     eks_endpoint_private,
     no_public_ips_on_nodes,
+    feature_server_in_cluster,
 ]
 KUBERNETES = [
     k8s_charts_from_allowed_registries,

@@ -478,3 +478,66 @@ k8s_no_added_capabilities = resource_rule(
     "to allowedCapabilities in policies/config/<env>.json with the reason.",
     tags=["kubernetes"],
 )
+
+
+# --- The feature server stays in the cluster ------------------------------------------
+
+FEATURE_LABEL = "app.kubernetes.io/part-of"
+FEATURE_PART = "mlplat-features"
+FEATURE_SERVER = "feature-server"
+SERVICE = "kubernetes:core/v1:Service"
+INGRESS = "kubernetes:networking.k8s.io/v1:Ingress"
+ROUTES = frozenset(f"kubernetes:gateway.networking.k8s.io/{v}:{k}" for v in ("v1", "v1beta1", "v1alpha2")
+                   for k in ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute"))
+
+
+def _backend_names(props: Any, kind: str) -> list[tuple[str, Any]]:
+    """(path, service name) of every backend an Ingress or a Gateway API route sends to."""
+    found = []
+    if kind == INGRESS:
+        default = get(props, "spec", "defaultBackend", "service", "name")
+        if default is not None:
+            found.append(("spec.defaultBackend", default))
+        for i, rule in enumerate(items(get(props, "spec", "rules"))):
+            for j, path in enumerate(items(get(rule, "http", "paths"))):
+                found.append((f"spec.rules[{i}].http.paths[{j}]", get(path, "backend", "service", "name")))
+    else:
+        for i, rule in enumerate(items(get(props, "spec", "rules"))):
+            for j, ref in enumerate(items(get(rule, "backendRefs"))):
+                found.append((f"spec.rules[{i}].backendRefs[{j}]", get(ref, "name")))
+    return found
+
+
+def _check_feature_server(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    kind, props = args.resource_type, args.props
+    if kind == SERVICE:
+        labels = get(props, "metadata", "labels")
+        name = get(props, "metadata", "name")
+        if not (isinstance(labels, Mapping) and labels.get(FEATURE_LABEL) == FEATURE_PART) and name != FEATURE_SERVER:
+            args.not_applicable("not a feature-store Service")
+        where = f"Service {get(props, 'metadata', 'namespace')}/{name}"
+        service_type = get(props, "spec", "type")
+        if service_type not in (None, "ClusterIP", UNKNOWN):
+            report(f"{where}: type {service_type} exposes the feature server outside the cluster; use ClusterIP")
+        if items(get(props, "spec", "externalIPs")):
+            report(f"{where}: externalIPs expose the feature server outside the cluster; remove them")
+        return
+    backends = [(path, n) for path, n in _backend_names(props, kind) if n == FEATURE_SERVER]
+    if not backends:
+        args.not_applicable("sends nothing to the feature server")
+    for path, _ in backends:
+        report(f"{kind.rsplit(':', 1)[-1]} {get(props, 'metadata', 'namespace')}/{get(props, 'metadata', 'name')}: "
+               f"{path} routes to the feature server; it serves its tenant's pods inside the cluster only")
+
+
+feature_server_in_cluster = resource_rule(
+    name="feature-server-in-cluster",
+    description="The feature store's servers are reached from inside the cluster only: their Services are "
+    "ClusterIP without external IPs, and no Ingress or Gateway API route sends traffic to them.",
+    applies=lambda t: t in (SERVICE, INGRESS) or t in ROUTES,
+    check=_check_feature_server,
+    framework=iso("A.8.22", "Segregation of networks: services are reachable only from the networks that need them."),
+    remediation="Keep the feature server's Service ClusterIP; tenants' pods call it in-cluster "
+    "(http://feature-server.<tenant>.svc:6566). Serve features to outside callers through the model's API.",
+    tags=["kubernetes", "exposure"],
+)

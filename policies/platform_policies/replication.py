@@ -180,6 +180,42 @@ no_cross_region_replication = resource_rule(
 )
 
 
+# --- DynamoDB: one table in one region ------------------------------------------------
+
+GLOBAL_TABLES = aws_types("dynamodb/globalTable:GlobalTable")
+TABLES = aws_types("dynamodb/table:Table")
+
+
+def _check_tables(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    where = f"{args.resource_type} '{args.name}'"
+    if args.resource_type in GLOBAL_TABLES:
+        report(f"{where}: a global table copies every item to each of its regions; use a regional table")
+        return
+    if args.resource_type in DYNAMODB_REPLICA:
+        report(f"{where}: a table replica makes its table a global table; remove it")
+        return
+    replicas = items(get(args.props, "replicas"))
+    if not replicas:
+        return  # a regional table: judged, and passes
+    regions = ", ".join(str(get(r, "regionName")) for r in replicas)
+    report(f"{where}: replicas ({regions}) make it a global table, which copies every item to other regions and "
+           "is managed outside this stack's region; remove replicas")
+
+
+dynamodb_single_region_tables = resource_rule(
+    name="dynamodb-single-region-tables",
+    description="DynamoDB tables have no replicas and no global tables exist, even to regions the allow-list "
+    "holds: a global table's items leave the stack's region, where its keys and backups are governed.",
+    applies=TABLES | GLOBAL_TABLES | DYNAMODB_REPLICA,
+    check=_check_tables,
+    framework=pdpl("Article 22", "Cross-border transfer of personal data only where the UAE Data Office has "
+                   "approved the destination's protection level."),
+    remediation="Remove `replicas` from the table and any GlobalTable or TableReplica; one regional table per "
+    "environment, restored from its in-region backups.",
+    tags=["residency"],
+)
+
+
 # --- Multi-region KMS keys ----------------------------------------------------------
 
 KEYS = aws_types("kms/key:Key")

@@ -8,7 +8,8 @@ Names resolve against the stack (tests/iam/policies.py):
 - resource: `bucket:<purpose>` or `bucket:<purpose>/<key>` (with that bucket's policy),
   `key:<data class>` (with the key's policy), `trust:<role resource name>` (assuming it,
   against its trust policy), `secret:<admin|database|tenant>` (a tracking server secret,
-  which has no resource policy).
+  which has no resource policy), `cache:<group|tenant>` (the feature store's replication
+  group, or a tenant's ElastiCache user: no resource policy either).
 
 Where AWS's own managed policy gives a service-linked role its permission (the FSx and Auto
 Scaling roles) or the account does (the deployer), we do not write it and cannot read it
@@ -159,6 +160,34 @@ PATHS: tuple[Path, ...] = (
     Path("the training role cannot decrypt the tracking key outside Secrets Manager",
          "role:training-gpt2-smoke-identity", "kms:Decrypt", "key:tracking", DENIED,
          {"kms:CallerAccount": "{account}"}),
+    # --- The feature store: each tenant's project through its own role ---------------------
+    Path("a tenant's feature store reads its registry", "role:features-research-identity", "s3:GetObject",
+         "bucket:datasets/features/research/registry.pb", ALLOWED),
+    Path("a tenant's feature store writes a training dataset", "role:features-research-identity", "s3:PutObject",
+         "bucket:datasets/features/research/datasets/churn/0123/data.parquet", ALLOWED),
+    Path("a tenant's feature store cannot read another tenant's registry", "role:features-research-identity",
+         "s3:GetObject", "bucket:datasets/features/applied/registry.pb", DENIED),
+    Path("a tenant's feature store cannot write another tenant's sources", "role:features-research-identity",
+         "s3:PutObject", "bucket:datasets/features/applied/customers/stats.parquet", DENIED),
+    Path("a tenant's feature store cannot read the training shards", "role:features-research-identity",
+         "s3:GetObject", "bucket:datasets/datasets/shard-0001.bin", DENIED),
+    Path("S3 decrypts features for a tenant's feature store", "role:features-research-identity", "kms:Decrypt",
+         "key:datasets", ALLOWED,
+         {"kms:ViaService": "s3.{region}.amazonaws.com", "kms:CallerAccount": "{account}",
+          "kms:EncryptionContext:aws:s3:arn": "arn:aws:s3:::{bucket:datasets}/features/research/registry.pb"}),
+    Path("a tenant's feature store connects to the online store", "role:features-research-identity",
+         "elasticache:Connect", "cache:group", ALLOWED),
+    Path("a tenant's feature store connects as its own user", "role:features-research-identity",
+         "elasticache:Connect", "cache:research", ALLOWED),
+    Path("a tenant's feature store cannot connect as another tenant's user", "role:features-research-identity",
+         "elasticache:Connect", "cache:applied", DENIED),
+    Path("the training role cannot connect to the online store", "role:training-gpt2-smoke-identity",
+         "elasticache:Connect", "cache:research", DENIED),
+    Path("EKS Pod Identity assumes a tenant's feature-store role", "pods.eks.amazonaws.com", "sts:AssumeRole",
+         "trust:features-research-identity", ALLOWED, {"aws:SourceAccount": "{account}"}),
+    Path("ElastiCache takes its grant on the features key", DEPLOYER, "kms:CreateGrant", "key:features",
+         ALLOWED, {"kms:ViaService": "elasticache.{region}.amazonaws.com", "kms:CallerAccount": "{account}",
+                   "kms:GrantIsForAWSResource": "true"}, service_grant=True),
     # --- Keys: abuses --------------------------------------------------------------------
     Path("a key administrator cannot decrypt with the key", "arn:aws:iam::{account}:role/key-admin", "kms:Decrypt",
          "key:datasets", DENIED, service_grant=True),

@@ -67,6 +67,12 @@ def simulation(path: Path, stack: StackPolicies, bucket_policies: dict[str, dict
         tracking = stack.outputs["clusterDescriptor"]["tracking"]
         named = {"admin": tracking["adminSecretArn"], "database": tracking["masterSecretArn"]}
         resource, policy, owner = named.get(rest) or tracking["tenantSecretArns"][rest], None, stack.account
+    elif kind == "cache":  # the feature store's online store: the replication group, or a tenant's user
+        features = stack.outputs["clusterDescriptor"]["features"]
+        base = f"arn:aws:elasticache:{stack.region}:{stack.account}"
+        resource = (f"{base}:replicationgroup:{features['replicationGroupId']}" if rest == "group"
+                    else f"{base}:user:{features['users'][rest]}")
+        policy, owner = None, stack.account
     else:  # trust: assuming a role
         role = stack.roles[rest]
         resource, policy, owner = f"arn:aws:iam::{stack.account}:role/{role}", stack.trust[role], stack.account

@@ -67,6 +67,13 @@ RESOURCE_CASES: list[Case] = [
     Case("no-cross-region-replication", "aws:dynamodb/table:Table",
          {"replicas": [{"regionName": "me-central-1"}]}, False),
     Case("no-cross-region-replication", "aws:dynamodb/table:Table", {"replicas": [{"regionName": "eu-west-1"}]}, True),
+    Case("dynamodb-single-region-tables", "aws:dynamodb/table:Table", {"hashKey": "id"}, False),
+    # A replica in an allowed region still makes a global table.
+    Case("dynamodb-single-region-tables", "aws:dynamodb/table:Table",
+         {"replicas": [{"regionName": "me-central-1"}]}, True),
+    Case("dynamodb-single-region-tables", "aws:dynamodb/globalTable:GlobalTable", {"name": "t"}, True, name="global"),
+    Case("dynamodb-single-region-tables", "aws:dynamodb/tableReplica:TableReplica", {"globalTableArn": "arn"}, True,
+         name="replica"),
     Case("kms-keys-single-region", "aws:kms/key:Key", {"multiRegion": False, "enableKeyRotation": True}, False),
     Case("kms-keys-single-region", "aws:kms/key:Key", {"multiRegion": True, "enableKeyRotation": True}, True),
     Case("no-global-edge-data-paths", "aws:cloudfront/distribution:Distribution",
@@ -209,6 +216,23 @@ RESOURCE_CASES: list[Case] = [
     Case("k8s-no-added-capabilities", DAEMONSET, deployment(_pod({**GOOD_CONTAINER, "securityContext": {
         **GOOD_CONTAINER["securityContext"], "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}}})), True,
          provider=None),
+    # --- the feature server stays in the cluster
+    Case("feature-server-in-cluster", "kubernetes:core/v1:Service", {
+        "metadata": {"name": "feature-server", "namespace": "research",
+                     "labels": {"app.kubernetes.io/part-of": "mlplat-features"}},
+        "spec": {"type": "ClusterIP", "ports": [{"port": 6566}]}}, False, provider=None),
+    Case("feature-server-in-cluster", "kubernetes:core/v1:Service", {
+        "metadata": {"name": "feature-server", "namespace": "research"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 6566}]}}, True, provider=None),
+    Case("feature-server-in-cluster", "kubernetes:networking.k8s.io/v1:Ingress", {
+        "metadata": {"name": "features", "namespace": "research"},
+        "spec": {"rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix",
+                                                "backend": {"service": {"name": "feature-server"}}}]}}]}},
+         True, name="ingress", provider=None),
+    Case("feature-server-in-cluster", "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", {
+        "metadata": {"name": "features", "namespace": "research"},
+        "spec": {"rules": [{"backendRefs": [{"name": "feature-server", "port": 6566}]}]}},
+         True, name="route", provider=None),
     # --- tags
     Case("storage-and-compute-tagged", "aws:efs/fileSystem:FileSystem", {"encrypted": True, "kmsKeyId": KEY_ARN},
          False, provider={"region": "me-central-1", "defaultTags": json.dumps({"tags": TAGS})}),

@@ -103,7 +103,7 @@ def start_postgres() -> Postgres:
     return Postgres(port, data, cert, "mlflow", password)
 
 
-def _wait(url: str, process: subprocess.Popen, what: str, timeout: float = 120) -> None:
+def wait_http(url: str, process: subprocess.Popen, what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -147,17 +147,23 @@ def aws_env(endpoint: str) -> dict[str, str]:
             "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
 
 
+def start_moto(processes: list[subprocess.Popen]) -> str:
+    """A moto server (S3, Secrets Manager) on a free port; its endpoint."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    moto = subprocess.Popen([str(TRACKING_VENV / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    processes.append(moto)
+    wait_http(endpoint, moto, "moto_server", 30)
+    return endpoint
+
+
 def start_tracking_stack(folder: Path) -> TrackingStack:
     require_tracking()
     postgres = start_postgres()
     processes: list[subprocess.Popen] = []
     try:
-        s3_port = free_port()
-        s3 = f"http://127.0.0.1:{s3_port}"
-        moto = subprocess.Popen([str(TRACKING_VENV / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        processes.append(moto)
-        _wait(s3, moto, "moto_server", 30)
+        s3 = start_moto(processes)
         import boto3
 
         session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)

@@ -41,7 +41,7 @@ def test_every_data_class_has_a_key_and_a_use():
 
     uses = data_class_uses(NAMES)
     assert set(uses) == set(DATA_CLASSES) == {"datasets", "models", "checkpoints", "logs", "cluster", "volumes",
-                                              "images", "tracking"}
+                                              "images", "tracking", "features"}
     assert all(use.services for use in uses.values())
 
 
@@ -246,7 +246,8 @@ def test_registry_plan_maps_every_image_to_an_in_region_repository_of_its_enviro
     # Two environments in one account never share a repository.
     assert not set(repositories + charts) & {i.repository("dev") for i in IMAGES.values()}
     built = {"training": f"0.1.0-abc@sha256:{'1' * 64}", "serving": f"0.1.0-abc@sha256:{'2' * 64}",
-             "checks": f"0.1.0-abc@sha256:{'3' * 64}", "tracking": f"0.1.0-abc@sha256:{'4' * 64}"}
+             "checks": f"0.1.0-abc@sha256:{'3' * 64}", "tracking": f"0.1.0-abc@sha256:{'4' * 64}",
+             "features": f"0.1.0-abc@sha256:{'5' * 64}"}
     for name, image in IMAGES.items():
         assert image.name == name and image.tag
         uri = image_uri(name, ACCOUNT, REGION, "prod", built)

@@ -1,0 +1,357 @@
+"""What the Feast feature store is made of, as plain data: the online store in the cloud
+layer (ElastiCache for Redis) and, per tenant, its project's objects in the cluster layer
+(workloads/features runs in them). Why each store, and why our own Deployment: docs/features.md.
+
+In short:
+- Registry: one file per tenant in S3 (`features/<tenant>/registry.pb` in the datasets
+  bucket), so the tenant's Pod Identity role, which reaches only its prefix, is also what
+  separates projects; a SQL registry would hold every tenant's project in shared tables.
+- Offline store: Parquet under the same prefix (Feast's file store over S3): the data
+  stays in the datasets bucket under its CMK, and the point-in-time join the tests check is
+  the one the pods run.
+- Online store: ElastiCache for Redis, TLS required, the `features` CMK at rest, and one
+  IAM-authenticated user per tenant whose ACL reaches only its project's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.addons.queues import LOCAL_QUEUE
+from components.tenancy_spec import MONITORING_NAMESPACE
+
+NAME = "feature-server"
+MATERIALIZE = "materialize-features"
+SERVICE_ACCOUNT = "feature-store"
+CONFIG_MAP = "feature-store"
+CONFIG_DIR = "/etc/feast"
+PORT = 6566  # Feast's HTTP feature server
+METRICS_PORT = 8000  # Feast's Prometheus metrics, feast_feature_freshness_seconds among them
+REDIS_PORT = 6379
+ENGINE = "redis"
+ENGINE_VERSION = "7.1"  # ElastiCache IAM authentication needs Redis OSS 7 or later
+PARAMETER_FAMILY = "redis7"
+# Where each tenant's project lives in the datasets bucket: features/<tenant>/...
+PREFIX = "features"
+ROLE_LABEL = "mlplat.io/feature-store"  # pods that may reach the online store
+LABELS = {"app.kubernetes.io/part-of": "mlplat-features"}
+# The online store class the pods use: Feast's Redis store, authenticated with IAM tokens.
+ONLINE_STORE_TYPE = "workloads.features.online.IamRedisOnlineStore"
+SERIALIZATION_VERSION = 3
+
+
+def project_name(tenant: str, projects: Mapping[str, str] | None = None) -> str:
+    """A tenant's Feast project: named in config, else the tenant with `_` for `-` (Feast
+    project names take letters, digits and underscores)."""
+    return (projects or {}).get(tenant) or tenant.replace("-", "_")
+
+
+def key_pattern_overlap(owners: Mapping[str, str]) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """Feast's Redis keys are `<entity key bytes><project>`, so a user whose ACL pattern is
+    `*<project>` reads every key ending in it: two projects where one ends with the other
+    would share keys. The first such pair, as ((tenant, project), (tenant, project))."""
+    by_tenant = {tenant: project for project, tenant in owners.items()}
+    for a, pa in by_tenant.items():
+        for b, pb in by_tenant.items():
+            if a != b and pb.endswith(pa):
+                return (a, pa), (b, pb)
+    return None
+
+
+def access_string(project: str) -> str:
+    """The tenant's Redis ACL: only keys of its project; reads, writes and the connection
+    commands, less the dangerous ones (FLUSHALL, KEYS, CONFIG...) and SCAN, which would list
+    other projects' key names (their entity ids). Feast scans only to delete removed views,
+    which `full_scan_for_deletion: false` turns off."""
+    return f"on ~*{project} -@all +@read +@write +@connection -@dangerous -scan"
+
+
+def user_id(prefix: str, tenant: str) -> str:
+    """The tenant's ElastiCache user; with IAM authentication its id is also its name."""
+    return f"{prefix}-features-{tenant}"
+
+
+def registry_path(bucket: str, tenant: str) -> str:
+    return f"s3://{bucket}/{PREFIX}/{tenant}/registry.pb"
+
+
+def tenant_prefix(bucket: str, tenant: str) -> str:
+    """Where a tenant's feature sources, registry and training datasets live."""
+    return f"s3://{bucket}/{PREFIX}/{tenant}/"
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    replication_group_id: str  # e.g. mlplat-prod-features (at most 40 characters)
+    node_type: str
+    nodes: int
+    snapshot_days: int
+    log_retention_days: int
+    users: dict[str, str]  # tenant -> user id
+    projects: dict[str, str]  # tenant -> project
+
+
+def cache_plan(prefix: str, config: Any, log_retention_days: int, tenants: Sequence[str]) -> CachePlan:
+    f = config
+    return CachePlan(
+        replication_group_id=f"{prefix}-features"[:40], node_type=f.node_type, nodes=f.nodes,
+        snapshot_days=f.snapshot_days, log_retention_days=log_retention_days,
+        users={t: user_id(prefix, t) for t in tenants},
+        projects={t: project_name(t, f.projects) for t in tenants},
+    )
+
+
+def parameters() -> list[dict[str, str]]:
+    """No eviction of feature rows under memory pressure (a missing feature is worse than a
+    refused write, which the materialization job reports), and idle clients dropped."""
+    return [
+        {"name": "maxmemory-policy", "value": "noeviction"},
+        {"name": "timeout", "value": "300"},
+    ]
+
+
+def log_group_names(group_id: str) -> dict[str, str]:
+    """Where ElastiCache delivers the slow log and the engine log; made first so each is
+    encrypted and expires."""
+    return {kind: f"/aws/elasticache/{group_id}/{kind}" for kind in ("slow-log", "engine-log")}
+
+
+def tenant_statements(*, datasets_arn: str, datasets_key_arn: str, replication_group_arn: str, user_arn: str,
+                      tenant: str) -> list[dict[str, Any]]:
+    """A tenant's feature-store role: its prefix in the datasets bucket (sources, registry,
+    training datasets), the bucket's key, and connecting to the cache as its own user."""
+    prefix = f"{PREFIX}/{tenant}/"
+    return [
+        {"Sid": "ListFeatures", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [datasets_arn],
+         "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}}},
+        {"Sid": "ReadWriteFeatures", "Effect": "Allow",
+         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+         "Resource": [f"{datasets_arn}/{prefix}*"]},
+        {"Sid": "FeaturesKey", "Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+         "Resource": [datasets_key_arn]},
+        {"Sid": "ConnectAsTenantUser", "Effect": "Allow", "Action": ["elasticache:Connect"],
+         "Resource": [replication_group_arn, user_arn]},
+    ]
+
+
+# --- cluster layer -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProjectPlan:
+    """One tenant's project: where its stores are and how its server and job run."""
+
+    tenant: str
+    project: str
+    image: str
+    datasets_bucket: str
+    redis_host: str
+    replication_group_id: str
+    user: str
+    region: str
+    vpc_cidr: str
+    instance_types: tuple[str, ...]  # the pool the server and the job run on
+    replicas: int
+    materialize_every_minutes: int
+    cpu: str = "500m"
+    cpu_limit: str = "2"
+    memory: str = "1Gi"
+    workers: int = 2
+
+
+def feature_store_yaml(plan: ProjectPlan) -> dict[str, Any]:
+    """The tenant's feature_store.yaml, which the server, the job and the tenant's own
+    pipelines read (workloads/features/repo.py checks it before use)."""
+    return {
+        "project": plan.project,
+        "provider": "local",
+        "registry": {"registry_type": "file", "path": registry_path(plan.datasets_bucket, plan.tenant),
+                     "cache_ttl_seconds": 60},
+        "offline_store": {"type": "file"},
+        "online_store": {
+            "type": ONLINE_STORE_TYPE,
+            "connection_string": f"{plan.redis_host}:{REDIS_PORT},ssl=true",
+            "user": plan.user,
+            "cache_name": plan.replication_group_id,
+            "region": plan.region,
+            "full_scan_for_deletion": False,
+        },
+        "entity_key_serialization_version": SERIALIZATION_VERSION,
+    }
+
+
+def _meta(plan: ProjectPlan, name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": plan.tenant, "labels": {**LABELS, "app.kubernetes.io/name": name}}
+
+
+def service_account(plan: ProjectPlan) -> dict[str, Any]:
+    # No Kubernetes API token: the server and the job talk to AWS (Pod Identity) and Redis.
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(plan, SERVICE_ACCOUNT),
+            "automountServiceAccountToken": False}
+
+
+def config_map(plan: ProjectPlan) -> dict[str, Any]:
+    import yaml
+
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(plan, CONFIG_MAP),
+            "data": {"feature_store.yaml": yaml.safe_dump(feature_store_yaml(plan), sort_keys=False)}}
+
+
+def _pod_spec(plan: ProjectPlan, args: list[str], ports: list[dict[str, Any]], probes: dict[str, Any],
+              restart: str | None = None) -> dict[str, Any]:
+    env = {"MLPLAT_TENANT": plan.tenant, "MLPLAT_FEATURE_PROJECT": plan.project,
+           "MLPLAT_DATASETS_BUCKET": plan.datasets_bucket, "AWS_REGION": plan.region,
+           "AWS_DEFAULT_REGION": plan.region, "HOME": "/tmp"}
+    spec: dict[str, Any] = {
+        "serviceAccountName": SERVICE_ACCOUNT,
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                   "values": sorted(plan.instance_types)}]}]}}},
+        "containers": [{
+            "name": "feast",
+            "image": plan.image,
+            "imagePullPolicy": "IfNotPresent",
+            "args": args,
+            "ports": ports,
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+            **probes,
+            "resources": {"requests": {"cpu": plan.cpu, "memory": plan.memory},
+                          "limits": {"cpu": plan.cpu_limit, "memory": plan.memory}},
+            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]}},
+            "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                             {"name": "tmp", "mountPath": "/tmp"}],
+        }],
+        "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+    }
+    if restart:
+        spec["restartPolicy"] = restart
+    return spec
+
+
+def _pod_labels(name: str) -> dict[str, str]:
+    return {**LABELS, "app.kubernetes.io/name": name, ROLE_LABEL: "true"}
+
+
+def deployment(plan: ProjectPlan) -> dict[str, Any]:
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "timeoutSeconds": 3}
+    spec = _pod_spec(
+        plan, ["serve", "--config", f"{CONFIG_DIR}/feature_store.yaml", "--port", str(PORT),
+               "--workers", str(plan.workers)],
+        [{"name": "http", "containerPort": PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
+        {"readinessProbe": probe, "livenessProbe": {**probe, "initialDelaySeconds": 30, "failureThreshold": 6}})
+    spec["affinity"]["podAntiAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+                                           "topologyKey": "kubernetes.io/hostname"}}]}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(plan, NAME),
+        "spec": {"replicas": plan.replicas, "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+                 "template": {"metadata": {"labels": _pod_labels(NAME)}, "spec": spec}},
+    }
+
+
+def service(plan: ProjectPlan) -> dict[str, Any]:
+    """In-cluster only: ClusterIP, and the tenant's default-deny admits its own pods alone."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(plan, NAME),
+            "spec": {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": NAME},
+                     "ports": [{"name": "http", "port": PORT, "targetPort": "http"},
+                               {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]}}
+
+
+def disruption_budget(plan: ProjectPlan) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(plan, NAME),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+                     "unhealthyPodEvictionPolicy": "AlwaysAllow"}}
+
+
+def schedule(every_minutes: int) -> str:
+    """A cron schedule for `every_minutes` (a divisor of an hour, or whole hours)."""
+    if every_minutes < 60:
+        return f"*/{every_minutes} * * * *"
+    hours = every_minutes // 60
+    return "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
+
+
+def materialize_job(plan: ProjectPlan) -> dict[str, Any]:
+    """Materialization as a CronJob whose Jobs Kueue admits into the tenant's queue (CPU
+    and memory from its quota); one at a time, and a late run is skipped, not stacked."""
+    spec = _pod_spec(plan, ["materialize", "--config", f"{CONFIG_DIR}/feature_store.yaml"], [], {}, "Never")
+    labels = {**_pod_labels(MATERIALIZE), "kueue.x-k8s.io/queue-name": LOCAL_QUEUE}
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": _meta(plan, MATERIALIZE),
+        "spec": {
+            "schedule": schedule(plan.materialize_every_minutes),
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 600,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {
+                "metadata": {"labels": labels},
+                "spec": {"backoffLimit": 2, "activeDeadlineSeconds": plan.materialize_every_minutes * 60,
+                         "ttlSecondsAfterFinished": 86400,
+                         "template": {"metadata": {"labels": _pod_labels(MATERIALIZE)}, "spec": spec}},
+            },
+        },
+    }
+
+
+def network_policy(plan: ProjectPlan) -> dict[str, Any]:
+    """The tenant's default-deny, extended: the server and the job (and no other pod) may
+    reach the online store inside the VPC. HTTPS to S3, DNS and the Pod Identity agent the
+    tenant's policies already allow; the server is reached from the tenant's own pods only."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "allow-feature-store", "namespace": plan.tenant},
+            "spec": {"podSelector": {"matchLabels": {ROLE_LABEL: "true"}}, "policyTypes": ["Egress"],
+                     "egress": [{"to": [{"ipBlock": {"cidr": plan.vpc_cidr}}],
+                                 "ports": [{"protocol": "TCP", "port": REDIS_PORT}]}]}}
+
+
+def pod_monitor(plan: ProjectPlan) -> dict[str, Any]:
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _meta(plan, NAME),
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+                     "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}]}}
+
+
+def project_objects(plan: ProjectPlan) -> list[dict[str, Any]]:
+    """Fences and identity first, then what runs in them."""
+    return [network_policy(plan), service_account(plan), config_map(plan), deployment(plan), service(plan),
+            disruption_budget(plan), materialize_job(plan), pod_monitor(plan)]
+
+
+FRESHNESS = "feast_feature_freshness_seconds"
+
+
+def freshness_rules(late_after_minutes: int) -> dict[str, Any]:
+    """Feast's own gauge (seconds since a feature view's last materialized end time): late
+    when it passes `late_after_minutes`; missing when no server reports it at all."""
+    late = late_after_minutes * 60
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": "feature-freshness", "namespace": MONITORING_NAMESPACE, "labels": LABELS},
+        "spec": {"groups": [{"name": "feature-freshness", "rules": [
+            {"alert": "FeatureMaterializationLate",
+             "expr": f"max by (namespace, project, feature_view) ({FRESHNESS}) > {late}",
+             "for": "5m",
+             "labels": {"severity": "warning", "component": "features"},
+             "annotations": {
+                 "summary": "Features of {{ $labels.project }}/{{ $labels.feature_view }} are stale",
+                 "description": f"The last materialization ended {{{{ $value | humanizeDuration }}}} ago, more than "
+                                f"{late_after_minutes} minutes: check the {MATERIALIZE} CronJob in "
+                                "{{ $labels.namespace }}."}},
+            {"alert": "FeatureFreshnessMissing",
+             "expr": f'absent({FRESHNESS}) and on() (count(up{{job=~".*/{NAME}"}} == 1) > 0)',
+             "for": "30m",
+             "labels": {"severity": "warning", "component": "features"},
+             "annotations": {
+                 "summary": "Feature servers run, but no feature view was ever materialized",
+                 "description": "No feature server reports freshness: no materialization has run since the "
+                                "views were applied."}},
+        ]}]},
+    }
+

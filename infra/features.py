@@ -1,0 +1,97 @@
+"""The environment's Feast feature store: `mlplat:features` turned into the online store
+and each tenant's Pod Identity role in the cloud layer, and into each tenant's project
+(server, materialization CronJob) plus the freshness alerts in the cluster layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.addons.objects import create
+from components.features import FeatureOnlineStore, FeatureOnlineStoreArgs, FeatureProject, FeatureProjectArgs
+from components.features_spec import SERVICE_ACCOUNT, ProjectPlan, cache_plan, freshness_rules, tenant_statements
+from components.iam import PodIdentityRole, PodIdentityRoleArgs
+from infra.config import PlatformConfig
+from infra.descriptor import ClusterDescriptor
+from infra.versions import image_uri
+
+
+def build_online_store(config: PlatformConfig, prefix: str, compute: Any, keys: dict[str, aws.kms.Key],
+                       aws_opts: pulumi.ResourceOptions) -> FeatureOnlineStore | None:
+    tenants = config.feature_tenants
+    if not tenants:
+        return None
+    config.service_pool(config.features.pool, "features")  # nowhere to run the servers stops here
+    network = compute.network
+    return FeatureOnlineStore("features", FeatureOnlineStoreArgs(
+        plan=cache_plan(prefix, config.features, config.storage.log_retention_days, tenants),
+        subnet_ids=[s.id for s in network.subnets.values()], vpc_id=network.vpc.id,
+        client_security_group_id=compute.cluster.cluster_security_group_id,
+        key_arn=keys["features"].arn, logs_key_arn=keys["logs"].arn,
+    ), opts=aws_opts)
+
+
+def feature_identities(config: PlatformConfig, prefix: str, account_id: str, cluster_name: pulumi.Input[str],
+                       storage: Any, keys: dict[str, aws.kms.Key], store: FeatureOnlineStore | None,
+                       aws_provider: aws.Provider) -> dict[str, PodIdentityRole]:
+    """Each tenant's role for its project's ServiceAccount: its own prefix, its own user."""
+    if store is None:
+        return {}
+    roles = {}
+    for tenant, user in store.users.items():
+        statements = pulumi.Output.all(
+            storage.buckets["datasets"].bucket.arn, keys["datasets"].arn, store.group.arn, user.arn,
+        ).apply(lambda a, t=tenant: tenant_statements(datasets_arn=a[0], datasets_key_arn=a[1],
+                                                      replication_group_arn=a[2], user_arn=a[3], tenant=t))
+        roles[tenant] = PodIdentityRole(f"features-{tenant}-identity", PodIdentityRoleArgs(
+            role_name=f"{prefix}-{tenant}-features"[:64], account_id=account_id, namespace=tenant,
+            service_account=SERVICE_ACCOUNT, cluster_name=cluster_name, statements=statements,
+        ), opts=pulumi.ResourceOptions(providers={"aws": aws_provider}))
+    return roles
+
+
+def features_output(store: FeatureOnlineStore | None) -> pulumi.Output[dict[str, Any]] | None:
+    """The descriptor's `features`: the endpoint, and each tenant's user and project."""
+    if store is None:
+        return None
+    plan = store.plan
+    return pulumi.Output.all(host=store.group.primary_endpoint_address, group=store.group.replication_group_id).apply(
+        lambda v: {"host": v["host"], "replicationGroupId": v["group"], "users": dict(plan.users),
+                   "projects": dict(plan.projects)})
+
+
+def project_plans(config: PlatformConfig, descriptor: ClusterDescriptor, built: dict[str, str]) -> list[ProjectPlan]:
+    f = descriptor.features
+    if f is None or not config.feature_tenants:
+        return []
+    pool = config.service_pool(config.features.pool, "features")
+    image = image_uri("features", descriptor.account_id, config.region, config.environment, built)
+    return [
+        ProjectPlan(tenant=tenant, project=f.projects[tenant], image=image,
+                    datasets_bucket=descriptor.buckets["datasets"], redis_host=f.host,
+                    replication_group_id=f.replication_group_id, user=f.users[tenant], region=config.region,
+                    vpc_cidr=config.network.vpc_cidr, instance_types=(pool.instance_type,),
+                    replicas=config.features.server_replicas,
+                    materialize_every_minutes=config.features.materialize_every_minutes)
+        for tenant in config.feature_tenants if tenant in f.users
+    ]
+
+
+def build_feature_projects(config: PlatformConfig, descriptor: ClusterDescriptor, services: Any,
+                           k8s_provider: k8s.Provider, built: dict[str, str]) -> list[FeatureProject]:
+    plans = project_plans(config, descriptor, built)
+    if not plans:
+        return []
+    opts = pulumi.ResourceOptions(providers={"kubernetes": k8s_provider})
+    projects = []
+    for plan in plans:
+        namespace = services.tenancy.namespaces.get(plan.tenant)
+        depends = (*([namespace] if namespace is not None else []), *services.addons.workload_dependencies)
+        projects.append(FeatureProject(f"features-{plan.tenant}", FeatureProjectArgs(plan, depends), opts=opts))
+    # The PrometheusRule is the Prometheus stack's CRD: it exists once the stack is in.
+    create(freshness_rules(config.features.late_after), pulumi.ResourceOptions(
+        provider=k8s_provider, depends_on=list(services.addons.workload_dependencies)))
+    return projects

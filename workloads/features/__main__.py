@@ -1,0 +1,3 @@
+from workloads.features.cli import main
+
+raise SystemExit(main())
