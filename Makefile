@@ -103,6 +103,7 @@ bench: setup services
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/tracking.py
+	$(BIN)/python bench/features.py
 	$(BIN)/python bench/report.py
 
 # The real engine: needs the Pulumi CLI, a backend login and AWS credentials.

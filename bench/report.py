@@ -159,6 +159,21 @@ def table() -> str:
                  f"{data['first_s']:.2f} s, then {data['repeat_s']:.3f} s ({data['ratio']:.1%})",
                  f"repeat ≤ {data['target_ratio']:.0%} of first"]]
         sections.append((rows, "", _machine(data)))
+    if (data := load("tracking")) is not None:
+        loop, lineage = data["loop"], data["lineage"]
+        rows = [[f"MLflow logging every {data['trainer']['track_every']} steps, CPU trainer, real server",
+                 f"{loop['overhead_pct']:+.2f}% per step (identical runs spread {data['untracked_spread_pct']}%), "
+                 f"call {data['log_call']['median_ms']:.2f} ms", "< 2%"],
+                ["lineage query (dataset → run → checkpoint → model → Triton → images), real server",
+                 f"median {lineage['median_ms']:.0f} ms, p95 {lineage['p95_ms']:.0f} ms", "< 1 s"]]
+        sections.append((rows, "", data["machine"] + f", {data['date']}"))
+    if (data := load("features")) is not None:
+        rows = [[f"feature server vs direct redis-py, {size} entities/request, real Redis (TLS) and Feast server",
+                 f"p99 {r['server']['p99_ms']:.2f} vs {r['direct']['p99_ms']:.2f} ms (adds "
+                 f"{r['added_over_direct_p99']:.1f}x); {r['server']['requests_per_s']:,.0f} vs "
+                 f"{r['direct']['requests_per_s']:,.0f} req/s", "adds ≤ 2x the direct p99"]
+                for size, r in data["results"].items()]
+        sections.append((rows, "", data["machine"] + f", {data['date']}"))
     lines = [START, "", "| figure | measured | target | machine, date |", "|---|---|---|---|"]
     for rows, _, machine in sections:
         lines += [f"| {name} | {value} | {target} | {machine} |" for name, value, target in rows]

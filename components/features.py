@@ -65,7 +65,7 @@ class FeatureOnlineStore(pulumi.ComponentResource):
                 for kind, log in log_group_names(gid).items()}
         # A user group must hold a user named "default": this one is switched off.
         default = aws.elasticache.User(
-            f"{name}-default", user_id=f"{gid}-default"[:40], user_name="default", engine=ENGINE,
+            f"{name}-default", user_id=f"{gid}-default", user_name="default", engine=ENGINE,
             access_string="off -@all", authentication_mode={"type": "no-password-required"}, opts=child)
         self.users = {
             tenant: aws.elasticache.User(

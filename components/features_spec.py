@@ -40,6 +40,7 @@ LABELS = {"app.kubernetes.io/part-of": "mlplat-features"}
 # The online store class the pods use: Feast's Redis store, authenticated with IAM tokens.
 ONLINE_STORE_TYPE = "workloads.features.online.IamRedisOnlineStore"
 SERIALIZATION_VERSION = 3
+MAX_ID = 40  # ElastiCache's longest replication group id
 
 
 def project_name(tenant: str, projects: Mapping[str, str] | None = None) -> str:
@@ -93,10 +94,10 @@ class CachePlan:
     projects: dict[str, str]  # tenant -> project
 
 
-def cache_plan(prefix: str, config: Any, log_retention_days: int, tenants: Sequence[str]) -> CachePlan:
-    f = config
+def cache_plan(prefix: str, f: Any, log_retention_days: int, tenants: Sequence[str]) -> CachePlan:
+    """`f`: the stack's FeaturesConfig."""
     return CachePlan(
-        replication_group_id=f"{prefix}-features"[:40], node_type=f.node_type, nodes=f.nodes,
+        replication_group_id=f"{prefix}-features"[:MAX_ID], node_type=f.node_type, nodes=f.nodes,
         snapshot_days=f.snapshot_days, log_retention_days=log_retention_days,
         users={t: user_id(prefix, t) for t in tenants},
         projects={t: project_name(t, f.projects) for t in tenants},
@@ -271,11 +272,12 @@ def disruption_budget(plan: ProjectPlan) -> dict[str, Any]:
 
 
 def schedule(every_minutes: int) -> str:
-    """A cron schedule for `every_minutes` (a divisor of an hour, or whole hours)."""
+    """A cron schedule for `every_minutes`: a divisor of an hour, or whole hours dividing a
+    day (the config refuses others)."""
     if every_minutes < 60:
         return f"*/{every_minutes} * * * *"
     hours = every_minutes // 60
-    return "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
+    return {1: "0 * * * *", 24: "0 0 * * *"}.get(hours, f"0 */{hours} * * *")
 
 
 def materialize_job(plan: ProjectPlan) -> dict[str, Any]:

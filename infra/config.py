@@ -546,6 +546,14 @@ class FeaturesConfig(_Model):
                              "the tenants' users need it: remove the key or set it to true")
         return value
 
+    @field_validator("materialize_every_minutes")
+    @classmethod
+    def _cron_expressible(cls, value: int) -> int:
+        if not (60 % value == 0 or (value % 60 == 0 and 1440 % value == 0)):
+            raise ValueError(f"{value} is not a divisor of an hour or of a day in whole hours (a cron schedule "
+                             "runs on the clock); use e.g. 15, 30, 60, 120 or 360")
+        return value
+
     @field_validator("projects")
     @classmethod
     def _project_names(cls, value: dict[str, str]) -> dict[str, str]:

@@ -12,7 +12,13 @@ import pulumi_kubernetes as k8s
 
 from components.addons.objects import create
 from components.features import FeatureOnlineStore, FeatureOnlineStoreArgs, FeatureProject, FeatureProjectArgs
-from components.features_spec import SERVICE_ACCOUNT, ProjectPlan, cache_plan, freshness_rules, tenant_statements
+from components.features_spec import (
+    SERVICE_ACCOUNT,
+    ProjectPlan,
+    cache_plan,
+    freshness_rules,
+    tenant_statements,
+)
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor
@@ -25,9 +31,10 @@ def build_online_store(config: PlatformConfig, prefix: str, compute: Any, keys: 
     if not tenants:
         return None
     config.service_pool(config.features.pool, "features")  # nowhere to run the servers stops here
+    plan = cache_plan(prefix, config.features, config.storage.log_retention_days, tenants)
     network = compute.network
     return FeatureOnlineStore("features", FeatureOnlineStoreArgs(
-        plan=cache_plan(prefix, config.features, config.storage.log_retention_days, tenants),
+        plan=plan,
         subnet_ids=[s.id for s in network.subnets.values()], vpc_id=network.vpc.id,
         client_security_group_id=compute.cluster.cluster_security_group_id,
         key_arn=keys["features"].arn, logs_key_arn=keys["logs"].arn,

@@ -90,7 +90,8 @@ def start_redis(folder: Path, users: dict[str, str]) -> Redis:
 class FeatureStack:
     folder: Path
     redis: Redis
-    tracking: TrackingStack
+    s3: str  # the moto endpoint
+    tracking: TrackingStack | None = None  # MLflow, for registering datasets
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     def user(self, tenant: str) -> str:
@@ -115,7 +116,8 @@ class FeatureStack:
 
     def env(self, tenant: str) -> dict[str, str]:
         """What the tenant's feature-store pod has: who it is, S3 (moto), MLflow."""
-        return {**os.environ, **aws_env(self.tracking.s3), **self.tracking.env(tenant),
+        tracking = self.tracking.env(tenant) if self.tracking else {}
+        return {**os.environ, **tracking, **aws_env(self.s3),
                 "MLPLAT_TENANT": tenant, "MLPLAT_FEATURE_PROJECT": project_name(tenant),
                 "MLPLAT_DATASETS_BUCKET": BUCKET, "PYTHONPATH": str(REPO), "HOME": str(self.folder)}
 
@@ -189,6 +191,6 @@ def start_feature_stack(folder: Path, tracking: TrackingStack) -> FeatureStack:
     s3 = boto3.client("s3", endpoint_url=tracking.s3, aws_access_key_id="testing", aws_secret_access_key="testing",
                       region_name=REGION)
     s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-    probe = FeatureStack(folder, None, tracking)  # type: ignore[arg-type]
-    redis = start_redis(folder / "redis", {probe.user(t): project_name(t) for t in TENANTS})
-    return FeatureStack(folder, redis, tracking)
+    stack = FeatureStack(folder, None, tracking.s3, tracking)  # type: ignore[arg-type]
+    stack.redis = start_redis(folder / "redis", {stack.user(t): project_name(t) for t in TENANTS})
+    return stack

@@ -261,3 +261,25 @@ def test_rendered_config_is_what_feast_reads(features, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["IamRedisOnlineStoreConfig", "analytics",
                                    f"s3://{BUCKET}/features/analytics/registry.pb"]
+
+
+def test_the_online_store_signs_an_elasticache_iam_token(features):
+    """The password the online store sends: a SigV4-signed `connect` for the tenant's user on
+    the replication group, valid 15 minutes, signed with the pod's credentials; reused while
+    fresh."""
+    code = ("from urllib.parse import urlsplit, parse_qs\n"
+            "from workloads.features.online import IamCredentials\n"
+            "c = IamCredentials('mlplat-prod-features-research', 'mlplat-prod-features', 'me-central-1')\n"
+            "user, token = c.get_credentials()\n"
+            "assert c.get_credentials() == (user, token)\n"
+            "parts = urlsplit('https://' + token)\n"
+            "q = {k: v[0] for k, v in parse_qs(parts.query).items()}\n"
+            "print(user, parts.netloc, q['Action'], q['User'], q['X-Amz-Expires'], q['X-Amz-Algorithm'], "
+            "q['X-Amz-Credential'].split('/', 1)[1], len(q['X-Amz-Signature']))\n")
+    done = features.python("research", code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    user, host, action, named, expires, algorithm, scope, signature = done.stdout.split()
+    assert (user, host, action, named) == ("mlplat-prod-features-research", "mlplat-prod-features", "connect",
+                                           "mlplat-prod-features-research")
+    assert (expires, algorithm, signature) == ("900", "AWS4-HMAC-SHA256", "64")
+    assert scope.split("/")[1:] == ["me-central-1", "elasticache", "aws4_request"]

@@ -114,6 +114,12 @@ def test_each_tenant_gets_a_server_and_a_queued_materialization(environment):
         assert fence["egress"][0]["ports"] == [{"protocol": "TCP", "port": 6379}]
         assert objects[("PodMonitor", tenant, "feature-server")]
     assert ("PrometheusRule", "monitoring", "feature-freshness") in objects
+    # No other policy of any namespace lets a pod out to Redis's port.
+    to_redis = [key for key, m in objects.items() if m["kind"] == "NetworkPolicy"
+                for rule in m["spec"].get("egress", []) if {"protocol": "TCP", "port": 6379} in rule.get("ports", [])
+                or (not rule.get("ports") and any("ipBlock" in peer for peer in rule.get("to", [])))]
+    assert {name for _, _, name in to_redis} == {"allow-feature-store"}
+    assert {ns for _, ns, _ in to_redis} == set(descriptor["features"]["projects"])
 
 
 def test_the_config_map_is_the_spec_of_the_descriptor():

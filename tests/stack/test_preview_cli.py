@@ -72,6 +72,13 @@ def _stack_dir(tmp_path: Path, replace: tuple[str, str] | None = None, append: s
         ({"append": "  mlplat:gpuCount: 4\n"}, "mlplat:gpuCount: unknown key"),
         ({"replace": ("aws:region: me-central-1", "aws:region: eu-west-1")},
          "aws:region: 'eu-west-1' is outside the residency allow-list; allowed: me-central-1"),
+        ({"append": "  mlplat:features:\n    transitEncryption: false\n"},
+         "mlplat:features.transitEncryption: false would leave the online store without TLS"),
+        ({"replace": ("      groups: [mlplat:research-developers]\n",
+                      "      groups: [mlplat:research-developers]\n    - name: analytics\n"
+                      "      quotas: {cpu: 4, memoryGi: 16}\n"),
+          "append": "  mlplat:features:\n    projects: {analytics: research}\n"},
+         "mlplat:features.projects.analytics: names project 'research', which is tenant 'research''s"),
     ],
 )
 def test_bad_stack_file_is_one_line_exit_2_nothing_registered(tmp_path, change, expected):
