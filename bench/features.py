@@ -6,7 +6,9 @@ What is measured (real servers, all on this machine over loopback):
   Deployment runs it), reading through the platform's IAM-token online store, its registry
   in S3 (a moto server; cached, not on the request path);
 - the direct read: the same Redis keys and hash fields Feast reads (one pipelined HMGET
-  per entity, as Feast's store does), with redis-py over TLS.
+  per entity, as Feast's store does), with redis-py over TLS;
+- between them, Feast's SDK in process (`get_online_features`, no HTTP): how much of the
+  server's cost is Feast's own work on a read, and how much is HTTP and JSON.
 
 For 1, 10 and 100 entities per request: p50/p99 latency of sequential requests, and
 throughput with 8 concurrent clients. Clients, server and Redis share the machine's cores,
@@ -151,6 +153,14 @@ def load(opts: argparse.Namespace) -> int:
                     return pipe.execute()
             return call
 
+        def sdk_call():
+            # Feast's SDK in process, no HTTP: what the server's own work costs.
+            own = FeatureStore(config=RepoConfig(repo_path=Path(opts.config).parent, **data))
+
+            def call(ids: list[int]) -> dict:
+                return own.get_online_features(features=FEATURES, entity_rows=[{"customer_id": i} for i in ids]).to_dict()
+            return call
+
         def server_call():
             session = requests.Session()
 
@@ -173,7 +183,7 @@ def load(opts: argparse.Namespace) -> int:
             batches = [rng.sample(range(ENTITIES), size) for _ in range(opts.requests)]
             warm = batches[: max(20, opts.requests // 10)]
             row = {}
-            for name, make in (("direct", direct_call), ("server", server_call)):
+            for name, make in (("direct", direct_call), ("sdk", sdk_call), ("server", server_call)):
                 call = make()
                 for ids in warm:
                     call(ids)
@@ -242,7 +252,7 @@ def main() -> int:
     print("measured: a real redis-server (TLS, ACL user) and Feast's HTTP server (2 workers) over loopback")
     print(f"{'entities':>8}  {'path':<6} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>9} {'entities/s':>11}")
     for size, row in results.items():
-        for name in ("direct", "server"):
+        for name in ("direct", "sdk", "server"):
             r = row[name]
             print(f"{size:>8}  {name:<6} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['requests_per_s']:>9.1f} "
                   f"{r['entities_per_s']:>11.1f}")
