@@ -26,3 +26,5 @@ def cis_eks(reference: str, specification: str) -> PolicyComplianceFramework:
 NETWORK_SECURITY = iso("A.8.20", "Networks security: networks and network devices are secured and controlled.")
 NO_ANONYMOUS_ACCESS = iso("A.8.3", "Information access restriction: no anonymous access to stored data.")
 TLS_TO_STORAGE = iso("A.8.24", "Use of cryptography: data in transit to storage is encrypted.")
+CROSS_BORDER_TRANSFER = pdpl("Article 22", "Cross-border transfer of personal data only where the UAE Data Office "
+                             "has approved the destination's protection level.")

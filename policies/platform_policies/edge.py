@@ -8,7 +8,7 @@ from typing import Any
 from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from .common import UNKNOWN, Settings, aws_types, get, items, resource_rule
-from .controls import pdpl
+from .controls import CROSS_BORDER_TRANSFER
 
 ACCELERATE = aws_types(
     "s3/bucketAccelerateConfiguration:BucketAccelerateConfiguration",
@@ -72,8 +72,7 @@ no_global_edge_data_paths = resource_rule(
     "no CloudFront distribution with an S3 origin.",
     applies=ACCELERATE | BUCKETS | MULTI_REGION_ACCESS_POINTS | DISTRIBUTIONS,
     check=_check_edge,
-    framework=pdpl("Article 22", "Cross-border transfer of personal data only where the UAE Data Office has "
-                   "approved the destination's protection level."),
+    framework=CROSS_BORDER_TRANSFER,
     remediation="Serve bucket data from the region: presigned URLs or an in-region load balancer; leave "
     "Transfer Acceleration suspended and do not create Multi-Region Access Points.",
     tags=["residency"],

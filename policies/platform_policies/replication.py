@@ -22,7 +22,7 @@ from .common import (
     items,
     resource_rule,
 )
-from .controls import pdpl
+from .controls import CROSS_BORDER_TRANSFER, pdpl
 from .residency import effective_region
 
 S3_REPLICATION = aws_types("s3/bucketReplicationConfig:BucketReplicationConfig")
@@ -172,8 +172,7 @@ no_cross_region_replication = resource_rule(
     applies=REPLICATION_TYPES,
     check=_check_replication,
     config=REPLICATION_SCHEMA,
-    framework=pdpl("Article 22", "Cross-border transfer of personal data only where the UAE Data Office has "
-                   "approved the destination's protection level."),
+    framework=CROSS_BORDER_TRANSFER,
     remediation="Remove the replica or replication rule, or point it at an allowed region; declare an in-region S3 "
     "destination bucket in policies/config/<env>.json (inRegionDestinationBuckets).",
     tags=["residency"],
@@ -208,8 +207,7 @@ dynamodb_single_region_tables = resource_rule(
     "holds: a global table's items leave the stack's region, where its keys and backups are governed.",
     applies=TABLES | GLOBAL_TABLES | DYNAMODB_REPLICA,
     check=_check_tables,
-    framework=pdpl("Article 22", "Cross-border transfer of personal data only where the UAE Data Office has "
-                   "approved the destination's protection level."),
+    framework=CROSS_BORDER_TRANSFER,
     remediation="Remove `replicas` from the table and any GlobalTable or TableReplica; one regional table per "
     "environment, restored from its in-region backups.",
     tags=["residency"],

@@ -23,7 +23,7 @@ import yaml
 
 from components.features_spec import ProjectPlan, access_string, feature_store_yaml, project_name
 from tests.services.oci import free_port
-from tests.services.tracking import REGION, REPO, TrackingStack, aws_env
+from tests.services.tracking import REGION, REPO, TrackingStack, aws_env, stop_processes, wait_http
 
 FEATURES_VENV = REPO / ".venv-features"
 PYTHON = FEATURES_VENV / "bin" / "python"
@@ -153,8 +153,6 @@ class FeatureStack:
 
     def serve(self, tenant: str, config: Path) -> str:
         """The feature server as the Deployment runs it; its URL once it answers."""
-        import requests
-
         port = free_port()
         log = self.folder / f"serve-{tenant}.log"
         process = subprocess.Popen([str(PYTHON), "-m", "workloads.features", "serve", "--config", str(config),
@@ -162,25 +160,11 @@ class FeatureStack:
                                    cwd=REPO, env=self.env(tenant), stdout=log.open("w"), stderr=subprocess.STDOUT)
         self.processes.append(process)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"feature server exited {process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                if requests.get(f"{url}/health", timeout=1).ok:
-                    return url
-            except requests.RequestException:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"feature server did not answer: {log.read_text()[-2000:]}")
+        wait_http(f"{url}/health", process, f"feature server ({log})", 120)
+        return url
 
     def stop(self) -> None:
-        for process in self.processes:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(self.processes)
         self.redis.stop()
 
 

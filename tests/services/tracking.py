@@ -133,13 +133,18 @@ class TrackingStack:
                 "MLFLOW_TRACKING_PASSWORD": self.passwords[tenant], **aws_env(self.s3)}
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(self.processes)
         self.postgres.stop()
+
+
+def stop_processes(processes: list[subprocess.Popen]) -> None:
+    """Terminate, newest first; kill what does not stop in 20 s."""
+    for process in reversed(processes):
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def aws_env(endpoint: str) -> dict[str, str]:

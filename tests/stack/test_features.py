@@ -4,7 +4,6 @@ the freshness alert evaluated by Prometheus's own rule tester, and the pack's ve
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 
@@ -15,6 +14,7 @@ from components.features_spec import access_string, feature_store_yaml
 from infra.descriptor import OUTPUT
 from infra.preview.report import kubernetes_objects
 from tests.conftest import STACKS, both_layers, preview
+from tests.helpers import role_policy
 
 GROUP = "aws:elasticache/replicationGroup:ReplicationGroup"
 USER = "aws:elasticache/user:User"
@@ -63,20 +63,12 @@ def test_each_tenant_has_an_iam_user_for_its_project_and_the_default_user_is_off
     assert len(members["userIds"]) == len(tenants) + 1
 
 
-def _role_policy(cloud, suffix: str) -> dict:
-    roles = {r.name: r for r in cloud.registrations if r.type == "aws:iam/role:Role"}
-    [name] = [n for n, r in roles.items() if r.inputs()["name"].endswith(suffix)]
-    [policy] = [r.inputs(mask_secrets=False) for r in cloud.registrations
-                if r.type == "aws:iam/rolePolicy:RolePolicy" and r.name == name]
-    return json.loads(policy["policy"])
-
-
 def test_each_tenants_role_reaches_its_prefix_and_its_user_only():
     cloud = preview("prod")
     features = cloud.stack_outputs[OUTPUT]["features"]
     datasets = cloud.stack_outputs[OUTPUT]["buckets"]["datasets"]
     for tenant in features["users"]:
-        statements = {s["Sid"]: s for s in _role_policy(cloud, f"-{tenant}-features")["Statement"]}
+        statements = {s["Sid"]: s for s in role_policy(cloud, f"-{tenant}-features")["Statement"]}
         assert statements["ReadWriteFeatures"]["Resource"] == [f"arn:aws:s3:::{datasets}/features/{tenant}/*"]
         connect = statements["ConnectAsTenantUser"]["Resource"]
         assert connect[1].endswith(f":user:{features['users'][tenant]}") and len(connect) == 2

@@ -4,13 +4,13 @@ it, and the pack's verdict on all of it."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from infra.descriptor import OUTPUT
 from infra.preview.report import kubernetes_objects
 from tests.conftest import STACKS, both_layers, preview
+from tests.helpers import role_policy
 
 
 def _inputs(result, type_: str) -> list[dict]:
@@ -59,17 +59,9 @@ def test_user_secrets_are_empty_under_the_tracking_key(stack):
     assert not _inputs(cloud, "aws:secretsmanager/secretVersion:SecretVersion")  # no value passes through Pulumi
 
 
-def _role_policy(cloud, role_name_suffix: str) -> dict:
-    roles = {r.name: r for r in cloud.registrations if r.type == "aws:iam/role:Role"}
-    [name] = [n for n, r in roles.items() if r.inputs()["name"].endswith(role_name_suffix)]
-    [policy] = [r.inputs(mask_secrets=False) for r in cloud.registrations
-                if r.type == "aws:iam/rolePolicy:RolePolicy" and r.name == name]
-    return json.loads(policy["policy"])
-
-
 def test_the_training_role_reads_its_own_tenants_secret_only():
     cloud = preview("prod")
-    statements = _role_policy(cloud, "-research-gpt2-smoke")["Statement"]
+    statements = role_policy(cloud, "-research-gpt2-smoke")["Statement"]
     [read] = [s for s in statements if s.get("Sid") == "ReadTrackingUser"]
     assert [r.rsplit(":", 1)[-1].rsplit("-", 1)[0] for r in read["Resource"]] == ["mlplat-prod/tracking/tenant/research"]
 
