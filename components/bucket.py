@@ -36,6 +36,8 @@ class BucketArgs:
     log_delivery_sources: tuple[str, ...] = ()  # buckets whose access logs S3 may write here
     trail: TrailDelivery | None = None  # a CloudTrail trail that writes here
     vpc_endpoint_id: pulumi.Input[str] | None = None  # object access only through this endpoint
+    # (prefix, role ARN): objects under the prefix only that role may read or write
+    owned_prefixes: tuple[tuple[str, str], ...] = ()
 
 
 class RegionPinnedBucket(pulumi.ComponentResource):
@@ -148,6 +150,7 @@ class RegionPinnedBucket(pulumi.ComponentResource):
                     log_delivery_sources=args.log_delivery_sources,
                     trail=args.trail,
                     vpc_endpoint_id=values[1],
+                    owned_prefixes=args.owned_prefixes,
                 )
             )
         )

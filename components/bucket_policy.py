@@ -64,10 +64,12 @@ def bucket_policy(
     log_delivery_sources: tuple[str, ...] = (),
     trail: TrailDelivery | None = None,
     vpc_endpoint_id: str | None = None,
+    owned_prefixes: tuple[tuple[str, str], ...] = (),
     partition: str = "aws",
 ) -> dict:
     """TLS only; every new object under this bucket's key; plus the log deliveries this
-    bucket receives and, optionally, object access only through the VPC endpoint."""
+    bucket receives and, optionally, object access only through the VPC endpoint, and
+    prefixes (prefix, role ARN) whose objects only that role may read or write."""
     arn = bucket_arn(bucket, partition)
     objects = f"{arn}/*"
     # Writes that name no encryption get the bucket's default, which is this key: S3 log
@@ -179,6 +181,20 @@ def bucket_policy(
                     "BoolIfExists": {"aws:PrincipalIsAWSService": "false", "aws:ViaAWSService": "false"},
                     "ArnNotLikeIfExists": {"aws:PrincipalArn": f"arn:{partition}:iam::{account}:{FSX_S3_ROLE}"},
                 },
+            }
+        )
+    for prefix, owner in owned_prefixes:
+        # A tenant's feature store: the bucket's other readers (every training role, the
+        # Lustre link) reach the rest of the bucket, never this prefix.
+        statements.append(
+            {
+                "Sid": "OnlyOwnerReads" + "".join(part.capitalize() for part in prefix.strip("/").replace("-", "/")
+                                                  .split("/")),
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": list(DATA_ACTIONS),
+                "Resource": f"{arn}/{prefix}*",
+                "Condition": {"ArnNotEquals": {"aws:PrincipalArn": owner}},
             }
         )
     return {"Version": "2012-10-17", "Statement": statements}

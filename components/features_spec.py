@@ -39,6 +39,9 @@ ROLE_LABEL = "mlplat.io/feature-store"  # pods that may reach the online store
 LABELS = {"app.kubernetes.io/part-of": "mlplat-features"}
 # The online store class the pods use: Feast's Redis store, authenticated with IAM tokens.
 ONLINE_STORE_TYPE = "workloads.features.online.IamRedisOnlineStore"
+# ...and its registry store: Feast's S3 store, reading with object permissions alone and
+# writing only over the version it read (workloads/features/registry.py).
+REGISTRY_STORE_TYPE = "workloads.features.registry.TenantS3RegistryStore"
 SERIALIZATION_VERSION = 3
 MAX_ID = 40  # ElastiCache's longest replication group id
 
@@ -63,15 +66,27 @@ def key_pattern_overlap(owners: Mapping[str, str]) -> tuple[tuple[str, str], tup
 
 def access_string(project: str) -> str:
     """The tenant's Redis ACL: only keys of its project; reads, writes and the connection
-    commands, less the dangerous ones (FLUSHALL, KEYS, CONFIG...) and SCAN, which would list
-    other projects' key names (their entity ids). Feast scans only to delete removed views,
-    which `full_scan_for_deletion: false` turns off."""
-    return f"on ~*{project} -@all +@read +@write +@connection -@dangerous -scan"
+    commands, less the dangerous ones (FLUSHALL, KEYS, CONFIG...) and those that take no key
+    and so escape the pattern: SCAN and RANDOMKEY would show other projects' key names (their
+    entity ids), DBSIZE their count. Feast scans only to delete removed views, which
+    `full_scan_for_deletion: false` turns off."""
+    return f"on ~*{project} -@all +@read +@write +@connection -@dangerous -scan -randomkey -dbsize"
 
 
 def user_id(prefix: str, tenant: str) -> str:
     """The tenant's ElastiCache user; with IAM authentication its id is also its name."""
     return f"{prefix}-features-{tenant}"
+
+
+def role_name(prefix: str, tenant: str) -> str:
+    """The IAM name of a tenant's feature-store role (Pod Identity)."""
+    return f"{prefix}-{tenant}-features"[:64]
+
+
+def owned_prefixes(prefix: str, account: str, tenants: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """(prefix, role ARN) per tenant: the datasets bucket lets only the tenant's
+    feature-store role touch `features/<tenant>/`."""
+    return tuple((f"{PREFIX}/{t}/", f"arn:aws:iam::{account}:role/{role_name(prefix, t)}") for t in tenants)
 
 
 def registry_path(bucket: str, tenant: str) -> str:
@@ -169,7 +184,7 @@ def feature_store_yaml(plan: ProjectPlan) -> dict[str, Any]:
         "project": plan.project,
         "provider": "local",
         "registry": {"registry_type": "file", "path": registry_path(plan.datasets_bucket, plan.tenant),
-                     "cache_ttl_seconds": 60},
+                     "registry_store_type": REGISTRY_STORE_TYPE, "cache_ttl_seconds": 60},
         "offline_store": {"type": "file"},
         "online_store": {
             "type": ONLINE_STORE_TYPE,
@@ -331,7 +346,8 @@ FRESHNESS = "feast_feature_freshness_seconds"
 
 def freshness_rules(late_after_minutes: int) -> dict[str, Any]:
     """Feast's own gauge (seconds since a feature view's last materialized end time): late
-    when it passes `late_after_minutes`; missing when no server reports it at all."""
+    when it passes `late_after_minutes`; missing, per namespace, where a tenant's server runs
+    but reports no view."""
     late = late_after_minutes * 60
     return {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
@@ -347,13 +363,14 @@ def freshness_rules(late_after_minutes: int) -> dict[str, Any]:
                                 f"{late_after_minutes} minutes: check the {MATERIALIZE} CronJob in "
                                 "{{ $labels.namespace }}."}},
             {"alert": "FeatureFreshnessMissing",
-             "expr": f'absent({FRESHNESS}) and on() (count(up{{job=~".*/{NAME}"}} == 1) > 0)',
-             "for": "30m",
-             "labels": {"severity": "warning", "component": "features"},
+             "expr": f'count by (namespace) (up{{job=~".*/{NAME}"}} == 1) '
+                     f"unless count by (namespace) ({FRESHNESS})",
+             "for": "6h",
+             "labels": {"severity": "info", "component": "features"},
              "annotations": {
-                 "summary": "Feature servers run, but no feature view was ever materialized",
-                 "description": "No feature server reports freshness: no materialization has run since the "
-                                "views were applied."}},
+                 "summary": "{{ $labels.namespace }}'s feature server runs, but no view was ever materialized",
+                 "description": "Its server reports no freshness: either no feature view is applied yet, or no "
+                                f"materialization has succeeded since; check the {MATERIALIZE} CronJob."}},
         ]}]},
     }
 

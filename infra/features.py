@@ -17,6 +17,7 @@ from components.features_spec import (
     ProjectPlan,
     cache_plan,
     freshness_rules,
+    role_name,
     tenant_statements,
 )
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
@@ -54,7 +55,7 @@ def feature_identities(config: PlatformConfig, prefix: str, account_id: str, clu
         ).apply(lambda a, t=tenant: tenant_statements(datasets_arn=a[0], datasets_key_arn=a[1],
                                                       replication_group_arn=a[2], user_arn=a[3], tenant=t))
         roles[tenant] = PodIdentityRole(f"features-{tenant}-identity", PodIdentityRoleArgs(
-            role_name=f"{prefix}-{tenant}-features"[:64], account_id=account_id, namespace=tenant,
+            role_name=role_name(prefix, tenant), account_id=account_id, namespace=tenant,
             service_account=SERVICE_ACCOUNT, cluster_name=cluster_name, statements=statements,
         ), opts=pulumi.ResourceOptions(providers={"aws": aws_provider}))
     return roles

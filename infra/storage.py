@@ -17,6 +17,7 @@ import pulumi
 from components.audit import AuditTrail, AuditTrailArgs
 from components.bucket import BucketArgs, ObjectLock, RegionPinnedBucket
 from components.bucket_policy import TrailDelivery, bucket_name
+from components.features_spec import owned_prefixes
 from components.key_policy import DATA_BUCKETS, StorageNames, data_class_uses
 from components.keys import KeysArgs, PlatformKeys
 from components.logs import WorkloadLogs, WorkloadLogsArgs
@@ -104,9 +105,11 @@ def build_storage(
         access_log_prefix="audit/",
     )
     endpoint = network.s3_endpoint.id if storage.vpc_endpoint_only else None
+    # Each tenant's feature store (infra/features.py) owns its prefix of the datasets bucket.
+    owned = {"datasets": owned_prefixes(prefix, account_id, config.feature_tenants)}
     buckets = {
         purpose: bucket(purpose, access_log_bucket=access_logs, access_log_prefix=f"{purpose}/",
-                        vpc_endpoint_id=endpoint)
+                        vpc_endpoint_id=endpoint, owned_prefixes=owned.get(purpose, ()))
         for purpose in DATA_BUCKETS
     }
     buckets.update({"audit": audit, "access-logs": access_logs})

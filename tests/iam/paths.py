@@ -171,6 +171,22 @@ PATHS: tuple[Path, ...] = (
          "s3:PutObject", "bucket:datasets/features/applied/customers/stats.parquet", DENIED),
     Path("a tenant's feature store cannot read the training shards", "role:features-research-identity",
          "s3:GetObject", "bucket:datasets/datasets/shard-0001.bin", DENIED),
+    Path("a tenant's feature store lists its own prefix", "role:features-research-identity", "s3:ListBucket",
+         "bucket:datasets", ALLOWED, {"s3:prefix": "features/research/datasets/"}),
+    # HeadBucket (Feast's own S3 registry store checks it first) is ListBucket with no prefix:
+    # refused, so the registry store reads the object alone (workloads/features/registry.py).
+    Path("a tenant's feature store cannot list the whole datasets bucket", "role:features-research-identity",
+         "s3:ListBucket", "bucket:datasets", DENIED),
+    Path("another tenant's feature store cannot read a tenant's features", "role:features-applied-identity",
+         "s3:GetObject", "bucket:datasets/features/research/customers/stats.parquet", DENIED),
+    # The training roles read the whole datasets bucket; the bucket policy keeps them out of
+    # every tenant's feature prefix, their own tenant's included.
+    Path("a training role cannot read a tenant's features", "role:training-gpt2-smoke-identity", "s3:GetObject",
+         "bucket:datasets/features/research/registry.pb", DENIED),
+    Path("a training role still reads the training shards", "role:training-gpt2-smoke-identity", "s3:GetObject",
+         "bucket:datasets/datasets/shard-0001.bin", ALLOWED),
+    Path("the Lustre link cannot import a tenant's features", f"arn:aws:iam::{{account}}:{FSX_SERVICE_ROLE}",
+         "s3:GetObject", "bucket:datasets/features/research/customers/stats.parquet", DENIED, service_grant=True),
     Path("S3 decrypts features for a tenant's feature store", "role:features-research-identity", "kms:Decrypt",
          "key:datasets", ALLOWED,
          {"kms:ViaService": "s3.{region}.amazonaws.com", "kms:CallerAccount": "{account}",

@@ -172,7 +172,8 @@ def test_training_dataset_is_a_dataset_version_in_the_lineage(features, research
 def test_a_tenant_cannot_read_another_tenants_project(features, research):
     redis, own, other = features.redis, features.user("research"), features.user("analytics")
     # No user may list keys: key names are entity ids, and SCAN ignores key patterns.
-    assert "NOPERM" in redis.cli(own, "SCAN", "0")
+    for command in (("SCAN", "0"), ("RANDOMKEY",), ("DBSIZE",), ("KEYS", "*")):
+        assert "NOPERM" in redis.cli(own, *command), command
 
     # The analytics user, bypassing the CLI's checks, pointed at research's project: every
     # read of its keys is refused by the Redis ACL.
@@ -283,3 +284,38 @@ def test_the_online_store_signs_an_elasticache_iam_token(features):
                                            "mlplat-prod-features-research")
     assert (expires, algorithm, signature) == ("900", "AWS4-HMAC-SHA256", "64")
     assert scope.split("/")[1:] == ["me-central-1", "elasticache", "aws4_request"]
+
+
+def test_a_registry_write_over_a_newer_version_is_refused(features, research):
+    """Two writers of one registry (an apply and the CronJob): the one that read the older
+    version cannot write over the newer one, and the newer one stays."""
+    code = ("import sys, boto3\n"
+            "from pathlib import Path\n"
+            "from workloads.features.registry import RegistryConflict, TenantS3RegistryStore\n"
+            "from workloads.features.repo import load_config, tenant_from_env\n"
+            "config = load_config(sys.argv[1], tenant_from_env())\n"
+            "store = TenantS3RegistryStore(config.registry, Path('.'))\n"
+            "proto = store.get_registry_proto()\n"
+            "s3 = boto3.client('s3')\n"
+            "from feast.protos.feast.core.Registry_pb2 import Registry\n"
+            "newer = Registry.FromString(s3.get_object(Bucket=store._bucket, Key=store._key)['Body'].read())\n"
+            "newer.version_id = 'the-other-writer'\n"
+            "s3.put_object(Bucket=store._bucket, Key=store._key, Body=newer.SerializeToString())\n"
+            "newer_tag = s3.head_object(Bucket=store._bucket, Key=store._key)['ETag']\n"
+            "try:\n"
+            "    store.update_registry_proto(proto)\n"
+            "except RegistryConflict as err:\n"
+            "    print('conflict', err)\n"
+            "print('kept' if s3.head_object(Bucket=store._bucket, Key=store._key)['ETag'] == newer_tag else 'lost')\n")
+    done = features.python("research", code, str(research))
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = done.stdout.splitlines()
+    assert first.startswith("conflict ") and "nothing was written: run it again" in first
+    assert second == "kept"
+
+
+def test_materializing_a_project_with_no_views_is_a_quiet_success(features):
+    done = features.run("analytics", "materialize", "--config", str(features.config("analytics")))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"project": "analytics", "materialized_until": None,
+                                                        "feature_views": 0}

@@ -50,8 +50,9 @@ def materialize(args: argparse.Namespace) -> int:
     if end.tzinfo is None:
         end = end.replace(tzinfo=timezone.utc)
     if not store.list_feature_views():
-        raise FeatureInputError(f"project {store.project!r} has no feature views to materialize; apply its "
-                                "definitions first")
+        # A tenant that has applied nothing yet: the scheduled job succeeds with nothing to do.
+        print(json.dumps({"project": store.project, "materialized_until": None, "feature_views": 0}))
+        return 0
     if args.start:
         # A backfill of a window (Feast's `materialize`); otherwise from where the last run ended,
         # or for a new view from its TTL back (`materialize-incremental`), as the CronJob runs it.
@@ -68,7 +69,9 @@ def serve(args: argparse.Namespace) -> int:
 
     _, store = _store(args)
     start_server(store, host=args.host, port=args.port, no_access_log=True, workers=args.workers,
-                 worker_connections=1000, max_requests=100_000, max_requests_jitter=1000, keep_alive_timeout=30,
+                 # No worker recycling: Feast's freshness gauge keeps a dead worker's last value
+                 # (multiprocess "max"), which would hold a stale age in the alert.
+                 worker_connections=1000, max_requests=0, max_requests_jitter=0, keep_alive_timeout=30,
                  registry_ttl_sec=60, tls_key_path="", tls_cert_path="", metrics=True)
     return 0
 
@@ -122,6 +125,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    from workloads.features.registry import RegistryConflict
     from workloads.tracking.client import TrackingError
 
     try:
@@ -129,3 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     except (FeatureInputError, TrackingError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except (RegistryConflict, PermissionError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1

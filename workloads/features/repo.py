@@ -20,6 +20,7 @@ import yaml
 # only workloads/).
 PREFIX = "features"
 STORE_TYPES = ("workloads.features.online.IamRedisOnlineStore", "redis")
+REGISTRY_STORE = "workloads.features.registry.TenantS3RegistryStore"
 
 
 class FeatureInputError(Exception):
@@ -75,6 +76,9 @@ def check_config(data: dict[str, Any], tenant: Tenant, where: str) -> None:
     if not isinstance(path, str) or not path.startswith(tenant.prefix):
         raise FeatureInputError(f"{where}: registry {path!r} is outside {tenant.prefix}; keep the registry "
                                 f"at {tenant.prefix}registry.pb")
+    if not isinstance(registry, dict) or registry.get("registry_store_type") != REGISTRY_STORE:
+        raise FeatureInputError(f"{where}: registry.registry_store_type must be {REGISTRY_STORE} (Feast's own S3 "
+                                "store needs to list the whole bucket, which a tenant's role may not)")
     offline = data.get("offline_store") or {}
     if not isinstance(offline, dict) or offline.get("type", "file") != "file":
         raise FeatureInputError(f"{where}: offline_store type {offline.get('type') if isinstance(offline, dict) else offline!r} "
