@@ -21,7 +21,7 @@ from components.tracking_spec import (
     secret_names,
     server_statements,
 )
-from infra.config import ConfigError, NodePoolConfig, PlatformConfig
+from infra.config import NodePoolConfig, PlatformConfig
 from infra.descriptor import ClusterDescriptor
 from infra.versions import image_uri
 
