@@ -41,7 +41,7 @@ $(CORE_STAMP): pyproject.toml
 # and checkov in its own virtualenv.
 setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_STAMP)
 $(FULL_STAMP): $(CORE_STAMP)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench,monitor]'
 	@touch $@
 $(CHECKOV_STAMP):
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
@@ -104,6 +104,7 @@ bench: setup services
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/tracking.py
 	$(BIN)/python bench/features.py
+	$(BIN)/python bench/drift.py
 	$(BIN)/python bench/report.py
 
 # The real engine: needs the Pulumi CLI, a backend login and AWS credentials.

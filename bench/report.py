@@ -174,6 +174,10 @@ def table() -> str:
                  f"{r['direct']['requests_per_s']:,.0f} req/s", "adds ≤ 2x the direct p99"]
                 for size, r in data["results"].items()]
         sections.append((rows, "", data["machine"] + f", {data['date']}"))
+    if (data := load("drift")) is not None:
+        rows = [[f"drift check (Evidently), {data['rows']:,} rows x {data['columns']} columns, real CLI",
+                 f"{data['seconds']:.1f} s, peak {data['peak_mib']:,} MiB", f"< {data['target_s']:.0f} s"]]
+        sections.append((rows, "", data["machine"] + f", {data['date']}"))
     lines = [START, "", "| figure | measured | target | machine, date |", "|---|---|---|---|"]
     for rows, _, machine in sections:
         lines += [f"| {name} | {value} | {target} | {machine} |" for name, value, target in rows]

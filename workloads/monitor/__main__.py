@@ -1,0 +1,3 @@
+from workloads.monitor.cli import main
+
+raise SystemExit(main())
