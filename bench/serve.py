@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import threading
@@ -52,6 +51,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results" / "serve.json"
+# What the figures are, said with them: no Triton and no network runs here.
+MEASURED = ("in-process emulation: ONNX Runtime sessions behind a Python model of Triton's dynamic batcher, clients "
+            "as threads of the same process; no server, no gRPC")
 
 
 @dataclass
@@ -282,6 +284,9 @@ def main() -> int:
     parser.add_argument("--vocab", type=int, default=256)
     parser.add_argument("--no-write", action="store_true", help="do not update bench/results/serve.json")
     args = parser.parse_args()
+    from bench.machine import describe, finish, record
+
+    machine = record()
     args.block = max(64, *args.sequence)
 
     from workloads.serve.spec import check_serving
@@ -331,10 +336,12 @@ def main() -> int:
           f"{unreachable or 'no'} (load average {os.getloadavg()[0]:.1f})")
     if not args.no_write:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        machine = finish(machine)
         RESULTS.write_text(json.dumps({
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+            "machine": describe(machine), "cpu": machine,
             "date": date.today().isoformat(),
             "load_average": round(os.getloadavg()[0], 1),
+            "measured": MEASURED,
             "model": {"params": params, "layers": args.layers, "embd": args.embd, "vocab": args.vocab},
             "load": {"clients": args.clients, "seconds": args.seconds, "repeat": args.repeat,
                      "instances": args.instances, "threads_per_instance": args.threads,
