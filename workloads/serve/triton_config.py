@@ -17,6 +17,24 @@ MODEL_FILENAME = "model.onnx"
 CONFIG_FILENAME = "config.pbtxt"
 
 _KINDS = {"gpu": mc.ModelInstanceGroup.KIND_GPU, "cpu": mc.ModelInstanceGroup.KIND_CPU}
+# Triton bounds no variable dimension, so the model's context length travels in the config
+# as a parameter (the ONNX Runtime backend ignores keys it does not know) for clients and
+# the checks below to read.
+MAX_SEQUENCE = "max_sequence"
+# Warmup requests are this long at most: enough to build the kernels and allocate the
+# arenas a real request needs, without a full-context request's all-position logits.
+WARMUP_TOKENS = 128
+
+
+def warmups(spec: ModelSpec) -> list[mc.ModelWarmup]:
+    """What Triton runs before it marks the model ready, so the first real requests do not
+    pay for graph optimisation and memory allocation: one request alone, and the largest
+    batch the batcher prefers."""
+    length = min(spec.max_sequence, WARMUP_TOKENS) if spec.max_sequence > 0 else WARMUP_TOKENS
+    shapes = (("single-request", 1), ("largest-preferred-batch", max(spec.preferred_batch_sizes)))
+    return [mc.ModelWarmup(name=name, batch_size=batch, count=1, inputs={
+        INPUT_NAME: mc.ModelWarmup.Input(data_type=mc.TYPE_INT64, dims=[length], zero_data=True)})
+        for name, batch in shapes]
 
 
 def build_model_config(spec: ModelSpec) -> mc.ModelConfig:
@@ -44,7 +62,16 @@ def build_model_config(spec: ModelSpec) -> mc.ModelConfig:
     if spec.intra_op_threads:
         # The ONNX Runtime backend's per-model thread setting.
         config.parameters["intra_op_thread_count"].string_value = str(spec.intra_op_threads)
+    if spec.max_sequence > 0:
+        config.parameters[MAX_SEQUENCE].string_value = str(spec.max_sequence)
+    config.model_warmup.extend(warmups(spec))
     return config
+
+
+def max_sequence(config: mc.ModelConfig) -> int | None:
+    """The model's context length as its config records it, or None."""
+    value = config.parameters[MAX_SEQUENCE].string_value if MAX_SEQUENCE in config.parameters else ""
+    return int(value) if value.isdigit() else None
 
 
 def render(config: mc.ModelConfig) -> str:
@@ -77,6 +104,22 @@ def check_model_config(config: mc.ModelConfig, directory: str | None = None) -> 
     kinds = {group.kind for group in config.instance_group}
     if len(kinds) != 1 or not kinds <= set(_KINDS.values()):
         raise ServeSpecError("device", f"{config.name}: instance groups must all be KIND_GPU or all KIND_CPU")
+    if MAX_SEQUENCE in config.parameters and max_sequence(config) is None:
+        raise ServeSpecError("maxSequence", f"{config.name}: parameter {MAX_SEQUENCE} is "
+                             f"{config.parameters[MAX_SEQUENCE].string_value!r}, not a number of tokens")
+    longest = max_sequence(config)
+    for warmup in config.model_warmup:
+        if warmup.batch_size > max(config.max_batch_size, 1):
+            raise ServeSpecError("maxBatchSize", f"{config.name}: warmup {warmup.name!r} asks for batch "
+                                 f"{warmup.batch_size}, above max_batch_size {config.max_batch_size}")
+        for name, tensor in warmup.inputs.items():
+            if name not in {i.name for i in config.input}:
+                raise ServeSpecError("config", f"{config.name}: warmup {warmup.name!r} feeds {name!r}, which is "
+                                     "not an input of the model")
+            if longest is not None and any(d > longest for d in tensor.dims):
+                raise ServeSpecError("maxSequence", f"{config.name}: warmup {warmup.name!r} sends "
+                                     f"{list(tensor.dims)} tokens, above the model's {longest}; Triton would "
+                                     "fail to load it")
     device = next(d for d, k in _KINDS.items() if k in kinds)
     policy = config.version_policy
     keep = policy.latest.num_versions if policy.WhichOneof("policy_choice") == "latest" else 1

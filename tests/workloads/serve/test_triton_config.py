@@ -84,3 +84,33 @@ def test_hand_edited_configs_are_checked_as_triton_would(edit, message):
 
 def test_generated_config_passes_the_check():
     check_model_config(parse(round_trip(gpu_spec())), directory="gpt")
+
+
+def test_the_context_length_and_warmup_reach_the_config():
+    config = parse(round_trip(gpu_spec(max_sequence=1024)))
+    assert config.parameters["max_sequence"].string_value == "1024"
+    single, largest = config.model_warmup
+    assert (single.batch_size, largest.batch_size) == (1, 64)  # one request alone, the largest preferred batch
+    for warmup in (single, largest):
+        [(name, tensor)] = warmup.inputs.items()
+        # Warmed at 128 tokens, not the full context: no full-context all-position logits at load.
+        assert (name, tensor.data_type, list(tensor.dims), tensor.zero_data) == ("input_ids", mc.TYPE_INT64,
+                                                                                 [128], True)
+    short = parse(round_trip(gpu_spec(max_sequence=64)))
+    assert {list(t.dims)[0] for w in short.model_warmup for t in w.inputs.values()} == {64}
+    assert "max_sequence" not in parse(round_trip(gpu_spec())).parameters
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (lambda c: c.model_warmup[0].inputs["input_ids"].dims.__setitem__(0, 4096),
+     "warmup 'single-request' sends [4096] tokens, above the model's 1024"),
+    (lambda c: setattr(c.model_warmup[1], "batch_size", 128),
+     "warmup 'largest-preferred-batch' asks for batch 128, above max_batch_size 64"),
+    (lambda c: c.parameters["max_sequence"].__setattr__("string_value", "long"),
+     "parameter max_sequence is 'long', not a number of tokens"),
+])
+def test_a_hand_edited_warmup_triton_would_refuse_is_named(edit, expected):
+    config = build_model_config(gpu_spec(max_sequence=1024))
+    edit(config)
+    with pytest.raises(ServeSpecError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        check_model_config(parse(render(config)), "gpt")
