@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME
+from workloads.serve.triton_config import max_sequence
 
 GRPC_PORT = 8001
 
@@ -84,10 +85,15 @@ def smoke_test(
         if not client.is_model_ready(model, version):
             return _fail(result, f"model {model!r} version {version or 'latest'} is not ready")
         vocab = _vocab_from_metadata(client.get_model_metadata(model, version, as_json=True))
+        longest = max_sequence(client.get_model_config(model, version).config)
     except InferenceServerException as err:
         return _fail(result, f"cannot reach the server: {err.message()}")
     if vocab is None:
         return _fail(result, f"model {model!r} has no output {OUTPUT_NAME!r} with a fixed vocabulary axis")
+    if longest is not None and sequence > longest:
+        # Refused here, before ONNX Runtime fails on the positional table mid-request.
+        return _fail(result, f"{sequence} tokens is more than model {model!r} takes (max_sequence {longest} in "
+                             "its config.pbtxt); send at most that many")
 
     ids = np.random.default_rng(seed).integers(0, vocab, size=(batch_size, sequence), dtype=np.int64)
     request = InferInput(INPUT_NAME, list(ids.shape), "INT64")

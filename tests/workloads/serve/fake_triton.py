@@ -16,12 +16,13 @@ import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from workloads.serve.export import ort_session
-from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME
+from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+from workloads.serve.triton_config import build_model_config
 
 
 class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, model: str, onnx_path: Path, vocab_size: int, *, ready: bool = True,
-                 delay_s: float = 0.0, truncate_vocab: bool = False) -> None:
+                 delay_s: float = 0.0, truncate_vocab: bool = False, max_sequence: int = -1) -> None:
         self.model = model
         self.session = ort_session(onnx_path, intra_op_threads=1)
         self.vocab_size = vocab_size
@@ -29,6 +30,8 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.delay_s = delay_s
         self.truncate_vocab = truncate_vocab
         self.requests = 0
+        # The config Triton would serve: the one `export` writes, context length included.
+        self.config = build_model_config(ModelSpec(name=model, vocab_size=vocab_size, max_sequence=max_sequence))
 
     def ServerReady(self, request, context):  # noqa: N802 (gRPC method names)
         return service_pb2.ServerReadyResponse(ready=self.ready)
@@ -45,6 +48,11 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
             inputs=[tensor(name=INPUT_NAME, datatype="INT64", shape=[-1, -1])],
             outputs=[tensor(name=OUTPUT_NAME, datatype="FP32", shape=[-1, -1, self.vocab_size])],
         )
+
+    def ModelConfig(self, request, context):  # noqa: N802
+        if request.name != self.model:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{request.name}' is not found")
+        return service_pb2.ModelConfigResponse(config=self.config)
 
     def ModelInfer(self, request, context):  # noqa: N802
         self.requests += 1

@@ -64,3 +64,13 @@ def test_unreachable_server_fails(exported):
     finally:
         client.close()
     assert not result.ok and result.problems[0].startswith("cannot reach the server: ")
+
+
+def test_a_request_longer_than_the_models_context_is_refused_before_it_is_sent(triton):
+    servicer, client = triton(max_sequence=32)
+    result = smoke_test(client, "gpt", batch_size=2, sequence=48, rounds=2)
+    assert not result.ok
+    assert result.problems == ("48 tokens is more than model 'gpt' takes (max_sequence 32 in its config.pbtxt); "
+                               "send at most that many",)
+    assert servicer.requests == 0
+    assert smoke_test(client, "gpt", batch_size=2, sequence=32, rounds=2).ok
