@@ -21,6 +21,7 @@ from typing import Any
 
 from components.addons.queues import LOCAL_QUEUE
 from components.tenancy_spec import MONITORING_NAMESPACE
+from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, instance_type_affinity
 
 NAME = "feature-server"
 MATERIALIZE = "materialize-features"
@@ -52,13 +53,13 @@ def project_name(tenant: str, projects: Mapping[str, str] | None = None) -> str:
     return (projects or {}).get(tenant) or tenant.replace("-", "_")
 
 
-def key_pattern_overlap(owners: Mapping[str, str]) -> tuple[tuple[str, str], tuple[str, str]] | None:
+def key_pattern_overlap(projects: Mapping[str, str]) -> tuple[tuple[str, str], tuple[str, str]] | None:
     """Feast's Redis keys are `<entity key bytes><project>`, so a user whose ACL pattern is
     `*<project>` reads every key ending in it: two projects where one ends with the other
-    would share keys. The first such pair, as ((tenant, project), (tenant, project))."""
-    by_tenant = {tenant: project for project, tenant in owners.items()}
-    for a, pa in by_tenant.items():
-        for b, pb in by_tenant.items():
+    would share keys. `projects`: tenant -> project; the first such pair, as
+    ((tenant, project), (tenant, project))."""
+    for a, pa in projects.items():
+        for b, pb in projects.items():
             if a != b and pb.endswith(pa):
                 return (a, pa), (b, pb)
     return None
@@ -93,11 +94,6 @@ def registry_path(bucket: str, tenant: str) -> str:
     return f"s3://{bucket}/{PREFIX}/{tenant}/registry.pb"
 
 
-def tenant_prefix(bucket: str, tenant: str) -> str:
-    """Where a tenant's feature sources, registry and training datasets live."""
-    return f"s3://{bucket}/{PREFIX}/{tenant}/"
-
-
 @dataclass(frozen=True)
 class CachePlan:
     replication_group_id: str  # e.g. mlplat-prod-features (at most 40 characters)
@@ -109,13 +105,12 @@ class CachePlan:
     projects: dict[str, str]  # tenant -> project
 
 
-def cache_plan(prefix: str, f: Any, log_retention_days: int, tenants: Sequence[str]) -> CachePlan:
-    """`f`: the stack's FeaturesConfig."""
+def cache_plan(prefix: str, f: Any, log_retention_days: int, projects: Mapping[str, str]) -> CachePlan:
+    """`f`: the stack's FeaturesConfig; `projects`: tenant -> project."""
     return CachePlan(
         replication_group_id=f"{prefix}-features"[:MAX_ID], node_type=f.node_type, nodes=f.nodes,
         snapshot_days=f.snapshot_days, log_retention_days=log_retention_days,
-        users={t: user_id(prefix, t) for t in tenants},
-        projects={t: project_name(t, f.projects) for t in tenants},
+        users={t: user_id(prefix, t) for t in projects}, projects=dict(projects),
     )
 
 
@@ -216,18 +211,15 @@ def config_map(plan: ProjectPlan) -> dict[str, Any]:
 
 
 def _pod_spec(plan: ProjectPlan, args: list[str], ports: list[dict[str, Any]], probes: dict[str, Any],
-              restart: str | None = None) -> dict[str, Any]:
+              restart: str | None = None, spread: str | None = None) -> dict[str, Any]:
     env = {"MLPLAT_TENANT": plan.tenant, "MLPLAT_FEATURE_PROJECT": plan.project,
            "MLPLAT_DATASETS_BUCKET": plan.datasets_bucket, "AWS_REGION": plan.region,
            "AWS_DEFAULT_REGION": plan.region, "HOME": "/tmp"}
     spec: dict[str, Any] = {
         "serviceAccountName": SERVICE_ACCOUNT,
         "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
-                                   "values": sorted(plan.instance_types)}]}]}}},
+        "securityContext": POD_SECURITY,
+        "affinity": instance_type_affinity(plan.instance_types, spread=spread),
         "containers": [{
             "name": "feast",
             "image": plan.image,
@@ -238,8 +230,7 @@ def _pod_spec(plan: ProjectPlan, args: list[str], ports: list[dict[str, Any]], p
             **probes,
             "resources": {"requests": {"cpu": plan.cpu, "memory": plan.memory},
                           "limits": {"cpu": plan.cpu_limit, "memory": plan.memory}},
-            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]}},
+            "securityContext": CONTAINER_SECURITY,
             "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
                              {"name": "tmp", "mountPath": "/tmp"}],
         }],
@@ -261,10 +252,8 @@ def deployment(plan: ProjectPlan) -> dict[str, Any]:
         plan, ["serve", "--config", f"{CONFIG_DIR}/feature_store.yaml", "--port", str(PORT),
                "--workers", str(plan.workers)],
         [{"name": "http", "containerPort": PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
-        {"readinessProbe": probe, "livenessProbe": {**probe, "initialDelaySeconds": 30, "failureThreshold": 6}})
-    spec["affinity"]["podAntiAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [{
-        "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-                                           "topologyKey": "kubernetes.io/hostname"}}]}
+        {"readinessProbe": probe, "livenessProbe": {**probe, "initialDelaySeconds": 30, "failureThreshold": 6}},
+        spread=NAME)
     return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(plan, NAME),
         "spec": {"replicas": plan.replicas, "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
@@ -299,7 +288,7 @@ def materialize_job(plan: ProjectPlan) -> dict[str, Any]:
     """Materialization as a CronJob whose Jobs Kueue admits into the tenant's queue (CPU
     and memory from its quota); one at a time, and a late run is skipped, not stacked."""
     spec = _pod_spec(plan, ["materialize", "--config", f"{CONFIG_DIR}/feature_store.yaml"], [], {}, "Never")
-    labels = {**_pod_labels(MATERIALIZE), "kueue.x-k8s.io/queue-name": LOCAL_QUEUE}
+    labels = {**_pod_labels(MATERIALIZE), QUEUE_LABEL: LOCAL_QUEUE}
     return {
         "apiVersion": "batch/v1", "kind": "CronJob", "metadata": _meta(plan, MATERIALIZE),
         "spec": {

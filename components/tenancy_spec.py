@@ -184,8 +184,8 @@ def _namespace_selector(name: str) -> dict[str, Any]:
 def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
     """Default deny both ways, then: DNS, traffic inside the namespace (the training
     rendezvous and NCCL's socket bootstrap use many ports), AWS credentials from the Pod
-    Identity agent, the tracking server, and scraping by Prometheus. EFA traffic bypasses the kernel and needs
-    no rule."""
+    Identity agent, the tracking server, and scraping by Prometheus. EFA traffic bypasses
+    the kernel and needs no rule."""
     return [
         _policy(tenant, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         _policy(tenant, "allow-dns", {

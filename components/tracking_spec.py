@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.tenancy_spec import POD_IDENTITY_AGENT, pod_security_labels
+from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, instance_type_affinity
 
 NAMESPACE = "mlflow"
 NAME = "mlflow"
@@ -164,18 +165,8 @@ def deployment(plan: ServerPlan) -> dict[str, Any]:
                 "spec": {
                     "serviceAccountName": SERVICE_ACCOUNT,
                     "automountServiceAccountToken": False,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                        "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "affinity": {
-                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
-                                                   "values": sorted(plan.instance_types)}]}]}},
-                        # Replicas on different nodes: one node's loss leaves the server up.
-                        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-                            "weight": 100, "podAffinityTerm": {
-                                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-                                "topologyKey": "kubernetes.io/hostname"}}]},
-                    },
+                    "securityContext": POD_SECURITY,
+                    "affinity": instance_type_affinity(plan.instance_types, spread=NAME),
                     "containers": [{
                         "name": "mlflow",
                         "image": plan.image,
@@ -186,8 +177,7 @@ def deployment(plan: ServerPlan) -> dict[str, Any]:
                         "livenessProbe": {**probe, "initialDelaySeconds": 60, "failureThreshold": 6},
                         "resources": {"requests": {"cpu": plan.cpu, "memory": plan.memory},
                                       "limits": {"cpu": plan.cpu_limit, "memory": plan.memory}},
-                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}},
+                        "securityContext": CONTAINER_SECURITY,
                         # The auth config and gunicorn's worker files: the only writable place.
                         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                     }],

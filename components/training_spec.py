@@ -188,6 +188,20 @@ def pool_affinity(pool: str) -> dict[str, Any]:
     ]}}}
 
 
+def instance_type_affinity(instance_types: tuple[str, ...], spread: str | None = None) -> dict[str, Any]:
+    """Pods on nodes of these instance types (a platform service's pool); with `spread`, the
+    replicas of app `spread` preferably on different nodes, so one node's loss leaves the
+    service up."""
+    affinity: dict[str, Any] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                                     "values": sorted(instance_types)}]}]}}}
+    if spread:
+        affinity["podAntiAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app.kubernetes.io/name": spread}},
+                                               "topologyKey": "kubernetes.io/hostname"}}]}
+    return affinity
+
+
 def _volumes(plan: TrainingPlan, scratch: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(plan.instance)}},

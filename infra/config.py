@@ -769,7 +769,7 @@ class PlatformConfig(_Model):
 
     @model_validator(mode="after")
     def _feature_projects(self) -> PlatformConfig:
-        from components.features_spec import key_pattern_overlap, project_name
+        from components.features_spec import key_pattern_overlap
 
         f = self.features
         if not f.enabled:
@@ -782,15 +782,15 @@ class PlatformConfig(_Model):
                 if tenant not in names:
                     raise _KeyError(f"{PROJECT}:features.{key}", f"{tenant!r} is not a tenant; name one of "
                                     f"{', '.join(names) or '(none: add tenants first)'}")
-        owners: dict[str, str] = {}
-        for tenant in self.feature_tenants:
-            project = project_name(tenant, f.projects)
+        projects = self.feature_projects
+        owners: dict[str, str] = {}  # project -> tenant
+        for tenant, project in projects.items():
             if project in owners:
                 raise _KeyError(f"{PROJECT}:features.projects.{tenant}",
                                 f"names project {project!r}, which is tenant {owners[project]!r}'s; each tenant's "
                                 "features live in its own project")
             owners[project] = tenant
-        if clash := key_pattern_overlap(owners):
+        if clash := key_pattern_overlap(projects):
             (a, pa), (b, pb) = clash
             raise _KeyError(f"{PROJECT}:features.projects.{b}",
                             f"project {pb!r} ends with tenant {a!r}'s project {pa!r}, so {a!r}'s online-store user "
@@ -814,12 +814,15 @@ class PlatformConfig(_Model):
         return pool
 
     @property
-    def feature_tenants(self) -> tuple[str, ...]:
-        """The tenants with a feature project, in config order."""
+    def feature_projects(self) -> dict[str, str]:
+        """The tenants with a feature project, in config order: tenant -> project."""
+        from components.features_spec import project_name
+
         if not self.features.enabled:
-            return ()
+            return {}
         wanted = self.features.tenants
-        return tuple(t.name for t in self.tenants if wanted is None or t.name in wanted)
+        return {t.name: project_name(t.name, self.features.projects) for t in self.tenants
+                if wanted is None or t.name in wanted}
 
     @model_validator(mode="after")
     def _lustre_placed(self) -> PlatformConfig:

@@ -28,11 +28,11 @@ from infra.versions import image_uri
 
 def build_online_store(config: PlatformConfig, prefix: str, compute: Any, keys: dict[str, aws.kms.Key],
                        aws_opts: pulumi.ResourceOptions) -> FeatureOnlineStore | None:
-    tenants = config.feature_tenants
-    if not tenants:
+    projects = config.feature_projects
+    if not projects:
         return None
     config.service_pool(config.features.pool, "features")  # nowhere to run the servers stops here
-    plan = cache_plan(prefix, config.features, config.storage.log_retention_days, tenants)
+    plan = cache_plan(prefix, config.features, config.storage.log_retention_days, projects)
     network = compute.network
     return FeatureOnlineStore("features", FeatureOnlineStoreArgs(
         plan=plan,
@@ -73,7 +73,7 @@ def features_output(store: FeatureOnlineStore | None) -> pulumi.Output[dict[str,
 
 def project_plans(config: PlatformConfig, descriptor: ClusterDescriptor, built: dict[str, str]) -> list[ProjectPlan]:
     f = descriptor.features
-    if f is None or not config.feature_tenants:
+    if f is None or not config.feature_projects:
         return []
     pool = config.service_pool(config.features.pool, "features")
     image = image_uri("features", descriptor.account_id, config.region, config.environment, built)
@@ -84,7 +84,7 @@ def project_plans(config: PlatformConfig, descriptor: ClusterDescriptor, built: 
                     vpc_cidr=config.network.vpc_cidr, instance_types=(pool.instance_type,),
                     replicas=config.features.server_replicas,
                     materialize_every_minutes=config.features.materialize_every_minutes)
-        for tenant in config.feature_tenants if tenant in f.users
+        for tenant in config.feature_projects if tenant in f.users
     ]
 
 

@@ -106,7 +106,7 @@ def build_storage(
     )
     endpoint = network.s3_endpoint.id if storage.vpc_endpoint_only else None
     # Each tenant's feature store (infra/features.py) owns its prefix of the datasets bucket.
-    owned = {"datasets": owned_prefixes(prefix, account_id, config.feature_tenants)}
+    owned = {"datasets": owned_prefixes(prefix, account_id, tuple(config.feature_projects))}
     buckets = {
         purpose: bucket(purpose, access_log_bucket=access_logs, access_log_prefix=f"{purpose}/",
                         vpc_endpoint_id=endpoint, owned_prefixes=owned.get(purpose, ()))

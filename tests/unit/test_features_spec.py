@@ -17,8 +17,8 @@ def test_a_project_is_named_after_its_tenant_unless_config_names_it():
 
 def test_a_project_ending_with_another_is_a_clash_either_way_round():
     # Keys end with the project: `*a` would match every key of `ba`.
-    assert key_pattern_overlap({"a": "t1", "ba": "t2"}) == (("t1", "a"), ("t2", "ba"))
-    assert key_pattern_overlap({"ba": "t2", "a": "t1"}) == (("t1", "a"), ("t2", "ba"))
+    assert key_pattern_overlap({"t1": "a", "t2": "ba"}) == (("t1", "a"), ("t2", "ba"))
+    assert key_pattern_overlap({"t2": "ba", "t1": "a"}) == (("t1", "a"), ("t2", "ba"))
     assert key_pattern_overlap({"research": "research", "applied": "applied"}) is None
 
 

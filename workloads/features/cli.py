@@ -39,25 +39,28 @@ def apply(args: argparse.Namespace) -> int:
     return 0
 
 
-def materialize(args: argparse.Namespace) -> int:
-    _, store = _store(args)
+def _iso_time(flag: str, value: str) -> datetime:
+    """An ISO time from the command line; one without a zone is UTC."""
     try:
-        end = datetime.fromisoformat(args.end) if args.end else datetime.now(timezone.utc)
-        datetime.fromisoformat(args.start) if args.start else None
+        parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise FeatureInputError(f"--start/--end: {args.start or args.end!r} is not an ISO time, e.g. "
-                                "2026-11-20T12:00:00+00:00") from None
-    if end.tzinfo is None:
-        end = end.replace(tzinfo=timezone.utc)
+        raise FeatureInputError(f"{flag}: {value!r} is not an ISO time, e.g. 2026-11-20T12:00:00+00:00") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def materialize(args: argparse.Namespace) -> int:
+    # The arguments first: a bad one stops before the registry is read.
+    end = _iso_time("--end", args.end) if args.end else datetime.now(timezone.utc)
+    start = _iso_time("--start", args.start) if args.start else None
+    _, store = _store(args)
     if not store.list_feature_views():
         # A tenant that has applied nothing yet: the scheduled job succeeds with nothing to do.
         print(json.dumps({"project": store.project, "materialized_until": None, "feature_views": 0}))
         return 0
-    if args.start:
+    if start:
         # A backfill of a window (Feast's `materialize`); otherwise from where the last run ended,
         # or for a new view from its TTL back (`materialize-incremental`), as the CronJob runs it.
-        start = datetime.fromisoformat(args.start)
-        store.materialize(start.replace(tzinfo=start.tzinfo or timezone.utc), end)
+        store.materialize(start, end)
     else:
         store.materialize_incremental(end_date=end)
     print(json.dumps({"project": store.project, "materialized_until": end.isoformat()}))

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.features.repo import FeatureInputError, Tenant
+from workloads.hashing import content_id
 
 MANIFEST = "dataset.json"
 FORMAT = "mlplat.feature-dataset/v1"
@@ -46,8 +47,7 @@ class FeatureDataset(BaseModel):
     id: str = ""
 
     def content_id(self) -> str:
-        body = json.dumps(self.model_dump(mode="json", exclude={"id"}), sort_keys=True, separators=(",", ":"))
-        return f"sha256:{hashlib.sha256(body.encode()).hexdigest()}"
+        return content_id(self.model_dump(mode="json", exclude={"id"}))
 
     def sealed(self) -> FeatureDataset:
         return self.model_copy(update={"id": self.content_id()})

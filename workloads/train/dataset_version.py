@@ -18,14 +18,13 @@ alone, and logged to MLflow as the run's input.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workloads.hashing import file_sha256
+from workloads.hashing import content_id, file_sha256
 from workloads.train.data import HEADER_BYTES, list_shards, read_shard
 
 MANIFEST = "dataset.json"
@@ -55,9 +54,7 @@ class DatasetVersion(BaseModel):
     id: str = ""  # sha256:<hex> of the rest; filled by `sealed`
 
     def content_id(self) -> str:
-        body = self.model_dump(mode="json", exclude={"id"})
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-        return f"sha256:{hashlib.sha256(canonical).hexdigest()}"
+        return content_id(self.model_dump(mode="json", exclude={"id"}))
 
     def sealed(self) -> DatasetVersion:
         return self.model_copy(update={"id": self.content_id()})
