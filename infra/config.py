@@ -615,6 +615,64 @@ class InferenceLoadBalancerConfig(_Model):
         return self
 
 
+class InferenceAbortConfig(_Model):
+    """When a canary is rolled back (components/rollout_spec.py AbortRule): its error rate
+    above `errorRatio` times the stable's (and above `errorFloor`), or its p99 above
+    `p99Ratio` times the stable's, for `windowMinutes`, while it takes at least
+    `minRequestsPerSecond`."""
+
+    error_ratio: float = Field(default=2.0, gt=1)
+    error_floor: float = Field(default=0.01, gt=0, lt=1)
+    p99_ratio: float = Field(default=1.5, gt=1, alias="p99Ratio")
+    window_minutes: int = Field(default=5, ge=1, le=60)
+    min_requests_per_second: float = Field(default=0.5, ge=0)
+
+
+class InferenceRolloutConfig(_Model):
+    """How a new `version` reaches traffic (Argo Rollouts, through the gateway's routes).
+    canary: the canary's share at each step, each held `stepMinutes` while the abort rule
+    watches, then promoted. ab: `weights` held until someone promotes or aborts."""
+
+    strategy: Literal["canary", "ab"] = "canary"
+    steps: tuple[int, ...] = (10, 25, 50)
+    step_minutes: int = Field(default=10, ge=1)
+    weights: dict[str, int] | None = None  # ab: {stable: N, canary: 100 - N}
+    abort: InferenceAbortConfig = InferenceAbortConfig()
+
+    @model_validator(mode="after")
+    def _split(self) -> InferenceRolloutConfig:
+        if self.strategy == "canary":
+            if self.weights is not None:
+                raise _FieldError("weights", "is for strategy: ab; a canary moves through `steps`")
+            if not self.steps or any(not 0 < w < 100 for w in self.steps) or list(self.steps) != sorted(set(self.steps)):
+                raise _FieldError("steps", f"{list(self.steps)}: give the canary's share at each step, rising, "
+                                           "each from 1 to 99 (after the last step it takes all traffic)")
+            return self
+        if self.weights is None:
+            raise _FieldError("weights", "is required with strategy: ab, e.g. {stable: 50, canary: 50}")
+        if set(self.weights) != {"stable", "canary"}:
+            raise _FieldError("weights", f"names {sorted(self.weights)}; name exactly the two variants: stable and "
+                                         "canary")
+        if any(w < 0 for w in self.weights.values()) or sum(self.weights.values()) != 100:
+            raise _FieldError("weights", f"{self.weights} add up to {sum(self.weights.values())}; the shares of "
+                                         "traffic must add up to 100")
+        if not 0 < self.weights["canary"] < 100:
+            raise _FieldError("weights", "give each variant some traffic (1 to 99); 0 or 100 is no A/B test")
+        return self
+
+
+class InferenceAuthConfig(_Model):
+    """Every request through the inference gateway carries a JWT of the enterprise identity
+    provider (OIDC): signed with its keys (`jwksUri`), from `issuer`, for one of
+    `audiences`, not expired; and its `tenantClaim` names one of `tenants`."""
+
+    issuer: str = Field(pattern=r"^https://[^\s/]+(/\S*)?$")
+    audiences: tuple[str, ...] = Field(min_length=1)
+    jwks_uri: str = Field(pattern=r"^https://[^\s/]+(/\S*)?$", alias="jwksUri")
+    tenant_claim: str = Field(default="tenant", min_length=1, max_length=253)
+    tenants: tuple[str, ...] = Field(min_length=1)
+
+
 class InferenceConfig(_Model):
     """The model a stack serves with Triton (components/inference.py): GPU replicas on the
     inference pool, or ONNX Runtime on the CPU pool. The batching settings are the ones
@@ -632,6 +690,12 @@ class InferenceConfig(_Model):
     max_queue_delay_microseconds: int = 2000
     instance_count: int = 1  # model instances per GPU (or per replica on CPU)
     keep_versions: int = 2  # newest versions Triton keeps loaded: the older one is the rollback
+    # The served contract: the next token's top k (and its logits, for clients that ask).
+    top_k: int = Field(default=16, alias="topK")
+    # What `export` publishes (int8: ONNX Runtime's dynamic quantization, CPU) and how a GPU
+    # runs it (fp16 needs the TensorRT accelerator).
+    precision: Literal["fp32", "int8", "fp16"] = "fp32"
+    accelerator: Literal["none", "tensorrt"] = "none"
     # Scale out when a request waits longer than this in Triton's queue, on average (GPU).
     target_queue_microseconds: int = Field(default=50_000, ge=1)
     # Scale out above this CPU utilisation of the replicas' requests (CPU).
@@ -644,6 +708,11 @@ class InferenceConfig(_Model):
     # Where the model repository lives in the models bucket: s3://<bucket>/<prefix>/<model>/...
     repository_prefix: str = Field(default="triton", pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     load_balancer: InferenceLoadBalancerConfig = InferenceLoadBalancerConfig()
+    # The version served; a new one is rolled out as `rollout` says. None: every published
+    # version (the newest `keepVersions` load), with no canary.
+    version: int | None = Field(default=None, ge=1)
+    rollout: InferenceRolloutConfig = InferenceRolloutConfig()
+    auth: InferenceAuthConfig | None = None
 
     @field_validator("namespace")
     @classmethod

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.inference_spec import DISK_OVERHEAD_GI, replica_disk_gi
-from workloads.serve.spec import ServeSpecError, check_serving, gpu_refusal
+from workloads.serve.spec import ServeSpecError, check_contract, check_serving, gpu_refusal
 
 # What a GPU replica leaves to the node: a fifth of the CPU and a quarter of the memory go
 # to the kubelet, the system and the platform's daemon sets (as for training pods).
@@ -92,6 +92,8 @@ def resolve_inference(config: Any) -> ResolvedInference | None:
             gpu_allowed=not refusal,
             gpu_refusal=refusal,
         )
+        check_contract(device=settings.device, top_k=settings.top_k, precision=settings.precision,
+                       accelerator=settings.accelerator)
     except ServeSpecError as err:
         raise InferenceConfigError(err.key, str(err)) from None
 
@@ -115,6 +117,15 @@ def resolve_inference(config: Any) -> ResolvedInference | None:
                 "pool", f"{settings.pool!r} is not a node pool with role {role!r}; allowed: {allowed}")
 
     tenants = {tenant.name for tenant in config.tenants}
+    if settings.auth is None:
+        raise InferenceConfigError(
+            "auth", "is required: every request to the inference API is authenticated at its gateway; give the "
+                    "enterprise identity provider (issuer, audiences, jwksUri) and the tenants the model serves")
+    strangers = [t for t in settings.auth.tenants if t not in tenants]
+    if strangers:
+        raise InferenceConfigError(
+            "auth.tenants", f"{', '.join(map(repr, strangers))} {'is not a tenant' if len(strangers) == 1 else 'are not tenants'} "
+                            f"of this stack; tenants: {', '.join(sorted(tenants)) or 'none'}")
     if settings.namespace in tenants:
         raise InferenceConfigError(
             "namespace", f"{settings.namespace!r} is a tenant's namespace; the inference service gets its own "

@@ -198,3 +198,49 @@ def test_s3_statements_are_read_only_and_scoped_to_the_prefix():
     assert not [a for a in actions if a.startswith("s3:Put") or a.startswith("s3:Delete")]
     listing = next(s for s in statements if s["Action"] == ["s3:ListBucket"])
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["triton", "triton/*"]}}
+
+
+# The gateway and the rollout: who may call, and how a new version reaches traffic.
+
+
+def test_serving_without_an_identity_provider_is_refused():
+    raw = raw_stack("smb")
+    del raw["mlplat:inference"]["auth"]
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "stacks/Pulumi.smb.yaml", from_stack_file=True)
+    assert str(err.value) == (
+        "stacks/Pulumi.smb.yaml: mlplat:inference.auth: is required: every request to the inference API is "
+        "authenticated at its gateway; give the enterprise identity provider (issuer, audiences, jwksUri) and the "
+        "tenants the model serves")
+
+
+def test_a_model_served_to_a_team_that_is_not_a_tenant_is_refused():
+    auth = {**raw_stack("smb")["mlplat:inference"]["auth"], "tenants": ["analytics", "marketing"]}
+    assert refused("smb", auth=auth) == (
+        "stacks/Pulumi.smb.yaml: mlplat:inference.auth.tenants: 'marketing' is not a tenant of this stack; "
+        "tenants: analytics")
+
+
+def test_an_identity_provider_without_tls_is_refused():
+    auth = {**raw_stack("smb")["mlplat:inference"]["auth"], "jwksUri": "http://login.smb.example.ae/certs"}
+    assert refused("smb", auth=auth).startswith("stacks/Pulumi.smb.yaml: mlplat:inference.auth.jwksUri: ")
+
+
+@pytest.mark.parametrize("weights, message", [
+    ({"stable": 60, "canary": 30}, "{'stable': 60, 'canary': 30} add up to 90; the shares of traffic must add up "
+                                   "to 100"),
+    ({"stable": 50, "canary": 60}, "{'stable': 50, 'canary': 60} add up to 110; the shares of traffic must add up "
+                                   "to 100"),
+    ({"stable": 100, "canary": 0}, "give each variant some traffic (1 to 99); 0 or 100 is no A/B test"),
+    ({"blue": 50, "green": 50}, "names ['blue', 'green']; name exactly the two variants: stable and canary"),
+])
+def test_ab_weights_that_do_not_split_the_traffic_are_refused(weights, message):
+    assert refused("prod", rollout={"strategy": "ab", "weights": weights}) == (
+        f"stacks/Pulumi.prod.yaml: mlplat:inference.rollout.weights: {message}")
+
+
+@pytest.mark.parametrize("steps", [[50, 25], [0, 50], [10, 100], []])
+def test_canary_steps_must_rise_within_the_traffic(steps):
+    assert refused("prod", rollout={"strategy": "canary", "steps": steps}) == (
+        f"stacks/Pulumi.prod.yaml: mlplat:inference.rollout.steps: {steps}: give the canary's share at each step, "
+        "rising, each from 1 to 99 (after the last step it takes all traffic)")

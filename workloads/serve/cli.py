@@ -19,7 +19,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from workloads.serve.spec import DEVICES, ModelSpec, ServeSpecError, check_serving, gpu_refusal
+from workloads.serve.spec import (
+    ACCELERATORS,
+    DEVICES,
+    INT32_MAX,
+    PRECISIONS,
+    ModelSpec,
+    ServeSpecError,
+    check_serving,
+    gpu_refusal,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 PROG = "python -m workloads.serve"
@@ -35,6 +44,9 @@ FLAGS = {
     "keepVersions": "--keep-versions",
     "vocabSize": "--vocab-size",
     "cpuThreads": "--cpu-threads",
+    "topK": "--top-k",
+    "precision": "--precision",
+    "accelerator": "--accelerator",
 }
 
 
@@ -59,6 +71,10 @@ def _spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--keep-versions", type=int, metavar="N", help="newest versions Triton keeps loaded")
     group.add_argument("--cpu-threads", type=int, metavar="N",
                        help="ONNX Runtime threads per instance on CPU (default: the replica's cores per instance)")
+    group.add_argument("--top-k", type=int, metavar="K", help="next-token candidates each answer carries")
+    group.add_argument("--precision", choices=PRECISIONS,
+                       help="int8: publish a dynamically quantized graph (CPU); fp16: TensorRT's FP16 mode (GPU)")
+    group.add_argument("--accelerator", choices=ACCELERATORS, help="GPU: run the graph through TensorRT")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -128,6 +144,9 @@ def _stack_serving(stack: str) -> tuple[dict[str, Any], bool, str]:
             "max_queue_delay_microseconds": inference.max_queue_delay_microseconds,
             "instance_count": inference.instance_count,
             "keep_versions": inference.keep_versions,
+            "top_k": inference.top_k,
+            "precision": inference.precision,
+            "accelerator": inference.accelerator,
             # A CPU replica's instances share its cores.
             "intra_op_threads": max(1, inference.cpu_per_replica // inference.instance_count),
         }
@@ -147,6 +166,9 @@ def _build_spec(args: argparse.Namespace, vocab_size: int, max_sequence: int = -
         "max_queue_delay_microseconds": args.max_queue_delay_us,
         "instance_count": args.instances,
         "keep_versions": args.keep_versions,
+        "top_k": args.top_k,
+        "precision": args.precision,
+        "accelerator": args.accelerator,
     }
     values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     if "name" not in values:
@@ -208,8 +230,9 @@ def _registered_checkpoint(args: argparse.Namespace, into: Path) -> tuple[Path, 
 
 
 def _export(args: argparse.Namespace) -> int:
-    # Settings are checked before the (slow) model load, so a typo fails at once.
-    _build_spec(args, vocab_size=1)
+    # Settings are checked before the (slow) model load, so a typo fails at once; the
+    # vocabulary (which bounds --top-k) is known only then.
+    _build_spec(args, vocab_size=INT32_MAX)
     with tempfile.TemporaryDirectory() as fetched:
         ref = None
         checkpoint = Path(args.checkpoint)
@@ -244,7 +267,8 @@ def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> 
     with tempfile.TemporaryDirectory() as staging:
         try:
             result = export_checked(model, Path(staging) / "export" / MODEL_FILENAME,
-                                    vocab_size=model_config.vocab_size, max_sequence=model_config.block_size)
+                                    vocab_size=model_config.vocab_size, max_sequence=model_config.block_size,
+                                    top_k=spec.top_k, precision="int8" if spec.precision == "int8" else "fp32")
         except ParityError as err:
             print(f"{PROG}: parity check failed: {err}", file=sys.stderr)
             return EXIT_FAILED
@@ -258,9 +282,13 @@ def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> 
 
         record_export(args.tracking_uri, ref.model, ref.version, triton_model=spec.name, triton_version=version,
                       repository=store.describe(), serving_image=args.serving_image)
-    print(f"published {spec.name} version {version} to {store.describe()} "
-          f"(ONNX Runtime vs PyTorch max |diff| {result.max_abs_diff:.2e}; Triton serves the newest "
-          f"{spec.keep_versions})" + (f"; retired version(s) {', '.join(map(str, retired))}" if retired else ""))
+    quantized = result.agreement
+    checked = f"ONNX Runtime vs PyTorch max |diff| {result.max_abs_diff:.2e}" + (
+        f"; int8 vs fp32: top-1 agreement {quantized.top1:.1%}, top-{spec.top_k} overlap "
+        f"{quantized.top_k_overlap:.1%} over {quantized.requests} requests" if quantized else "")
+    print(f"published {spec.name} version {version} ({spec.precision}) to {store.describe()} ({checked}; Triton "
+          f"serves the newest {spec.keep_versions})" + (f"; retired version(s) {', '.join(map(str, retired))}"
+                                                         if retired else ""))
     return EXIT_OK
 
 

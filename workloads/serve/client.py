@@ -1,8 +1,10 @@
 """Smoke client: after a deploy, send a batch to Triton over gRPC and check the answer.
 
-It checks that the server and the model are ready, that the logits come back as
-[batch, sequence, vocab] fp32 with finite values, and that the median latency of a few
-rounds stays within a budget. Any failure is a named problem, never a silent pass.
+It checks that the server and the model are ready, that the next token's top k comes back
+as [batch, k] ids within the vocabulary with finite log-probabilities, most likely first,
+and that the median latency of a few rounds stays within a budget. Any failure is a named
+problem, never a silent pass. It asks for the top k only, as a client should: the full
+logits are there for those who need them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME
+from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME, TOP_K_IDS, TOP_K_LOGPROBS
 from workloads.serve.triton_config import max_sequence
 
 GRPC_PORT = 8001
@@ -55,9 +57,11 @@ def connect(url: str, *, ssl: bool = False, root_certificates: str | None = None
     return grpcclient.InferenceServerClient(url=url, ssl=ssl, root_certificates=root_certificates)
 
 
-def _vocab_from_metadata(metadata: dict[str, Any]) -> int | None:
+def _last_axis(metadata: dict[str, Any], name: str) -> int | None:
+    """The fixed size of output `name`'s last axis (the vocabulary, or k), from the model's
+    metadata; None if the model has no such output."""
     for output in metadata.get("outputs", []):
-        if output.get("name") == OUTPUT_NAME and output.get("shape"):
+        if output.get("name") == name and output.get("shape"):
             last = int(output["shape"][-1])
             return last if last > 0 else None
     return None
@@ -84,12 +88,14 @@ def smoke_test(
             return _fail(result, "server is not ready (/v2/health/ready)")
         if not client.is_model_ready(model, version):
             return _fail(result, f"model {model!r} version {version or 'latest'} is not ready")
-        vocab = _vocab_from_metadata(client.get_model_metadata(model, version, as_json=True))
+        metadata = client.get_model_metadata(model, version, as_json=True)
+        vocab, top_k = _last_axis(metadata, OUTPUT_NAME), _last_axis(metadata, TOP_K_IDS)
         longest = max_sequence(client.get_model_config(model, version).config)
     except InferenceServerException as err:
         return _fail(result, f"cannot reach the server: {err.message()}")
-    if vocab is None:
-        return _fail(result, f"model {model!r} has no output {OUTPUT_NAME!r} with a fixed vocabulary axis")
+    if vocab is None or top_k is None:
+        return _fail(result, f"model {model!r} does not answer for the next token (outputs {OUTPUT_NAME!r} "
+                             f"[batch, vocab] and {TOP_K_IDS!r} [batch, k]); export it again with this release")
     if longest is not None and sequence > longest:
         # Refused here, before ONNX Runtime fails on the positional table mid-request.
         return _fail(result, f"{sequence} tokens is more than model {model!r} takes (max_sequence {longest} in "
@@ -98,9 +104,9 @@ def smoke_test(
     ids = np.random.default_rng(seed).integers(0, vocab, size=(batch_size, sequence), dtype=np.int64)
     request = InferInput(INPUT_NAME, list(ids.shape), "INT64")
     request.set_data_from_numpy(ids)
-    wanted = [InferRequestedOutput(OUTPUT_NAME)]
+    wanted = [InferRequestedOutput(TOP_K_IDS), InferRequestedOutput(TOP_K_LOGPROBS)]
     latencies: list[float] = []
-    logits = None
+    top_ids = top_logprobs = None
     # One extra round first: it warms the connection and the model's memory arena.
     for attempt in range(rounds + 1):
         started = time.perf_counter()
@@ -111,22 +117,31 @@ def smoke_test(
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         if attempt:
             latencies.append(elapsed_ms)
-        logits = answer.as_numpy(OUTPUT_NAME)
-    result = SmokeResult(model, batch_size, sequence, tuple(logits.shape) if logits is not None else (),
+        top_ids, top_logprobs = answer.as_numpy(TOP_K_IDS), answer.as_numpy(TOP_K_LOGPROBS)
+    result = SmokeResult(model, batch_size, sequence, tuple(top_ids.shape) if top_ids is not None else (),
                          tuple(latencies))
-    problems = []
-    expected = (batch_size, sequence, vocab)
-    if logits is None:
-        problems.append(f"the answer has no {OUTPUT_NAME!r} output")
-    elif tuple(logits.shape) != expected:
-        problems.append(f"answer shape {list(logits.shape)} is not {list(expected)}")
-    elif logits.dtype != np.float32:
-        problems.append(f"answer type {logits.dtype} is not float32")
-    elif not np.isfinite(logits).all():
-        problems.append("answer holds NaN or infinite logits")
+    problems = _top_k_problems(top_ids, top_logprobs, (batch_size, top_k), vocab)
     if result.p50_ms > max_latency_ms:
         problems.append(f"p50 latency {result.p50_ms:.1f} ms is above the {max_latency_ms:g} ms budget")
     return SmokeResult(result.model, batch_size, sequence, result.shape, result.latencies_ms, tuple(problems))
+
+
+def _top_k_problems(ids: Any, logprobs: Any, expected: tuple[int, int], vocab: int) -> list[str]:
+    """What is wrong with a top-k answer: its shapes and types, ids outside the vocabulary,
+    log-probabilities that are not finite, above 0 or out of order."""
+    if ids is None or logprobs is None:
+        return [f"the answer lacks {TOP_K_IDS!r} or {TOP_K_LOGPROBS!r}"]
+    if tuple(ids.shape) != expected or tuple(logprobs.shape) != expected:
+        return [f"answer shapes {list(ids.shape)} and {list(logprobs.shape)} are not {list(expected)}"]
+    if ids.dtype != np.int64 or logprobs.dtype != np.float32:
+        return [f"answer types {ids.dtype} and {logprobs.dtype} are not int64 and float32"]
+    if ids.min() < 0 or ids.max() >= vocab:
+        return [f"answer holds token ids outside the vocabulary of {vocab}"]
+    if not np.isfinite(logprobs).all() or (logprobs > 1e-6).any():
+        return ["answer holds log-probabilities that are NaN, infinite or above 0"]
+    if (np.diff(logprobs, axis=-1) > 1e-6).any():
+        return ["answer's top k is not ordered most likely first"]
+    return []
 
 
 def _fail(result: SmokeResult, problem: str, latencies: list[float] | None = None) -> SmokeResult:

@@ -24,9 +24,21 @@ MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
 INT32_MAX = 2**31 - 1
 UINT64_MAX = 2**64 - 1
 
-# Tensor names the exported graph and the Triton config agree on.
+# Tensor names the exported graph and the Triton config agree on. The graph answers for
+# the next token only: its logits over the vocabulary, and the k most likely ids with
+# their log-probabilities. Every position's logits would be [B, T, V] fp32, 206 MB for one
+# 1024-token GPT-2 request; a client asks Triton for the outputs it needs (top-k by
+# default, a few hundred bytes).
 INPUT_NAME = "input_ids"
-OUTPUT_NAME = "logits"
+OUTPUT_NAME = "logits"  # [B, V] fp32: the last position's logits
+TOP_K_IDS = "top_k_ids"  # [B, k] int64, most likely first
+TOP_K_LOGPROBS = "top_k_logprobs"  # [B, k] fp32, log-softmax of the logits at those ids
+DEFAULT_TOP_K = 16
+
+# What the served graph computes in. int8 is ONNX Runtime's dynamic quantization of the
+# weights (CPU); fp16 is TensorRT's FP16 mode (GPU), so it needs the TensorRT accelerator.
+PRECISIONS: tuple[str, ...] = ("fp32", "int8", "fp16")
+ACCELERATORS: tuple[str, ...] = ("none", "tensorrt")
 
 
 class ServeSpecError(ValueError):
@@ -56,6 +68,9 @@ class ModelSpec:
     # ONNX Runtime threads per instance on CPU; 0 leaves ONNX Runtime's default, one per
     # core of the node, which oversubscribes a replica limited to a few cores.
     intra_op_threads: int = 0
+    top_k: int = DEFAULT_TOP_K
+    precision: str = "fp32"
+    accelerator: str = "none"  # GPU: "tensorrt" runs the graph through ONNX Runtime's TensorRT provider
 
     def __post_init__(self) -> None:
         check_serving(
@@ -71,6 +86,28 @@ class ModelSpec:
             raise ServeSpecError("vocabSize", f"vocabulary size {self.vocab_size} must be at least 1")
         if self.intra_op_threads < 0:
             raise ServeSpecError("cpuThreads", f"{self.intra_op_threads} threads: use 0 (the default) or more")
+        check_contract(device=self.device, top_k=self.top_k, precision=self.precision,
+                       accelerator=self.accelerator, vocab_size=self.vocab_size)
+
+
+def check_contract(*, device: str, top_k: int, precision: str, accelerator: str, vocab_size: int = 0) -> None:
+    """What the served graph computes in and answers with, against the device it runs on."""
+    if precision not in PRECISIONS:
+        raise ServeSpecError("precision", f"precision {precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
+    if accelerator not in ACCELERATORS:
+        raise ServeSpecError("accelerator", f"accelerator {accelerator!r} is not allowed; allowed: "
+                             f"{', '.join(ACCELERATORS)}")
+    if accelerator == "tensorrt" and device != "gpu":
+        raise ServeSpecError("accelerator", "'tensorrt' runs on GPUs only; use 'none' on CPU")
+    if precision == "int8" and device != "cpu":
+        raise ServeSpecError("precision", "'int8' is ONNX Runtime's dynamic quantization for CPUs; on GPUs use "
+                             "'fp16' with the 'tensorrt' accelerator")
+    if precision == "fp16" and accelerator != "tensorrt":
+        raise ServeSpecError("precision", "'fp16' is TensorRT's FP16 mode: set the accelerator to 'tensorrt' "
+                             "(GPU only)")
+    if top_k < 1 or (vocab_size and top_k > vocab_size):
+        bound = f"1 to the vocabulary size {vocab_size}" if vocab_size else "1 or more"
+        raise ServeSpecError("topK", f"top-k {top_k} is out of range; use {bound}")
 
 
 def gpu_refusal(environment: str, pool_roles: Iterable[str]) -> str:

@@ -10,7 +10,16 @@ from __future__ import annotations
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec, ServeSpecError, check_serving
+from workloads.serve.spec import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    TOP_K_IDS,
+    TOP_K_LOGPROBS,
+    ModelSpec,
+    ServeSpecError,
+    check_contract,
+    check_serving,
+)
 
 BACKEND = "onnxruntime"
 MODEL_FILENAME = "model.onnx"
@@ -24,6 +33,8 @@ MAX_SEQUENCE = "max_sequence"
 # Warmup requests are this long at most: enough to build the kernels and allocate the
 # arenas a real request needs, without a full-context request's all-position logits.
 WARMUP_TOKENS = 128
+# TensorRT: the GPU memory an engine build may use for scratch.
+TENSORRT_WORKSPACE_BYTES = 1 << 30
 
 
 def warmups(spec: ModelSpec) -> list[mc.ModelWarmup]:
@@ -37,8 +48,35 @@ def warmups(spec: ModelSpec) -> list[mc.ModelWarmup]:
         for name, batch in shapes]
 
 
+def outputs(spec: ModelSpec) -> list[mc.ModelOutput]:
+    """The next token's logits and its top-k; a client names the ones it wants."""
+    return [mc.ModelOutput(name=OUTPUT_NAME, data_type=mc.TYPE_FP32, dims=[spec.vocab_size]),
+            mc.ModelOutput(name=TOP_K_IDS, data_type=mc.TYPE_INT64, dims=[spec.top_k]),
+            mc.ModelOutput(name=TOP_K_LOGPROBS, data_type=mc.TYPE_FP32, dims=[spec.top_k])]
+
+
+def tensorrt(spec: ModelSpec) -> mc.ModelOptimizationPolicy.ExecutionAccelerators.Accelerator:
+    """ONNX Runtime's TensorRT provider, as Triton's ONNX Runtime backend takes it. The
+    optimisation profile spans every shape the batcher can form (1 x 1 up to max batch x
+    context), so no request falls outside the engine; the optimum is the largest preferred
+    batch at the warmup length. No engine cache: a pod's disk does not outlive it, and the
+    warmup builds the engine before the model is marked ready."""
+    longest = spec.max_sequence if spec.max_sequence > 0 else WARMUP_TOKENS
+    typical = min(longest, WARMUP_TOKENS)
+    parameters = {
+        "precision_mode": "FP16" if spec.precision == "fp16" else "FP32",
+        "max_workspace_size_bytes": str(TENSORRT_WORKSPACE_BYTES),
+        "trt_profile_min_shapes": f"{INPUT_NAME}:1x1",
+        "trt_profile_opt_shapes": f"{INPUT_NAME}:{max(spec.preferred_batch_sizes)}x{typical}",
+        "trt_profile_max_shapes": f"{INPUT_NAME}:{spec.max_batch_size}x{longest}",
+        # Layer norms in fp32 keep an FP16 engine's logits close to fp32's.
+        "trt_layer_norm_fp32_fallback": "1",
+    }
+    return mc.ModelOptimizationPolicy.ExecutionAccelerators.Accelerator(name="tensorrt", parameters=parameters)
+
+
 def build_model_config(spec: ModelSpec) -> mc.ModelConfig:
-    """The ModelConfig for a token-id -> logits model exported with dynamic batch and
+    """The ModelConfig for a token-id -> next-token model exported with dynamic batch and
     sequence axes. Dims leave out the batch axis, as Triton expects when max_batch_size > 0."""
     config = mc.ModelConfig(
         name=spec.name,
@@ -49,7 +87,7 @@ def build_model_config(spec: ModelSpec) -> mc.ModelConfig:
             latest=mc.ModelVersionPolicy.Latest(num_versions=spec.keep_versions)
         ),
         input=[mc.ModelInput(name=INPUT_NAME, data_type=mc.TYPE_INT64, dims=[-1])],
-        output=[mc.ModelOutput(name=OUTPUT_NAME, data_type=mc.TYPE_FP32, dims=[-1, spec.vocab_size])],
+        output=outputs(spec),
         dynamic_batching=mc.ModelDynamicBatching(
             preferred_batch_size=list(spec.preferred_batch_sizes),
             max_queue_delay_microseconds=spec.max_queue_delay_microseconds,
@@ -65,6 +103,8 @@ def build_model_config(spec: ModelSpec) -> mc.ModelConfig:
     if spec.max_sequence > 0:
         config.parameters[MAX_SEQUENCE].string_value = str(spec.max_sequence)
     config.model_warmup.extend(warmups(spec))
+    if spec.accelerator == "tensorrt":
+        config.optimization.execution_accelerators.gpu_execution_accelerator.append(tensorrt(spec))
     return config
 
 
@@ -121,6 +161,14 @@ def check_model_config(config: mc.ModelConfig, directory: str | None = None) -> 
                                      f"{list(tensor.dims)} tokens, above the model's {longest}; Triton would "
                                      "fail to load it")
     device = next(d for d, k in _KINDS.items() if k in kinds)
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    for accelerator in accelerators:
+        precision = accelerator.parameters.get("precision_mode", "FP32").lower()
+        try:
+            check_contract(device=device, top_k=1, precision=precision, accelerator=accelerator.name)
+        except ServeSpecError as err:
+            raise ServeSpecError(err.key, f"{config.name}: gpu_execution_accelerator {accelerator.name!r}: {err}") \
+                from None
     policy = config.version_policy
     keep = policy.latest.num_versions if policy.WhichOneof("policy_choice") == "latest" else 1
     check_serving(

@@ -1,7 +1,7 @@
 """A small in-process server speaking Triton's gRPC inference protocol, backed by ONNX
 Runtime, so the smoke client is tested over a real gRPC connection.
 
-`answer_shape` and `delay_s` let a test make the server misbehave the ways a broken
+`truncate_top_k` and `delay_s` let a test make the server misbehave the ways a broken
 deployment would: a wrong answer shape, or slow answers.
 """
 
@@ -16,20 +16,21 @@ import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from workloads.serve.export import ort_session
-from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME, ModelSpec
+from workloads.serve.spec import DEFAULT_TOP_K, INPUT_NAME, OUTPUT_NAME, TOP_K_IDS, TOP_K_LOGPROBS, ModelSpec
 from workloads.serve.triton_config import build_model_config
 
 
 class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, model: str, onnx_path: Path, vocab_size: int, *, ready: bool = True,
-                 delay_s: float = 0.0, truncate_vocab: bool = False, max_sequence: int = -1) -> None:
+                 delay_s: float = 0.0, truncate_top_k: bool = False, max_sequence: int = -1) -> None:
         self.model = model
         self.session = ort_session(onnx_path, intra_op_threads=1)
         self.vocab_size = vocab_size
         self.ready = ready
         self.delay_s = delay_s
-        self.truncate_vocab = truncate_vocab
+        self.truncate_top_k = truncate_top_k
         self.requests = 0
+        self.asked: list[str] = []  # the outputs the last request named
         # The config Triton would serve: the one `export` writes, context length included.
         self.config = build_model_config(ModelSpec(name=model, vocab_size=vocab_size, max_sequence=max_sequence))
 
@@ -46,7 +47,9 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ModelMetadataResponse(
             name=self.model, versions=["1"], platform="onnxruntime_onnx",
             inputs=[tensor(name=INPUT_NAME, datatype="INT64", shape=[-1, -1])],
-            outputs=[tensor(name=OUTPUT_NAME, datatype="FP32", shape=[-1, -1, self.vocab_size])],
+            outputs=[tensor(name=OUTPUT_NAME, datatype="FP32", shape=[-1, self.vocab_size]),
+                     tensor(name=TOP_K_IDS, datatype="INT64", shape=[-1, DEFAULT_TOP_K]),
+                     tensor(name=TOP_K_LOGPROBS, datatype="FP32", shape=[-1, DEFAULT_TOP_K])],
         )
 
     def ModelConfig(self, request, context):  # noqa: N802
@@ -60,15 +63,20 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{request.model_name}'")
         shape = list(request.inputs[0].shape)
         ids = np.frombuffer(request.raw_input_contents[0], dtype=np.int64).reshape(shape)
-        (logits,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: ids})
-        if self.truncate_vocab:
-            logits = np.ascontiguousarray(logits[..., :-1])
+        # Only the outputs the request names, as Triton answers.
+        self.asked = [output.name for output in request.outputs]
+        names = self.asked or [OUTPUT_NAME, TOP_K_IDS, TOP_K_LOGPROBS]
+        answers = self.session.run(names, {INPUT_NAME: ids})
+        if self.truncate_top_k:
+            answers = [np.ascontiguousarray(a[..., :-1]) if n != OUTPUT_NAME else a for n, a in zip(names, answers)]
         if self.delay_s:
             time.sleep(self.delay_s)
-        out = service_pb2.ModelInferResponse.InferOutputTensor(
-            name=OUTPUT_NAME, datatype="FP32", shape=list(logits.shape))
-        return service_pb2.ModelInferResponse(model_name=self.model, model_version="1", outputs=[out],
-                                              raw_output_contents=[logits.astype(np.float32).tobytes()])
+        kinds = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64"}
+        outputs = [service_pb2.ModelInferResponse.InferOutputTensor(name=name, datatype=kinds[answer.dtype],
+                                                                     shape=list(answer.shape))
+                   for name, answer in zip(names, answers, strict=True)]
+        return service_pb2.ModelInferResponse(model_name=self.model, model_version="1", outputs=outputs,
+                                              raw_output_contents=[answer.tobytes() for answer in answers])
 
 
 def serve(servicer: FakeTriton) -> tuple[grpc.Server, str]:

@@ -3,6 +3,8 @@ parity-checked version that Triton's config parser accepts."""
 
 from __future__ import annotations
 
+import re
+
 import subprocess
 import sys
 from pathlib import Path
@@ -67,16 +69,20 @@ def test_export_publishes_versions_and_rolls_back(checkpoint_root, tmp_path, cap
             "--device", "cpu", "--preferred-batch-sizes", "4", "8", "--max-batch-size", "8",
             "--max-queue-delay-us", "500", "--keep-versions", "2"]
     assert main(args) == 0
-    assert main(args) == 0
+    # The int8 variant has the same tensors, so it is a version of the same model: the
+    # two can be served side by side.
+    assert main([*args, "--precision", "int8"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"published gpt version 1 to {repo} (ONNX Runtime vs PyTorch max |diff| ")
-    assert out[1].startswith(f"published gpt version 2 to {repo}")
+    assert out[0].startswith(f"published gpt version 1 (fp32) to {repo} (ONNX Runtime vs PyTorch max |diff| ")
+    assert re.match(rf"published gpt version 2 \(int8\) to {repo} \(ONNX Runtime vs PyTorch max \|diff\| \S+; "
+                    r"int8 vs fp32: top-1 agreement (9[5-9]|100)\.\d%, top-16 overlap \d+\.\d% over 256 requests", out[1])
     assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["1", "2", "config.pbtxt"]
     assert (repo / "gpt/2/PUBLISHED").is_file()
-    assert (repo / "gpt/2/model.onnx").stat().st_size > 100_000
+    assert 100_000 < (repo / "gpt/2/model.onnx").stat().st_size < (repo / "gpt/1/model.onnx").stat().st_size / 2
     config = parse((repo / "gpt/config.pbtxt").read_text())
     assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
-    assert list(config.output[0].dims) == [-1, 256]
+    assert [(o.name, list(o.dims)) for o in config.output] == [("logits", [256]), ("top_k_ids", [16]),
+                                                               ("top_k_logprobs", [16])]
 
     assert main(["check", str(repo / "gpt/config.pbtxt")]) == 0
     assert capsys.readouterr().out == f"{repo}/gpt/config.pbtxt: ok (gpt, max batch 8)\n"
@@ -87,7 +93,7 @@ def test_export_publishes_versions_and_rolls_back(checkpoint_root, tmp_path, cap
     assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["1", "config.pbtxt", "retired-2"]
     # The next export takes a number never issued before.
     assert main(args) == 0
-    assert capsys.readouterr().out.startswith(f"published gpt version 3 to {repo}")
+    assert capsys.readouterr().out.startswith(f"published gpt version 3 (fp32) to {repo}")
 
 
 def test_export_refuses_a_version_whose_tensors_differ_from_the_published_config(checkpoint_root, tmp_path,
@@ -101,8 +107,8 @@ def test_export_refuses_a_version_whose_tensors_differ_from_the_published_config
     assert code == 2
     assert capsys.readouterr().err == (
         "python -m workloads.serve export: error: --model-name gpt: the published config has input_ids INT64 [-1]; "
-        "logits FP32 [-1, 512]; max batch on; this version needs input_ids INT64 [-1]; logits FP32 [-1, 256]; max "
-        "batch on; Triton has one config for all versions of a model, so publish this checkpoint under a new "
+        "logits FP32 [512]; top_k_ids INT64 [16]; top_k_logprobs FP32 [16]; max batch on; this version needs "
+        "input_ids INT64 [-1]; logits FP32 [256]; top_k_ids INT64 [16]; top_k_logprobs FP32 [16]; max batch on; Triton has one config for all versions of a model, so publish this checkpoint under a new "
         "--model-name\n")
     assert (repo / "gpt/config.pbtxt").read_text() == before
     assert sorted(p.name for p in (repo / "gpt").iterdir()) == ["config.pbtxt"]

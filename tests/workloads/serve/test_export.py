@@ -1,4 +1,5 @@
-"""Checkpoint -> ONNX with dynamic batch and sequence axes, equal to PyTorch within 1e-4."""
+"""Checkpoint -> ONNX with dynamic batch and sequence axes, answering for the next token,
+equal to PyTorch within 1e-4; and its int8 variant, held to the fp32 graph's answers."""
 
 from __future__ import annotations
 
@@ -7,20 +8,33 @@ import onnx
 import pytest
 import torch
 
-from workloads.serve.export import PARITY_ATOL, ParityError, check_parity, export_checked, ort_session
 from tests.workloads.serve.conftest import CONTEXT, VOCAB
+from workloads.serve.export import (
+    INT8_MIN_TOP1_AGREEMENT,
+    PARITY_ATOL,
+    ParityError,
+    check_parity,
+    export_checked,
+    ort_session,
+)
+from workloads.serve.spec import DEFAULT_TOP_K
 
 
-def test_graph_has_dynamic_batch_and_sequence_axes(exported):
+def _dims(value: onnx.ValueInfoProto) -> list:
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def test_graph_answers_for_the_next_token_with_dynamic_batch_and_sequence_axes(exported):
     graph = onnx.load(str(exported.path)).graph
-    [inp], [out] = graph.input, graph.output
-    assert (inp.name, out.name) == ("input_ids", "logits")
-    assert inp.type.tensor_type.elem_type == onnx.TensorProto.INT64
-    assert out.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
-    in_dims = [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim]
-    out_dims = [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim]
-    assert in_dims == ["batch", "sequence"]
-    assert out_dims == ["batch", "sequence", VOCAB]
+    [inp] = graph.input
+    assert inp.name == "input_ids" and inp.type.tensor_type.elem_type == onnx.TensorProto.INT64
+    assert _dims(inp) == ["batch", "sequence"]
+    # No [batch, sequence, vocab] output: 206 MB for one 1024-token GPT-2 request.
+    assert {o.name: (o.type.tensor_type.elem_type, _dims(o)) for o in graph.output} == {
+        "logits": (onnx.TensorProto.FLOAT, ["batch", VOCAB]),
+        "top_k_ids": (onnx.TensorProto.INT64, ["batch", DEFAULT_TOP_K]),
+        "top_k_logprobs": (onnx.TensorProto.FLOAT, ["batch", DEFAULT_TOP_K]),
+    }
     # A model this small is one self-contained file, as Triton's repository layout expects.
     assert [p.name for p in exported.files] == ["model.onnx"]
 
@@ -30,11 +44,16 @@ def test_onnxruntime_matches_pytorch_at_any_batch_and_length(tiny_gpt, exported,
     model, _ = tiny_gpt
     ids = torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(batch))
     with torch.no_grad():
-        expected = model(ids).numpy()
-    (got,) = ort_session(exported.path).run(["logits"], {"input_ids": ids.numpy()})
-    assert got.shape == (batch, length, VOCAB) and got.dtype == np.float32
+        expected = model(ids)[:, -1, :].numpy()
+    got, top_ids, top_logprobs = ort_session(exported.path).run(
+        ["logits", "top_k_ids", "top_k_logprobs"], {"input_ids": ids.numpy()})
+    assert got.shape == (batch, VOCAB) and got.dtype == np.float32
     assert np.max(np.abs(got - expected)) <= PARITY_ATOL
     assert exported.max_abs_diff <= PARITY_ATOL
+    # The top k is PyTorch's: the k largest log-probabilities, most likely first.
+    logprobs = torch.log_softmax(torch.from_numpy(expected), dim=-1).numpy()
+    assert np.allclose(top_logprobs, -np.sort(-logprobs, axis=-1)[:, :DEFAULT_TOP_K], atol=PARITY_ATOL)
+    assert np.allclose(np.take_along_axis(logprobs, top_ids, axis=-1), top_logprobs, atol=PARITY_ATOL)
 
 
 def test_export_from_the_trainers_checkpoint(checkpoint_root, tiny_gpt, tmp_path):
@@ -56,3 +75,39 @@ def test_parity_check_catches_a_different_model(tiny_gpt, exported):
     other = GPT(tiny_gpt[1])  # fresh weights: not what was exported
     with pytest.raises(ParityError, match=r"ONNX Runtime differs from PyTorch by .* \(> 0.0001\) at batch 1"):
         check_parity(other, exported.path, vocab_size=VOCAB, max_sequence=CONTEXT)
+
+
+def test_int8_variant_is_smaller_and_holds_the_fp32_answers(tiny_gpt, exported, tmp_path):
+    model, config = tiny_gpt
+    result = export_checked(model, tmp_path / "model.onnx", vocab_size=config.vocab_size,
+                            max_sequence=config.block_size, precision="int8")
+    assert [p.name for p in result.files] == ["model.onnx"]  # the fp32 graph it came from is gone
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]
+    graph = onnx.load(str(result.path)).graph
+    assert any(node.op_type in {"MatMulInteger", "DynamicQuantizeMatMul"} for node in graph.node)
+    assert result.path.stat().st_size < exported.path.stat().st_size / 2
+    agreement = result.agreement
+    assert agreement is not None and agreement.top1 >= INT8_MIN_TOP1_AGREEMENT
+    assert 0 < agreement.max_abs_diff  # quantized: not the fp32 graph under another name
+
+
+def test_int8_that_loses_the_answers_is_not_published(tiny_gpt, tmp_path, monkeypatch):
+    import workloads.serve.export as export
+
+    model, config = tiny_gpt
+    real = export.quantize_int8
+
+    def damaged(source, target):  # quantize, then scramble one weight matrix's scale
+        files = real(source, target)
+        quantized = onnx.load(str(target))
+        for init in quantized.graph.initializer:
+            if init.name.endswith("_scale") and init.data_type == onnx.TensorProto.FLOAT:
+                init.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(init) * -40, init.name))
+        onnx.save(quantized, str(target))
+        return files
+
+    monkeypatch.setattr(export, "quantize_int8", damaged)
+    with pytest.raises(ParityError, match=r"int8 does not hold the fp32 answers: .* agrees on .* serve this model"):
+        export_checked(model, tmp_path / "model.onnx", vocab_size=config.vocab_size,
+                       max_sequence=config.block_size, precision="int8")
+    assert list(tmp_path.iterdir()) == []

@@ -26,10 +26,50 @@ def test_round_trip_is_exact_and_says_what_we_meant():
     assert config.version_policy.latest.num_versions == 3
     [group] = config.instance_group
     assert (group.kind, group.count) == (mc.ModelInstanceGroup.KIND_GPU, 2)
-    [inp], [out] = config.input, config.output
-    # The batch axis is implicit (max_batch_size > 0); sequence stays dynamic.
+    [inp] = config.input
+    # The batch axis is implicit (max_batch_size > 0); sequence stays dynamic on the way in,
+    # and the answer is the next token's only.
     assert (inp.name, inp.data_type, list(inp.dims)) == ("input_ids", mc.TYPE_INT64, [-1])
-    assert (out.name, out.data_type, list(out.dims)) == ("logits", mc.TYPE_FP32, [-1, 50304])
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [
+        ("logits", mc.TYPE_FP32, [50304]), ("top_k_ids", mc.TYPE_INT64, [16]), ("top_k_logprobs", mc.TYPE_FP32, [16])]
+    # No accelerator unless asked: ONNX Runtime's CUDA provider.
+    assert not config.optimization.execution_accelerators.gpu_execution_accelerator
+
+
+def test_tensorrt_fp16_reaches_the_config_with_a_profile_spanning_every_batch():
+    config = parse(round_trip(gpu_spec(accelerator="tensorrt", precision="fp16", max_sequence=1024, top_k=5)))
+    [trt] = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert trt.name == "tensorrt"
+    assert dict(trt.parameters) == {
+        "precision_mode": "FP16", "max_workspace_size_bytes": "1073741824", "trt_layer_norm_fp32_fallback": "1",
+        "trt_profile_min_shapes": "input_ids:1x1", "trt_profile_opt_shapes": "input_ids:64x128",
+        "trt_profile_max_shapes": "input_ids:64x1024"}
+    assert [list(o.dims) for o in config.output] == [[50304], [5], [5]]
+    fp32 = parse(round_trip(gpu_spec(accelerator="tensorrt", max_sequence=1024)))
+    assert fp32.optimization.execution_accelerators.gpu_execution_accelerator[0].parameters["precision_mode"] == "FP32"
+
+
+@pytest.mark.parametrize("changes, key, message", [
+    ({"device": "cpu", "instance_count": 1, "accelerator": "tensorrt"}, "accelerator",
+     "'tensorrt' runs on GPUs only; use 'none' on CPU"),
+    ({"precision": "int8"}, "precision", "'int8' is ONNX Runtime's dynamic quantization for CPUs; on GPUs use "
+                                         "'fp16' with the 'tensorrt' accelerator"),
+    ({"precision": "fp16"}, "precision", "'fp16' is TensorRT's FP16 mode: set the accelerator to 'tensorrt' "
+                                         "(GPU only)"),
+    ({"precision": "bf8"}, "precision", "precision 'bf8' is not allowed; allowed: fp32, int8, fp16"),
+    ({"top_k": 0}, "topK", "top-k 0 is out of range; use 1 to the vocabulary size 50304"),
+    ({"top_k": 50305}, "topK", "top-k 50305 is out of range; use 1 to the vocabulary size 50304"),
+])
+def test_contracts_a_device_cannot_serve_are_refused(changes, key, message):
+    with pytest.raises(ServeSpecError) as err:
+        gpu_spec(**changes)
+    assert (err.value.key, str(err.value)) == (key, message)
+
+
+def test_a_hand_edited_accelerator_on_cpu_is_refused():
+    text = round_trip(gpu_spec(accelerator="tensorrt")).replace("KIND_GPU", "KIND_CPU")
+    with pytest.raises(ServeSpecError, match=r"gpt: gpu_execution_accelerator 'tensorrt': 'tensorrt' runs on GPUs only"):
+        check_model_config(parse(text), "gpt")
 
 
 def test_cpu_config_uses_cpu_instances():
