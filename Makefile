@@ -102,6 +102,7 @@ bench: setup services
 	$(BIN)/python bench/policy.py
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/quantize.py
 	$(BIN)/python bench/tracking.py
 	$(BIN)/python bench/features.py
 	$(BIN)/python bench/drift.py

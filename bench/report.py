@@ -156,6 +156,15 @@ def table() -> str:
         sections.append((*train_rows([t for t in trains if t]), "; ".join(_machine(t) for t in trains if t)))
     if (data := load("serve")) is not None:
         sections.append((*serve_rows(data), _machine(data)))
+    if (data := load("quantize")) is not None:
+        accuracy = data["accuracy"]
+        longest = max(data["speed"]["rows"], key=lambda r: (r["batch"], r["tokens"]))
+        rows = [[f"int8 vs fp32 (ONNX Runtime dynamic quantization), GPT-2 124M batch {longest['batch']} x "
+                 f"{longest['tokens']} tokens, in process, no server",
+                 f"{longest['speedup']:.2f}x faster; top-1 agreement {accuracy['held_out_top1_agreement']:.1%}, "
+                 f"{accuracy['bits_per_byte']['int8']} vs {accuracy['bits_per_byte']['fp32']} bits/byte held out",
+                 "holds accuracy (≥ 95% top-1)"]]
+        sections.append((rows, "", data["machine"] + f", {data['date']}"))
     if (data := load("mirror")) is not None:
         rows = [[f"mlplat mirror, {data['images']} two-platform images ({data['bytes'] / 1e6:,.0f} MB) and "
                  f"{data['charts']} charts, local registries: first run, then repeat with nothing changed",

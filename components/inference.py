@@ -1,5 +1,6 @@
-"""`InferenceService`: Triton serving the stack's model from the models bucket, autoscaled
-(see components/inference_spec.py for what each object holds and why)."""
+"""`InferenceService`: Triton serving the stack's model from the models bucket, autoscaled,
+rolled out by Argo Rollouts behind Envoy Gateway (see components/inference_spec.py and
+components/rollout_spec.py for what each object holds and why)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pulumi
 
 from components.addons.charts import helm_chart
 from components.addons.objects import create
+from components.addons.values import MirrorImage
 from components.inference_spec import (
     ADAPTER_RELEASE,
-    ServingPlan,
+    ENVOY_GATEWAY_NAMESPACE,
     adapter_values,
     autoscaler,
     deployment,
@@ -20,10 +22,32 @@ from components.inference_spec import (
     namespace,
     network_policies,
     pod_monitor,
-    service,
     service_account,
 )
-from components.tenancy_spec import MONITORING_NAMESPACE
+from components.rollout_spec import (
+    RolloutPlan,
+    analysis_template,
+    auth_rules,
+    canary_rules,
+    envoy_proxy,
+    gateway,
+    gateway_class,
+    gateway_monitor,
+    grpc_route,
+    http_route,
+    rollout,
+    security_policy,
+    variant_services,
+)
+from components.rollout_values import (
+    ARGO_ROLLOUTS_CHART,
+    ARGO_ROLLOUTS_NAMESPACE,
+    ENVOY_GATEWAY_CHART,
+    argo_rollouts_values,
+    certgen_objects,
+    envoy_gateway_values,
+)
+from components.tenancy_spec import MONITORING_NAMESPACE, SYSTEM_NAMESPACES, system_namespace
 
 @dataclass(frozen=True)
 class MetricsAdapter:
@@ -36,54 +60,110 @@ class MetricsAdapter:
 
 
 @dataclass(frozen=True)
+class RolloutControllers:
+    """Envoy Gateway and Argo Rollouts, from the in-region mirrors."""
+
+    envoy_gateway: MirrorImage
+    envoy: str  # the proxies' image (image_uri)
+    argo_rollouts: MirrorImage
+    plugin: str  # the platform's image holding Argo's Gateway API plugin (image_uri)
+    chart_mirror: str = field(kw_only=True)
+
+
+@dataclass(frozen=True)
 class InferenceServiceArgs:
-    plan: ServingPlan
+    plan: RolloutPlan
+    controllers: RolloutControllers
     adapter: MetricsAdapter | None = None  # None: the cluster already serves the metric APIs
     # The Prometheus stack (its CRDs and its Prometheus), the device plugins, the nodes.
     depends_on: tuple[pulumi.Resource, ...] = ()
 
 
 class InferenceService(pulumi.ComponentResource):
-    """Triton's Deployment with its namespace, network policies and ServiceAccount, the
-    ClusterIP Service (and the internal TLS NLB where asked for), the
-    HorizontalPodAutoscaler with prometheus-adapter, the PodDisruptionBudget and the
-    PodMonitor. The Pod Identity role the ServiceAccount gets is the cloud layer's
+    """Triton's Deployment (the template) with its namespace, network policies and
+    ServiceAccount; Argo Rollouts' Rollout that runs its pods as a stable and a canary
+    version, with the AnalysisTemplate that aborts a failing canary; Envoy Gateway's
+    Gateway, the only way in, with the SecurityPolicy that authenticates and authorizes
+    every request and the weighted routes to the two versions' Services (and the internal
+    TLS NLB in front of the gateway where asked for); the HorizontalPodAutoscaler with
+    prometheus-adapter, the PodDisruptionBudget, the PodMonitors and the per-variant and
+    gateway rules. The Pod Identity role the ServiceAccount gets is the cloud layer's
     (`serving_identity`, infra/inference.py)."""
 
     deployment: pulumi.CustomResource
-    service: pulumi.CustomResource
+    rollout: pulumi.CustomResource
 
     def __init__(self, name: str, args: InferenceServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:inference:InferenceService", name, None, opts)
-        plan = args.plan
+        rollout_plan = args.plan
+        plan = rollout_plan.serving
+        tools = args.controllers
         after = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+
+        # The controllers first: their CRDs (Gateway API, Envoy Gateway, Argo Rollouts) must
+        # exist before anything of their kinds.
+        controller_namespaces = {ns: create(system_namespace(SYSTEM_NAMESPACES[ns]), after)
+                                 for ns in (ENVOY_GATEWAY_NAMESPACE, ARGO_ROLLOUTS_NAMESPACE)}
+        in_gateway_ns = pulumi.ResourceOptions(parent=self, depends_on=[controller_namespaces[ENVOY_GATEWAY_NAMESPACE]])
+        # Envoy Gateway's certificates: its chart makes them in a hook the provider drops.
+        certgen = [create(obj, in_gateway_ns) for obj in certgen_objects(tools.envoy_gateway.uri)]
+        envoy_gateway = helm_chart(
+            ENVOY_GATEWAY_CHART, envoy_gateway_values(tools.envoy_gateway), tools.chart_mirror,
+            pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *certgen]),
+            namespace=ENVOY_GATEWAY_NAMESPACE)
+        argo = helm_chart(
+            ARGO_ROLLOUTS_CHART, argo_rollouts_values(tools.argo_rollouts, tools.plugin), tools.chart_mirror,
+            pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on,
+                                                            controller_namespaces[ARGO_ROLLOUTS_NAMESPACE]]),
+            namespace=ARGO_ROLLOUTS_NAMESPACE)
 
         ns = create(namespace(plan), after)
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-        account = service_account(plan)
-        sa = create(account, in_ns)
+        sa = create(service_account(plan), in_ns)
         # Deny-all first, so no pod ever runs without its fences.
         fences = [create(policy, in_ns) for policy in network_policies(plan)]
 
         # The Pod Identity association is the cloud layer's, applied before this layer, so
         # pods started here get credentials; the repository is fetched only at start.
         ready: list[pulumi.Resource] = [sa, *fences]
-        # Created with no replicas (inference_spec.deployment says why); after that the publish
-        # step and the HorizontalPodAutoscaler own the count, so the program never sends it
-        # again: with server-side apply the provider leaves an ignored field to its other
-        # managers (pulumi-kubernetes #2491, #2258).
+        # The template the Rollout runs, at zero replicas for good (inference_spec.deployment).
         run = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *ready],
                                      ignore_changes=["spec.replicas"])
         self.deployment = create(deployment(plan), run)
-        self.service = create(service(plan), in_ns)
-        balancer = load_balancer_service(plan)
-        self.load_balancer = create(balancer, in_ns) if balancer is not None else None
+        backends = [create(svc, in_ns) for svc in variant_services(rollout_plan)]
         create(disruption_budget(plan), in_ns)
 
-        # The PodMonitor is the Prometheus stack's CRD: it exists once the stack is in.
+        # The gateway: its class and proxies (cluster-wide and Envoy Gateway's namespace),
+        # the Gateway, who may pass, and the weighted routes.
+        with_gateway = pulumi.ResourceOptions(parent=self, depends_on=[ns, envoy_gateway])
+        proxy = create(envoy_proxy(rollout_plan, tools.envoy), with_gateway)
+        klass = create(gateway_class(), pulumi.ResourceOptions(parent=self, depends_on=[envoy_gateway, proxy]))
+        entry = create(gateway(rollout_plan), pulumi.ResourceOptions(parent=self, depends_on=[ns, klass]))
+        policy = security_policy(rollout_plan)
+        guarded = [entry, *([create(policy, pulumi.ResourceOptions(parent=self, depends_on=[entry]))]
+                            if policy else [])]
+        # Argo's plugin moves the routes' weights during a rollout; a later `pulumi up`
+        # must not move them back in the middle of one.
+        routed = pulumi.ResourceOptions(parent=self, depends_on=[*guarded, *backends],
+                                        ignore_changes=["spec.rules[0].backendRefs"])
+        routes = [create(grpc_route(rollout_plan), routed), create(http_route(rollout_plan), routed)]
+        balancer = load_balancer_service(plan)
+        self.load_balancer = create(balancer, with_gateway) if balancer is not None else None
+
+        # The Rollout runs the pods once every route, backend and its analysis exist.
+        with_argo = pulumi.ResourceOptions(parent=self, depends_on=[ns, argo])
+        analysis = create(analysis_template(rollout_plan), with_argo)
+        self.rollout = create(rollout(rollout_plan), pulumi.ResourceOptions(
+            parent=self, depends_on=[argo, self.deployment, analysis, *routes], ignore_changes=["spec.replicas"]))
+
+        # Monitoring: the Prometheus stack's CRDs exist once the stack is in.
         scraped = pulumi.ResourceOptions(parent=self, depends_on=[ns, *args.depends_on])
         create(pod_monitor(plan), scraped)
-        metrics_ready: list[pulumi.Resource] = [self.deployment]
+        create(canary_rules(rollout_plan), scraped)
+        create(auth_rules(rollout_plan), scraped)
+        create(gateway_monitor(rollout_plan), pulumi.ResourceOptions(parent=self, depends_on=[
+            controller_namespaces[ENVOY_GATEWAY_NAMESPACE], *args.depends_on]))
+        metrics_ready: list[pulumi.Resource] = [self.rollout]
         if args.adapter is not None:
             adapter = args.adapter
             metrics_ready.append(helm_chart(
@@ -94,6 +174,6 @@ class InferenceService(pulumi.ComponentResource):
         create(autoscaler(plan), pulumi.ResourceOptions(parent=self, depends_on=metrics_ready))
         self.register_outputs({
             "namespace": plan.namespace,
-            "service": plan.name,
+            "rollout": plan.name,
             "model": plan.model,
         })

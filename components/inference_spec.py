@@ -29,17 +29,25 @@ LOCAL_REPOSITORY = "/models"
 # rolled-back versions to retired-<N>; a pod's copy keeps only versions with the marker.
 PUBLISHED_MARKER = "PUBLISHED"
 RETIRED_PATTERN = "retired-*"
-# $1: the repository's s3:// URI, $2: the local repository, $3: the model. Only that model
-# is copied (Triton loads every model it finds). The copy starts from empty, since an
-# init container that failed halfway is retried on the same volume; a version caught
-# halfway through publishing or retiring is dropped (Triton would refuse to start on it).
-# No config or no complete version fails the pod's start, and the kubelet retries it,
-# rather than starting a Triton that serves nothing.
+# $1: the repository's s3:// URI, $2: the local repository, $3: the model, $4: the version
+# served (empty: every published one). Only that model is copied (Triton loads every model
+# it finds), and of a pinned version only that version: the two variants of a rollout are
+# two pod templates that differ in it. The copy starts from empty, since an init container
+# that failed halfway is retried on the same volume; a version caught halfway through
+# publishing or retiring is dropped (Triton would refuse to start on it). No config or no
+# complete version (or not the pinned one) fails the pod's start, and the kubelet retries
+# it, rather than starting a Triton that serves nothing.
 FETCH_SCRIPT = f"""set -eu
 model="$2$3"
+pinned="${{4:-}}"
 rm -rf "$model"
 mkdir -p "$model"
-aws s3 sync "$1$3/" "$model/" --only-show-errors --no-progress --exclude '{RETIRED_PATTERN}'
+if [ -n "$pinned" ]; then
+  aws s3 sync "$1$3/" "$model/" --only-show-errors --no-progress --exclude '*' --include config.pbtxt \\
+    --include "$pinned/*"
+else
+  aws s3 sync "$1$3/" "$model/" --only-show-errors --no-progress --exclude '{RETIRED_PATTERN}'
+fi
 complete=0
 for version in "$model"/*/; do
   name=$(basename "$version")
@@ -52,7 +60,7 @@ for version in "$model"/*/; do
   fi
 done
 if [ ! -f "$model/config.pbtxt" ] || [ "$complete" -eq 0 ]; then
-  echo "nothing to serve: $1$3/ holds no config.pbtxt or no completely published version" >&2
+  echo "nothing to serve: $1$3/ holds no config.pbtxt or no completely published version${{pinned:+ $pinned}}" >&2
   exit 1
 fi
 echo "copied $3: $complete version(s)"
@@ -74,6 +82,19 @@ LB_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer"
 PROMETHEUS_URL = f"http://kube-prometheus-stack-prometheus.{MONITORING_NAMESPACE}.svc"
 PROMETHEUS_PORT = 9090
 ADAPTER_RELEASE = "prometheus-adapter"
+# The rollout (components/rollout_spec.py): Argo Rollouts runs the pods of the Deployment's
+# template and labels each with its role; the only way in is Envoy Gateway's Gateway.
+ROLLOUTS_API = "argoproj.io/v1alpha1"
+VARIANT_LABEL = "mlplat.io/variant"  # on the pods: stable or canary
+VARIANT = "variant"  # the same on every series their metrics carry
+ENVOY_GATEWAY_NAMESPACE = "envoy-gateway-system"
+GATEWAY = "inference"  # the Gateway's name, in the serving namespace
+
+
+def gateway_pods(namespace: str) -> dict[str, str]:
+    """The labels Envoy Gateway puts on the proxies it runs for the Gateway."""
+    return {"gateway.envoyproxy.io/owning-gateway-name": GATEWAY,
+            "gateway.envoyproxy.io/owning-gateway-namespace": namespace}
 
 
 @dataclass(frozen=True)
@@ -104,8 +125,9 @@ class ServingPlan:
     vpc_cidr: str
     endpoint_cidrs: tuple[str, ...] = ()  # the S3 gateway endpoint's prefix list
     load_balancer: LoadBalancerPlan | None = None
-    name: str = SERVICE_ACCOUNT  # Deployment, Service, ServiceAccount, HPA, PDB
+    name: str = SERVICE_ACCOUNT  # Deployment, Rollout, ServiceAccount, HPA, PDB
     repository_gi: int = 20  # the pod's copy of its model (keepVersions + 2 versions during an export)
+    version: int | None = None  # the version served; None: every published one
 
     @property
     def service_account(self) -> str:
@@ -153,6 +175,9 @@ def triton_args(plan: ServingPlan) -> list[str]:
         f"--grpc-port={GRPC_PORT}",
         f"--metrics-port={METRICS_PORT}",
         "--allow-metrics=true",
+        # Per-request latency quantiles, per model and version: the canary's p99 against the
+        # stable's (components/rollout_spec.py).
+        "--metrics-config=summary_latencies=true",
         f"--allow-gpu-metrics={'true' if plan.gpus else 'false'}",
         "--exit-timeout-secs=30",
     ]
@@ -197,7 +222,7 @@ def fetch_container(plan: ServingPlan) -> dict[str, Any]:
         "image": plan.fetch_image,
         "imagePullPolicy": "Always",
         "command": ["sh", "-c", FETCH_SCRIPT, "fetch-models", f"{plan.model_repository}/", f"{LOCAL_REPOSITORY}/",
-                    plan.model],
+                    plan.model, str(plan.version or "")],
         "env": [
             # The bucket's own region, through the VPC's S3 endpoint.
             {"name": "AWS_REGION", "value": plan.region},
@@ -286,14 +311,15 @@ def deployment(plan: ServingPlan) -> dict[str, Any]:
     }
 
 
-def service(plan: ServingPlan) -> dict[str, Any]:
-    """Inside the cluster: HTTP/REST and gRPC (the smoke client speaks gRPC). The provider
-    does not wait for it to target a pod: serving starts at zero replicas and is scaled up
-    once a model is published (infra/checks/first_deploy.py lists why)."""
+def service(plan: ServingPlan, name: str) -> dict[str, Any]:
+    """The gateway's backends, HTTP/REST and gRPC: Argo Rollouts adds the pod-template hash
+    of the stable or the canary pods to the selector. The provider does not wait for it to
+    target a pod: serving starts at zero replicas and is scaled up once a model is
+    published (infra/checks/first_deploy.py lists why)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {**_meta(plan), "annotations": {SKIP_AWAIT: "true"}},
+        "metadata": {**_meta(plan, name), "annotations": {SKIP_AWAIT: "true"}},
         "spec": {
             "type": "ClusterIP",
             "selector": selector(plan),
@@ -309,14 +335,16 @@ def service(plan: ServingPlan) -> dict[str, Any]:
 def load_balancer_service(plan: ServingPlan) -> dict[str, Any] | None:
     """The internal NLB, only when the stack asks for it: TLS terminated with the stack's
     ACM certificate (TLS 1.2+), gRPC on 443 (ALPN h2 so gRPC works through it), HTTP/REST on
-    8443, reachable only from the listed networks, straight to the pods' IPs."""
+    8443, reachable only from the listed networks, straight to the gateway's proxies (which
+    authenticate every request), never to Triton."""
     if plan.load_balancer is None:
         return None
     lb = plan.load_balancer
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {**_meta(plan, f"{plan.name}-tls"), "annotations": {
+        "metadata": {"name": f"{GATEWAY}-gateway-tls", "namespace": ENVOY_GATEWAY_NAMESPACE, "labels": labels(plan),
+                     "annotations": {
             f"{LB_ANNOTATION}-scheme": "internal",
             f"{LB_ANNOTATION}-nlb-target-type": "ip",
             f"{LB_ANNOTATION}-ssl-cert": lb.certificate_arn,
@@ -334,10 +362,11 @@ def load_balancer_service(plan: ServingPlan) -> dict[str, Any] | None:
             "loadBalancerClass": NLB_CLASS,
             "allocateLoadBalancerNodePorts": False,
             "loadBalancerSourceRanges": list(lb.source_cidrs),
-            "selector": selector(plan),
+            "selector": gateway_pods(plan.namespace),
+            # The proxies listen on the Gateway's listener ports.
             "ports": [
-                {"name": "grpc-tls", "port": 443, "targetPort": "grpc", "protocol": "TCP"},
-                {"name": "https", "port": 8443, "targetPort": "http", "protocol": "TCP"},
+                {"name": "grpc-tls", "port": 443, "targetPort": GRPC_PORT, "protocol": "TCP"},
+                {"name": "https", "port": 8443, "targetPort": HTTP_PORT, "protocol": "TCP"},
             ],
         },
     }
@@ -359,7 +388,8 @@ def autoscaler(plan: ServingPlan) -> dict[str, Any]:
         "kind": "HorizontalPodAutoscaler",
         "metadata": _meta(plan),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": plan.name},
+            # Argo Rollouts runs the pods (the Deployment holds the template at zero).
+            "scaleTargetRef": {"apiVersion": ROLLOUTS_API, "kind": "Rollout", "name": plan.name},
             "minReplicas": plan.min_replicas,
             "maxReplicas": plan.max_replicas,
             "metrics": [metric],
@@ -386,13 +416,16 @@ def disruption_budget(plan: ServingPlan) -> dict[str, Any]:
 
 
 def pod_monitor(plan: ServingPlan) -> dict[str, Any]:
-    """Prometheus scrapes Triton's metrics port; the adapter turns them into the queue metric."""
+    """Prometheus scrapes Triton's metrics port; the adapter turns them into the queue
+    metric. Each series gets the pod's rollout role (stable or canary) as `variant`."""
+    source = "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in VARIANT_LABEL)
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": _meta(plan),
         "spec": {"selector": {"matchLabels": selector(plan)},
-                 "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}]},
+                 "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s", "relabelings": [
+                     {"sourceLabels": [source], "targetLabel": VARIANT, "action": "replace"}]}]},
     }
 
 
@@ -407,14 +440,13 @@ def _tcp(*ports: int) -> list[dict[str, Any]]:
 
 def network_policies(plan: ServingPlan) -> list[dict[str, Any]]:
     """Deny everything, then: DNS; HTTPS to the AWS endpoints (S3, for the repository's
-    copy); the Pod Identity agent for credentials; clients in the cluster (and the NLB, from
-    inside the VPC) on the serving ports; Prometheus on the metrics port."""
+    copy); the Pod Identity agent for credentials; the gateway's proxies, and nothing else,
+    on the serving ports (every request is authenticated there); Prometheus on the metrics
+    port."""
     pods = {"podSelector": {"matchLabels": selector(plan)}}
-    client_sources: list[dict[str, Any]] = [{"namespaceSelector": {}}]
-    if plan.load_balancer is not None:
-        # The NLB sends from its own addresses in the VPC's subnets; who may reach the NLB
-        # is its security group's business (loadBalancerSourceRanges).
-        client_sources.append({"ipBlock": {"cidr": plan.vpc_cidr}})
+    client_sources: list[dict[str, Any]] = [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ENVOY_GATEWAY_NAMESPACE}},
+        "podSelector": {"matchLabels": gateway_pods(plan.namespace)}}]
     return [
         _policy(plan, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         _policy(plan, "allow-dns", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{
@@ -426,7 +458,7 @@ def network_policies(plan: ServingPlan) -> list[dict[str, Any]]:
             "ports": _tcp(443)}]}),
         _policy(plan, "allow-pod-identity", {**pods, "policyTypes": ["Egress"], "egress": [{
             "to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}]}),
-        _policy(plan, "allow-clients", {**pods, "policyTypes": ["Ingress"], "ingress": [{
+        _policy(plan, "allow-gateway", {**pods, "policyTypes": ["Ingress"], "ingress": [{
             "from": client_sources, "ports": _tcp(HTTP_PORT, GRPC_PORT)}]}),
         _policy(plan, "allow-prometheus", {**pods, "policyTypes": ["Ingress"], "ingress": [{
             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}},
@@ -436,8 +468,9 @@ def network_policies(plan: ServingPlan) -> list[dict[str, Any]]:
 
 
 def objects(plan: ServingPlan) -> list[dict[str, Any]]:
-    """Every object of the service, in the order they are applied."""
-    found = [namespace(plan), service_account(plan), *network_policies(plan), deployment(plan), service(plan)]
+    """Every object of the service, in the order they are applied (the rollout's and the
+    gateway's are components/rollout_spec.py's)."""
+    found = [namespace(plan), service_account(plan), *network_policies(plan), deployment(plan)]
     lb = load_balancer_service(plan)
     if lb is not None:
         found.append(lb)

@@ -87,6 +87,9 @@ SYSTEM_NAMESPACES: dict[str, SystemNamespace] = {ns.name: ns for ns in (
     ),
     SystemNamespace("kueue-system", "restricted", "Kueue's controller needs no host access."),
     SystemNamespace("jobset-system", "restricted", "JobSet's controller needs no host access."),
+    SystemNamespace("envoy-gateway-system", "restricted",
+                    "Envoy Gateway's controller and the inference gateway's proxies need no host access."),
+    SystemNamespace("argo-rollouts", "restricted", "Argo Rollouts' controller needs no host access."),
 )}
 
 RESERVED_NAMES = frozenset(SYSTEM_NAMESPACES) | {"default", "kube-public", "kube-node-lease"}

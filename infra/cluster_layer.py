@@ -110,7 +110,7 @@ def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
     tracking = build_tracking_server(config, descriptor, services, provider, layer.platform_images)
     features = build_feature_projects(config, descriptor, services, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
-    inference = build_inference(config, descriptor, services, provider)
+    inference = build_inference(config, descriptor, services, provider, layer.platform_images)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster_name)
     return ClusterLayer(descriptor, config, provider, storage_class, services, training, inference, tracking,

@@ -624,7 +624,7 @@ class InferenceAbortConfig(_Model):
     error_ratio: float = Field(default=2.0, gt=1)
     error_floor: float = Field(default=0.01, gt=0, lt=1)
     p99_ratio: float = Field(default=1.5, gt=1, alias="p99Ratio")
-    window_minutes: int = Field(default=5, ge=1, le=60)
+    window_minutes: int = Field(default=10, ge=1, le=60)
     min_requests_per_second: float = Field(default=0.5, ge=0)
 
 

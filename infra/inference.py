@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 from components.addons.plan import chart_mirror
 from components.addons.values import mirror_image
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
-from components.inference import InferenceService, InferenceServiceArgs, MetricsAdapter
+from components.inference import InferenceService, InferenceServiceArgs, MetricsAdapter, RolloutControllers
 from components.inference_spec import (
     SERVICE_ACCOUNT,
     LoadBalancerPlan,
@@ -22,6 +22,7 @@ from components.inference_spec import (
     s3_statements,
     source_cidrs,
 )
+from components.rollout_spec import AbortRule, AuthPlan, RolloutPlan
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor
 from infra.inference_plan import ResolvedInference, resolve_inference
@@ -54,6 +55,35 @@ def serving_plan(config: PlatformConfig, job: ResolvedInference, account_id: str
         load_balancer=LoadBalancerPlan(balancer.certificate_arn, source_cidrs(balancer.allowed_cidrs,
                                                                                 config.network.vpc_cidr))
         if balancer.enabled else None,
+        version=s.version,
+    )
+
+
+def rollout_plan(serving: ServingPlan, settings: Any) -> RolloutPlan:
+    """How the stack's `rollout` and `auth` settings shape the rollout and the gateway."""
+    rollout, auth, abort = settings.rollout, settings.auth, settings.rollout.abort
+    ab = rollout.strategy == "ab"
+    return RolloutPlan(
+        serving=serving,
+        steps=(rollout.weights["canary"],) if ab else tuple(rollout.steps),
+        step_minutes=rollout.step_minutes,
+        hold_last_step=ab,
+        abort=AbortRule(error_ratio=abort.error_ratio, error_floor=abort.error_floor, p99_ratio=abort.p99_ratio,
+                        window_minutes=abort.window_minutes,
+                        min_requests_per_second=abort.min_requests_per_second),
+        auth=AuthPlan(issuer=auth.issuer, audiences=tuple(auth.audiences), jwks_uri=auth.jwks_uri,
+                      tenant_claim=auth.tenant_claim, tenants=tuple(auth.tenants)) if auth else None,
+    )
+
+
+def rollout_controllers(config: PlatformConfig, account_id: str, platform_images: Any) -> RolloutControllers:
+    env, region = config.environment, config.region
+    return RolloutControllers(
+        envoy_gateway=mirror_image("envoy-gateway", account_id, region, env),
+        envoy=image_uri("envoy", account_id, region, env),
+        argo_rollouts=mirror_image("argo-rollouts", account_id, region, env),
+        plugin=image_uri("rollouts-gatewayapi-plugin", account_id, region, env, platform_images),
+        chart_mirror=chart_mirror(config.addons.chart_mirror, account_id, region, env),
     )
 
 
@@ -104,8 +134,10 @@ def build_inference(
     descriptor: ClusterDescriptor,
     services: Any,  # infra.cluster_services.ClusterServices
     k8s_provider: k8s.Provider,
+    platform_images: dict[str, str] | None = None,  # mlplat:platformImages, as CI recorded them
 ) -> InferenceService | None:
-    """The cluster layer's half: Triton and what serves and scales it."""
+    """The cluster layer's half: Triton, what serves and scales it, and the gateway and
+    controllers that roll it out."""
     job = resolve_inference(config)
     if job is None:
         return None
@@ -114,7 +146,8 @@ def build_inference(
     return InferenceService(
         f"inference-{plan.model}",
         InferenceServiceArgs(
-            plan=plan,
+            plan=rollout_plan(plan, job.settings),
+            controllers=rollout_controllers(config, descriptor.account_id, platform_images),
             adapter=metrics_adapter(config, job, descriptor.account_id),
             # The Prometheus stack (PodMonitor CRD, the adapter's source) and the device plugins.
             depends_on=(services.addons,),

@@ -215,6 +215,12 @@ IMAGES: dict[str, Image] = {
               "v2.16.0-eksbuild.3"),
         Image("external-provisioner", "public.ecr.aws/csi-components/csi-provisioner", "v6.2.0-eksbuild.2"),
         Image("external-resizer", "public.ecr.aws/csi-components/csi-resizer", "v2.1.0-eksbuild.3"),
+        # The inference gateway: Envoy Gateway v1.9.0 (chart gateway-helm v1.9.0) and the Envoy
+        # it runs as the proxy (v1.9.0's built-in default; set in the EnvoyProxy, not the chart).
+        Image("envoy-gateway", "docker.io/envoyproxy/gateway", "v1.9.0"),
+        Image("envoy", "docker.io/envoyproxy/envoy", "distroless-v1.39.0"),
+        # Progressive delivery: Argo Rollouts v1.9.0 (chart argo-rollouts 2.41.0).
+        Image("argo-rollouts", "quay.io/argoproj/argo-rollouts", "v1.9.0"),
         # Serving and the base of the training image.
         Image("tritonserver", "nvcr.io/nvidia/tritonserver", "26.01-py3",
               "sha256:c9f2ede50ccc4a3ce66e22e26ed1b5adc0c68516b58edfaca738693719c2146b"),
@@ -235,6 +241,11 @@ IMAGES: dict[str, Image] = {
         Image("checks", "workloads/images/checks.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
         Image("tracking", "workloads/images/tracking.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
         Image("features", "workloads/images/features.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
+        # Argo Rollouts' Gateway API plugin, a binary the controller loads from a file: copied
+        # into the controller's pod from this image, so nothing is fetched from outside the
+        # region when the controller starts.
+        Image("rollouts-gatewayapi-plugin", "workloads/images/rollouts-plugin.Dockerfile", PLATFORM_IMAGE_TAG,
+              built_here=True, base="node-debug"),
     )
 }
 
@@ -315,6 +326,9 @@ CHARTS: dict[str, Chart] = {
               "sha256:02808a890a0b0e03a1d3bf5959e2f562b3b47c15e446bbba358c1d24e1f81b24"),
         Chart("aws-fsx-csi-driver", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver", "1.16.0",
               "sha256:d744eae4633f49450680f5fc5a7caaf3fb227eaf8c5303ffa9e4c1c351d09951"),
+        # Not pinned yet: their registries were not reachable when they were added.
+        Chart("gateway-helm", "oci://docker.io/envoyproxy", "v1.9.0"),
+        Chart("argo-rollouts", "https://argoproj.github.io/argo-helm", "2.41.0"),
     )
 }
 

@@ -32,7 +32,12 @@ _NFD_PRUNE = ("NFD's post-delete cleanup: removes NFD's node labels when the cha
               "a new install rewrites them.")
 _GPU_OPERATOR_CRDS = ("Applies the chart's CRDs before an upgrade, because Helm never updates CRDs. A helm.v4.Chart "
                       "applies the CRDs as ordinary resources on every update, before the objects that use them.")
+_EG_CERTGEN = ("Envoy Gateway's certgen writes the TLS secrets its controller and proxies authenticate each other "
+               "with; without them the controller never starts. The platform applies the same Job and its "
+               "account as ordinary objects before the chart (components/rollout_values.py certgen_objects).")
 DROPPED_HOOKS: dict[tuple[str, str, str], str] = {
+    **{("gateway-helm", kind, "gateway-helm-certgen"): _EG_CERTGEN
+       for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")},
     **{("nvidia-device-plugin", kind, "nvidia-device-plugin-node-feature-discovery-prune"): _NFD_PRUNE
        for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job")},
     **{("gpu-operator", kind, "gpu-operator-node-feature-discovery-prune"): _NFD_PRUNE

@@ -25,8 +25,9 @@ AWAITED = {"Deployment": True, "StatefulSet": True, "ReplicaSet": True, "Job": F
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "vpc.amazonaws.com/efa")
 # Objects allowed to skip the provider's wait (object id -> why).
 SKIP_AWAIT_REASONS: dict[str, str] = {
-    "Service inference/triton": "its Deployment starts at zero replicas and is scaled up once a model is published "
-                                "(README: a new environment, and its first model)",
+    **{f"Service inference/triton-{variant}": "the Rollout behind it starts at zero replicas and is scaled up once "
+                                               "a model is published (README: a new environment, and its first model)"
+       for variant in ("stable", "canary")},
     "Service monitoring/dcgm-exporter": "the exporter runs only on GPU instance types; a new environment may have "
                                         "no GPU node for weeks, and Prometheus finds the pods when they come",
 }

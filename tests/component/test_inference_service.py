@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.inference import InferenceService, InferenceServiceArgs, MetricsAdapter
+from components.inference import InferenceService, InferenceServiceArgs, MetricsAdapter, RolloutControllers
 from components.inference_spec import (
     NLB_CLASS,
     QUEUE_METRIC,
@@ -22,11 +22,12 @@ from components.inference_spec import (
     LoadBalancerPlan,
     ServingPlan,
 )
+from components.rollout_spec import AuthPlan, RolloutPlan
 from infra.config import load_stack
 from infra.inference import resolve_inference, serving_identity
 from infra.storage import storage_names
 from components.addons.values import mirror_image
-from infra.versions import IMAGES, KUBERNETES_VERSION, image_uri, registry_host
+from infra.versions import IMAGES, KUBERNETES_VERSION, SERVED_APIS, UNBUILT, image_uri, registry_host
 from tests.component.recorder import Recording, record
 from tests.conftest import preview
 from tests.helpers import of_type
@@ -38,6 +39,7 @@ HPA = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 RELEASE = "kubernetes:helm.sh/v4:Chart"
+ROLLOUT = "kubernetes:argoproj.io/v1alpha1:Rollout"
 CERT = "arn:aws:acm:me-central-1:111122223333:certificate/12345678-90ab-cdef-1234-567890abcdef"
 MODELS_ARN, KEY_ARN = "arn:aws:s3:::mlplat-test-models", "arn:aws:kms:me-central-1:111122223333:key/m"
 
@@ -53,6 +55,19 @@ CPU_PLAN = replace(GPU_PLAN, device="cpu", pool="cpu", cpu=2, memory_gi=4, gpus=
                    load_balancer=None)
 
 
+AUTH = AuthPlan(issuer="https://login.example.ae/realms/mlplat", audiences=("mlplat-inference",),
+                jwks_uri="https://login.example.ae/realms/mlplat/certs", tenant_claim="tenant",
+                tenants=("applied", "serving"))
+CHARTS_MIRROR = f"oci://{registry_host(ACCOUNT, REGION)}/mlplat/prod/charts"
+CONTROLLERS = RolloutControllers(
+    envoy_gateway=mirror_image("envoy-gateway", ACCOUNT, REGION, "prod"),
+    envoy=image_uri("envoy", ACCOUNT, REGION, "prod"),
+    argo_rollouts=mirror_image("argo-rollouts", ACCOUNT, REGION, "prod"),
+    plugin=image_uri("rollouts-gatewayapi-plugin", ACCOUNT, REGION, "prod", {"rollouts-gatewayapi-plugin": UNBUILT}),
+    chart_mirror=CHARTS_MIRROR,
+)
+
+
 def build(plan: ServingPlan) -> Recording:
     def program(aws_provider):
         cluster = k8s.Provider("cluster-k8s", kubeconfig="{}")
@@ -60,7 +75,8 @@ def build(plan: ServingPlan) -> Recording:
                                            opts=pulumi.ResourceOptions(provider=cluster))
         image = mirror_image("prometheus-adapter", ACCOUNT, REGION, "prod")
         InferenceService("inference-gpt", InferenceServiceArgs(
-            plan=plan,
+            plan=RolloutPlan(serving=plan, auth=AUTH),
+            controllers=CONTROLLERS,
             adapter=MetricsAdapter(image.full_repository, image.tag, resource_metrics=plan.device == "cpu",
                                    chart_mirror=f"oci://{registry_host(ACCOUNT, REGION)}/mlplat/prod/charts"),
             depends_on=(prometheus,),
@@ -130,7 +146,8 @@ def test_an_init_container_copies_the_repository_with_pod_identity_credentials(g
     # The script (FETCH_SCRIPT, run for real in tests/unit/test_fetch_script.py) gets the
     # bucket's repository and the pod's folder as its arguments.
     assert fetch["command"][:2] == ["sh", "-c"]
-    assert fetch["command"][3:] == ["fetch-models", "s3://mlplat-test-models/triton/", "/models/", "gpt"]
+    # No version pinned: every published version is served.
+    assert fetch["command"][3:] == ["fetch-models", "s3://mlplat-test-models/triton/", "/models/", "gpt", ""]
     assert 'aws s3 sync "$1$3/" "$model/"' in fetch["command"][2]
     env = {e["name"]: e["value"] for e in fetch["env"]}
     assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
@@ -209,16 +226,25 @@ def test_restricted_security_context(gpu):
 # --- Services ----------------------------------------------------------------------------
 
 
-def test_cluster_ip_service_selects_the_pods(gpu):
-    svc = obj(gpu, SERVICE)
+@pytest.mark.parametrize("variant", ["stable", "canary"])
+def test_each_variant_has_a_cluster_ip_service_over_the_pods(gpu, variant):
+    """Argo Rollouts adds each variant's pod-template hash to these selectors."""
+    svc = obj(gpu, SERVICE, f"triton-{variant}")
     assert svc["spec"]["type"] == "ClusterIP"
     assert svc["spec"]["selector"] == obj(gpu, DEPLOYMENT)["spec"]["selector"]["matchLabels"]
     assert [(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
         ("http", 8000, "http"), ("grpc", 8001, "grpc")]
+    rollout = obj(gpu, ROLLOUT)["spec"]["strategy"]["canary"]
+    assert rollout[f"{variant}Service"] == f"triton-{variant}"
 
 
 def test_internal_tls_load_balancer_only_when_configured(gpu, cpu):
-    lb = obj(gpu, SERVICE, "triton-tls")
+    lb = obj(gpu, SERVICE, "inference-gateway-tls")
+    # In front of the gateway's proxies, which authenticate every request; never Triton.
+    assert lb["metadata"]["namespace"] == "envoy-gateway-system"
+    assert lb["spec"]["selector"] == {"gateway.envoyproxy.io/owning-gateway-name": "inference",
+                                      "gateway.envoyproxy.io/owning-gateway-namespace": "inference"}
+    assert [(p["port"], p["targetPort"]) for p in lb["spec"]["ports"]] == [(443, 8001), (8443, 8000)]
     notes = lb["metadata"]["annotations"]
     prefix = "service.beta.kubernetes.io/aws-load-balancer"
     assert notes[f"{prefix}-scheme"] == "internal"
@@ -232,7 +258,7 @@ def test_internal_tls_load_balancer_only_when_configured(gpu, cpu):
     assert spec["loadBalancerSourceRanges"] == ["10.20.0.0/16"]
     # Every listener is TLS.
     assert {p["name"] for p in spec["ports"]} == set(notes[f"{prefix}-ssl-ports"].split(","))
-    assert [r.inputs()["metadata"]["name"] for r in cpu.of_type(SERVICE)] == ["triton"]
+    assert "inference-gateway-tls" not in {r.inputs()["metadata"]["name"] for r in cpu.of_type(SERVICE)}
 
 
 # --- autoscaling and disruption ------------------------------------------------------------
@@ -240,7 +266,8 @@ def test_internal_tls_load_balancer_only_when_configured(gpu, cpu):
 
 def test_gpu_autoscaler_follows_tritons_queue_time(gpu):
     hpa = obj(gpu, HPA)["spec"]
-    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "triton"}
+    # Argo Rollouts runs the pods; the Deployment only holds their template.
+    assert hpa["scaleTargetRef"] == {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "triton"}
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 8)
     assert hpa["metrics"] == [{"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC},
                                                         "target": {"type": "AverageValue", "averageValue": "50000"}}}]
@@ -255,7 +282,7 @@ def test_cpu_autoscaler_follows_cpu_use(cpu):
 
 
 def adapter_values(rec: Recording) -> dict:
-    [release] = rec.of_type(RELEASE)
+    [release] = [r for r in rec.of_type(RELEASE) if r.name == "prometheus-adapter"]
     inputs = release.inputs()
     assert (inputs["name"], inputs["namespace"], inputs["chart"]) == (
         "prometheus-adapter", "monitoring",
@@ -278,9 +305,9 @@ def test_the_adapter_serves_the_metric_the_autoscaler_reads(gpu, cpu):
 
 def test_autoscaler_waits_for_its_metrics(gpu):
     [hpa] = gpu.of_type(HPA)
-    [release] = gpu.of_type(RELEASE)
-    [deployment] = gpu.of_type(DEPLOYMENT)
-    assert {release.urn, deployment.urn} <= set(hpa.dependencies)
+    [adapter] = [r for r in gpu.of_type(RELEASE) if r.name == "prometheus-adapter"]
+    [rollout] = gpu.of_type(ROLLOUT)
+    assert {adapter.urn, rollout.urn} <= set(hpa.dependencies)
 
 
 def test_disruption_budget_takes_one_replica_at_a_time(gpu):
@@ -296,10 +323,14 @@ def test_disruption_budget_takes_one_replica_at_a_time(gpu):
 def test_network_policies_deny_by_default_and_open_only_the_serving_ports(gpu):
     policies = {r.inputs()["metadata"]["name"]: r.inputs()["spec"] for r in gpu.of_type(POLICY)}
     assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
-    [clients] = policies["allow-clients"]["ingress"]
+    [clients] = policies["allow-gateway"]["ingress"]
     assert clients["ports"] == [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8001}]
-    # With the NLB on, its own addresses in the VPC may reach the pods.
-    assert {"ipBlock": {"cidr": "10.0.0.0/16"}} in clients["from"]
+    # Only the gateway's proxies, which authenticate every request: no other pod, not the
+    # NLB (it fronts the proxies), not the VPC.
+    assert clients["from"] == [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}},
+        "podSelector": {"matchLabels": {"gateway.envoyproxy.io/owning-gateway-name": "inference",
+                                        "gateway.envoyproxy.io/owning-gateway-namespace": "inference"}}}]
     [scrape] = policies["allow-prometheus"]["ingress"]
     assert scrape["ports"] == [{"protocol": "TCP", "port": 8002}]
     [identity] = policies["allow-pod-identity"]["egress"]
@@ -397,7 +428,8 @@ def kubernetes_objects(rec: Recording) -> list[dict]:
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
 def test_rendered_objects_pass_strict_schema_validation(device, gpu, cpu):
     rec = gpu if device == "gpu" else cpu
-    objects = [o for o in kubernetes_objects(rec) if o["kind"] != "PodMonitor"]
+    # Custom resources are judged against their CRDs by the preview (infra/checks/admission.py).
+    objects = [o for o in kubernetes_objects(rec) if o["apiVersion"] in SERVED_APIS]
     assert {o["kind"] for o in objects} >= {"Namespace", "ServiceAccount", "NetworkPolicy", "Deployment", "Service",
                                             "HorizontalPodAutoscaler", "PodDisruptionBudget"}
     for manifest in objects:
@@ -425,7 +457,7 @@ def test_prod_serves_on_gpus_and_smb_on_cpus():
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
     bucket = storage_names(load_stack("prod"), "prod", ACCOUNT).buckets["models"]
     [fetch] = deployment.inputs()["spec"]["template"]["spec"]["initContainers"]
-    assert fetch["command"][-3:] == [f"s3://{bucket}/triton/", "/models/", "gpt"]
+    assert fetch["command"][-4:] == [f"s3://{bucket}/triton/", "/models/", "gpt", ""]
     assert any(r.inputs().get("bucket") == bucket for r in of_type(preview("prod"), "aws:s3/bucket:Bucket"))
     smb = preview("smb-cluster")
     [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]

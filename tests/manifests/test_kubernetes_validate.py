@@ -38,7 +38,8 @@ def test_prod_manifests_through_the_cli(tmp_path):
     assert "monitoring" in kinds["PrometheusRule"]
     releases = {p.parent.name: yaml.safe_load(p.read_text()) for p in out.glob("charts/*/release.yaml")}
     assert set(releases) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin", "dcgm-exporter",
-                             "kube-prometheus-stack", "kueue", "jobset", "aws-fsx-csi-driver", "prometheus-adapter"}
+                             "kube-prometheus-stack", "kueue", "jobset", "aws-fsx-csi-driver", "prometheus-adapter",
+                             "gateway-helm", "argo-rollouts"}
     assert all({"chart", "version", "values", "namespace"} <= set(r) for r in releases.values())
     # The charts' own objects are there, one file each, beside the release.
     assert (out / "charts" / "kueue" / "deployment-kueue-system-kueue-controller-manager.yaml").exists()

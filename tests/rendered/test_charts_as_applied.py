@@ -199,3 +199,29 @@ def test_a_chart_version_changes_the_cache_key_and_nothing_else_does():
     assert spec.key(KUBERNETES_VERSION, ()) != replace(spec, version="0.0.1").key(KUBERNETES_VERSION, ())
     assert spec.key(KUBERNETES_VERSION, ()) == replace(spec, values=dict(spec.values)).key(KUBERNETES_VERSION, ())
     assert spec.key(KUBERNETES_VERSION, ()) != spec.key("1.33", ())
+
+
+def test_the_certgen_job_the_platform_applies_is_the_charts_hook():
+    """The provider drops Envoy Gateway's pre-install hook, so the platform applies the same
+    Job itself (components/rollout_values.py): same command and arguments as the pinned
+    chart renders with the stack's values, same environment, same Role, as it renders it."""
+    from infra.render import load_documents, templates
+
+    from components.rollout_values import ENVOY_GATEWAY_CHART, certgen_objects
+
+    release = next(r.release for r in renders() if r.release.chart == ENVOY_GATEWAY_CHART)
+    manifests, _ = templates(release)
+    hooks = {(d["kind"], d["metadata"]["name"]): d for path, text in manifests.items() if "certgen" in path
+             for d in load_documents(text) if isinstance(d, dict) and d}
+    ours = {(o["kind"], o["metadata"]["name"]): o for o in certgen_objects("image")}
+    assert set(ours) == set(hooks) == {(kind, "gateway-helm-certgen") for kind in
+                                       ("ServiceAccount", "Role", "RoleBinding", "Job")}
+    job, chart_job = ours[("Job", "gateway-helm-certgen")], hooks[("Job", "gateway-helm-certgen")]
+    [mine], [theirs] = job["spec"]["template"]["spec"]["containers"], chart_job["spec"]["template"]["spec"]["containers"]
+    assert mine["command"] == theirs["command"] and mine.get("args") == theirs.get("args")
+    assert mine["env"] == theirs["env"]
+    assert job["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    assert ours[("Role", "gateway-helm-certgen")]["rules"] == hooks[("Role", "gateway-helm-certgen")]["rules"]
+    assert ours[("ServiceAccount", "gateway-helm-certgen")]["automountServiceAccountToken"] is False
+    binding, chart_binding = ours[("RoleBinding", "gateway-helm-certgen")], hooks[("RoleBinding", "gateway-helm-certgen")]
+    assert (binding["roleRef"], binding["subjects"]) == (chart_binding["roleRef"], chart_binding["subjects"])

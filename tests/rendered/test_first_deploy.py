@@ -125,13 +125,13 @@ def test_a_service_waits_for_pods_its_workloads_cannot_start():
     result = preview("prod-cluster")
     objects = copy.deepcopy(kubernetes_objects(result.registrations))
     triton = next(o for owner, o in objects if owner == "program" and o["kind"] == "Service"
-                  and o["metadata"]["name"] == "triton")
+                  and o["metadata"]["name"] == "triton-stable")
     dcgm = next(o for owner, o in objects if owner == "release dcgm-exporter" and o["kind"] == "Service")
     for service in (triton, dcgm):
         del service["metadata"]["annotations"][SKIP_AWAIT]  # the defect: the provider waits for a ready pod
     lines = first_deploy_waits(result, objects)
     assert sorted(lines) == [
-        "program: Service inference/triton: waits for a ready pod, but Deployment inference/triton has zero "
+        "program: Service inference/triton-stable: waits for a ready pod, but Deployment inference/triton has zero "
         "replicas in a new environment",
         "release dcgm-exporter: Service monitoring/dcgm-exporter: waits for a ready pod, but DaemonSet "
         "monitoring/dcgm-exporter waits for a GPU node (required node affinity) in a new environment"]

@@ -170,7 +170,7 @@ def test_no_image_is_referenced_by_tag_alone_but_the_mirrors_awaiting_their_pin(
     plan has not pinned yet, which `pulumi up` and `mlplat mirror` refuse."""
     _, cluster = both_layers(environment)
     awaiting = {f"{registry_host(ACCOUNT_ID, cluster.region)}/{IMAGES[name].repository(environment)}"
-                for name in (entry.split(" ", 1)[1] for entry in unpinned())}
+                for kind, name in (entry.split(" ", 1) for entry in unpinned()) if kind == "image"}
     tag_alone = {ref for _, ref in stack_references(cluster) if "@sha256:" not in ref}
     assert {ref.rsplit(":", 1)[0] for ref in tag_alone} <= awaiting, sorted(tag_alone)
     assert awaiting_pin(cluster) == sorted(tag_alone)  # what the preview's report lists

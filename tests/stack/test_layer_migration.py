@@ -32,6 +32,14 @@ BACK_TO_CLOUD = ("mlplat:iam:PodIdentityRole", "aws:eks/accessEntry:AccessEntry"
 # without the retain flag, so an `up` would reset the account's default key.
 ACCOUNT_EBS_DEFAULTS = ("mlplat:storage:VolumeEncryption", "aws:ebs/defaultKmsKey:DefaultKmsKey",
                         "aws:ebs/encryptionByDefault:EncryptionByDefault")
+# Objects the program stopped declaring after the split, on purpose: the next `up` deletes
+# them. Nothing here holds data.
+RETIRED = {
+    ("mlplat:inference:InferenceService$kubernetes:core/v1:Service", "service-inference-triton"):
+        "clients reach Triton only through the gateway now, by way of triton-stable and triton-canary",
+    ("mlplat:inference:InferenceService$kubernetes:networking.k8s.io/v1:NetworkPolicy",
+     "networkpolicy-inference-allow-clients"): "replaced by allow-gateway: only the gateway's proxies reach Triton",
+}
 
 
 def _type(urn: str) -> str:
@@ -108,7 +116,8 @@ def test_after_the_moves_each_layer_declares_every_resource_it_holds(environment
         held = {state.identity(u): _type(u) for u in state.parents if not _type(u).startswith("pulumi:providers:")}
         released = ACCOUNT_EBS_DEFAULTS if layer == "cloud" and not load_stack(environment).storage.ebs_account_defaults \
             else ()
-        orphans = sorted(f"{t} {i}" for i, t in held.items() if i not in declared and t not in released)
+        orphans = sorted(f"{t} {i}" for i, t in held.items()
+                         if i not in declared and t not in released and i not in RETIRED)
         assert orphans == [], f"{layer} layer would delete what it holds: {orphans[:5]}"
 
 

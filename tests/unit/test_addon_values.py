@@ -43,11 +43,12 @@ from components.addons.values import (
     nvidia_device_plugin_values,
 )
 from components.inference_spec import adapter_values
+from components.rollout_values import argo_rollouts_values, envoy_gateway_values
 from components.tenancy_spec import Tenant
 from components.training_spec import HUGEPAGES_RESOURCE, pod_resources
 from infra.catalog import lookup
 from infra.config import ConfigError, load_stack, parse_config
-from infra.versions import CHARTS, IMAGES, image_uri, unpinned
+from infra.versions import CHARTS, IMAGES, UNBUILT, image_uri, unpinned
 from tests.unit.test_config import raw_stack
 
 ACCOUNT, REGION, ENV = "111122223333", "me-central-1", "prod"
@@ -69,9 +70,13 @@ def required_instance_types(affinity: dict[str, Any]) -> list[str]:
 def image_references(values: Any, path: str = "") -> list[tuple[str, str]]:
     """Every (path, reference) of an image the values configure, in any of the shapes charts
     use: {repository, tag}, {registry, repository, tag} or {repository, image, version}, the
-    digest in the tag or apart (`sha` without `sha256:`, or `sha`/`digest` with it)."""
+    digest in the tag or apart (`sha` without `sha256:`, or `sha`/`digest` with it); or a
+    whole reference under `image` (containers, Envoy Gateway's global images)."""
     found: list[tuple[str, str]] = []
     if isinstance(values, dict):
+        whole = values.get("image")
+        if isinstance(whole, str) and "repository" not in values and "/" in whole and ":" in whole:
+            found.append((f"{path}.image", whole))
         if "repository" in values and ("tag" in values or "version" in values):
             parts = [values.get("registry"), values["repository"], values.get("image")]
             ref = "/".join(p for p in parts if p)
@@ -98,6 +103,11 @@ ALL_VALUES = {
     # Installed with the inference service (components/inference.py), which is its only user.
     "prometheus-adapter": adapter_values(PROD.image("prometheus-adapter").full_repository,
                                          PROD.image("prometheus-adapter").tag, resource_metrics=True),
+    # Installed with the inference service too: the gateway and the rollout controller.
+    "gateway-helm": envoy_gateway_values(PROD.image("envoy-gateway")),
+    "argo-rollouts": argo_rollouts_values(
+        PROD.image("argo-rollouts"),
+        image_uri("rollouts-gatewayapi-plugin", ACCOUNT, REGION, ENV, {"rollouts-gatewayapi-plugin": UNBUILT})),
 }
 
 
@@ -113,6 +123,8 @@ def test_every_image_comes_from_the_in_region_mirror(chart):
     assert refs, f"{chart}: no image configured, the chart would fall back to its upstream default"
     # By digest, but for the mirrors still awaiting their pin, which only their tag names.
     mirrored = {image_uri(name, ACCOUNT, REGION, ENV) for name, image in IMAGES.items() if not image.built_here}
+    mirrored |= {image_uri(name, ACCOUNT, REGION, ENV, {name: UNBUILT}) for name, image in IMAGES.items()
+                 if image.built_here}
     for path, ref in refs:
         assert ref in mirrored, f"{chart}{path}: {ref} is not in the registry plan"
         assert "@sha256:" in ref or f"image {ref.split('/')[-1].split(':')[0]}" in unpinned(), ref

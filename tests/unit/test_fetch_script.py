@@ -15,7 +15,7 @@ import pytest
 
 from components.inference_spec import FETCH_SCRIPT, PUBLISHED_MARKER, RETIRED_PATTERN
 
-# `aws s3 sync s3://bucket/<path>/ DEST [--exclude PATTERN ...]`, served from $BUCKET_DIR;
+# `aws s3 sync s3://bucket/<path>/ DEST [--exclude|--include PATTERN ...]`, served from $BUCKET_DIR;
 # patterns match keys relative to the source, as the CLI's do.
 FAKE_AWS = f"""#!{sys.executable}
 import fnmatch, os, shutil, sys
@@ -26,10 +26,17 @@ if args[:2] != ["s3", "sync"] or not args[2].startswith("s3://"):
 if os.environ.get("FAIL"):
     sys.exit("fatal error: An error occurred (AccessDenied) when calling the ListObjectsV2 operation")
 source = Path(os.environ["BUCKET_DIR"]) / args[2][len("s3://"):].split("/", 1)[1]
-excludes = [args[i + 1] for i, a in enumerate(args) if a == "--exclude"]
+# Filters apply in order, a later one overriding an earlier one, as the CLI's do.
+filters = [(a, args[i + 1]) for i, a in enumerate(args) if a in ("--exclude", "--include")]
+def wanted(key):
+    keep = True
+    for flag, pattern in filters:
+        if fnmatch.fnmatch(key, pattern):
+            keep = flag == "--include"
+    return keep
 for file in source.rglob("*"):
     key = str(file.relative_to(source))
-    if file.is_file() and not any(fnmatch.fnmatch(key, p) for p in excludes):
+    if file.is_file() and wanted(key):
         target = Path(args[3]) / key
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(file, target)
@@ -51,13 +58,14 @@ def bucket(tmp_path: Path) -> Path:
     return tmp_path / "bucket"
 
 
-def fetch(tmp_path: Path, bucket: Path, model: str = "gpt", **env: str) -> subprocess.CompletedProcess:
+def fetch(tmp_path: Path, bucket: Path, model: str = "gpt", version: str = "", **env: str) -> subprocess.CompletedProcess:
     tools = tmp_path / "bin"
     tools.mkdir(exist_ok=True)
     (tools / "aws").write_text(FAKE_AWS)
     (tools / "aws").chmod(0o755)
     return subprocess.run(
-        ["sh", "-c", FETCH_SCRIPT, "fetch-models", "s3://models-bucket/triton/", f"{tmp_path / 'models'}/", model],
+        ["sh", "-c", FETCH_SCRIPT, "fetch-models", "s3://models-bucket/triton/", f"{tmp_path / 'models'}/", model,
+         version],
         env={"PATH": f"{tools}:/usr/bin:/bin", "BUCKET_DIR": str(bucket), **env},
         capture_output=True, text=True, timeout=60,
     )
@@ -103,3 +111,19 @@ def test_a_failed_copy_fails_the_pods_start(tmp_path, bucket):
 def test_the_exclude_pattern_matches_retired_versions_only():
     assert fnmatch.fnmatch("retired-12/model.onnx", RETIRED_PATTERN)
     assert not fnmatch.fnmatch("12/model.onnx", RETIRED_PATTERN)
+
+
+def test_a_pinned_version_is_the_only_one_copied(tmp_path, bucket):
+    """A rollout's stable and canary pods differ in the version they pin."""
+    done = fetch(tmp_path, bucket, version="2")
+    assert done.returncode == 0, done.stderr
+    assert copied(tmp_path) == ["gpt/2/PUBLISHED", "gpt/2/model.onnx", "gpt/config.pbtxt"]
+    assert done.stdout == "copied gpt: 1 version(s)\n"
+
+
+@pytest.mark.parametrize("version", ["4", "1", "9"])  # half-uploaded, retired, never issued
+def test_a_pinned_version_that_is_not_completely_published_fails_the_start(tmp_path, bucket, version):
+    done = fetch(tmp_path, bucket, version=version)
+    assert done.returncode == 1
+    assert done.stderr == ("nothing to serve: s3://models-bucket/triton/gpt/ holds no config.pbtxt or no completely "
+                           f"published version {version}\n")

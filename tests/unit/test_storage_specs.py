@@ -247,7 +247,7 @@ def test_registry_plan_maps_every_image_to_an_in_region_repository_of_its_enviro
     assert not set(repositories + charts) & {i.repository("dev") for i in IMAGES.values()}
     built = {"training": f"0.1.0-abc@sha256:{'1' * 64}", "serving": f"0.1.0-abc@sha256:{'2' * 64}",
              "checks": f"0.1.0-abc@sha256:{'3' * 64}", "tracking": f"0.1.0-abc@sha256:{'4' * 64}",
-             "features": f"0.1.0-abc@sha256:{'5' * 64}"}
+             "features": f"0.1.0-abc@sha256:{'5' * 64}", "rollouts-gatewayapi-plugin": f"0.1.0-abc@sha256:{'6' * 64}"}
     for name, image in IMAGES.items():
         assert image.name == name and image.tag
         uri = image_uri(name, ACCOUNT, REGION, "prod", built)
@@ -272,9 +272,10 @@ def test_the_efa_plugin_is_copied_from_the_eks_registry_of_the_stacks_own_region
 
 
 def test_unpinned_lists_exactly_the_mirrors_without_a_digest():
-    # Every chart is pinned; the images listed here await a registry that answers.
-    assert unpinned() == [f"image {n}" for n, i in IMAGES.items() if not i.built_here and not i.digest]
-    assert all(DIGEST.match(c.digest) for c in CHARTS.values())
+    # The images and charts listed here await a registry that answers.
+    assert unpinned() == [f"image {n}" for n, i in IMAGES.items() if not i.built_here and not i.digest] + \
+        [f"chart {n}" for n, c in CHARTS.items() if not c.digest]
+    assert all(DIGEST.match(c.digest) for c in CHARTS.values() if c.digest)
     assert all(DIGEST.match(i.digest) for i in IMAGES.values() if i.digest)
 
 

@@ -1,0 +1,343 @@
+"""Two versions behind the inference gateway, judged on what the stacks will apply: the
+split the routes' weights make at each step of a rollout, who the gateway's rendered
+SecurityPolicy lets through (tokens signed here, checked with its issuer, audiences and
+claim rules), the access log's fields, and the canary-abort and auth-failure rules run by
+promtool (Prometheus's own rule evaluator) on recorded series."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import jwt
+import numpy as np
+import pytest
+import yaml
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from components.rollout_spec import CANARY_ALERT, RolloutPlan, rollout, split
+from infra.config import parse_config
+from infra.inference import rollout_plan
+from infra.preview.report import kubernetes_objects
+from tests.component.test_inference_service import GPU_PLAN
+from tests.conftest import preview
+from tests.unit.test_config import raw_stack
+
+NAMESPACE, MODEL = "inference", "gpt"
+
+
+def rendered(stack: str, kind: str, name: str | None = None) -> dict:
+    found = [m for m in kubernetes_objects(preview(stack)) if m["kind"] == kind
+             and (name is None or m["metadata"]["name"] == name)]
+    assert len(found) == 1, f"{stack}: {len(found)} {kind} {name or ''}"
+    return found[0]
+
+
+# --- the split -----------------------------------------------------------------------
+
+
+def shares(route: dict) -> dict[str, float]:
+    """Gateway API: each backend of a rule gets weight / (sum of the rule's weights) of its
+    requests."""
+    [rule] = route["spec"]["rules"]
+    total = sum(b.get("weight", 1) for b in rule["backendRefs"])
+    return {b["name"]: b.get("weight", 1) / total for b in rule["backendRefs"]}
+
+
+def at_step(route: dict, canary_weight: int) -> dict:
+    """The route as Argo's Gateway API plugin leaves it at a step: the canary Service's
+    weight set, the stable's the rest."""
+    moved = json.loads(json.dumps(route))
+    for backend in moved["spec"]["rules"][0]["backendRefs"]:
+        backend["weight"] = canary_weight if backend["name"].endswith("-canary") else 100 - canary_weight
+    return moved
+
+
+@pytest.mark.parametrize("kind", ["GRPCRoute", "HTTPRoute"])
+def test_prods_routes_send_everything_to_the_stable_version_until_a_rollout_moves_them(kind):
+    route = rendered("prod-cluster", kind)
+    assert shares(route) == {"triton-stable": 1.0, "triton-canary": 0.0}
+    [parent] = route["spec"]["parentRefs"]
+    assert (parent["kind"], parent["name"]) == ("Gateway", "inference")
+    # The services the route names are the ones the Rollout moves between.
+    canary = rendered("prod-cluster", "Rollout")["spec"]["strategy"]["canary"]
+    assert {b["name"] for b in route["spec"]["rules"][0]["backendRefs"]} == {canary["stableService"],
+                                                                           canary["canaryService"]}
+    plugin = canary["trafficRouting"]["plugins"]["argoproj-labs/gatewayAPI"]
+    assert route["metadata"]["name"] in {r["name"] for r in plugin["grpcRoutes"] + plugin["httpRoutes"]}
+    assert plugin["namespace"] == route["metadata"]["namespace"] == NAMESPACE
+
+
+def test_prods_canary_takes_10_then_25_then_50_percent_then_all():
+    route = rendered("prod-cluster", "GRPCRoute")
+    steps = rendered("prod-cluster", "Rollout")["spec"]["strategy"]["canary"]["steps"]
+    weights = [step["setWeight"] for step in steps if "setWeight" in step]
+    assert [shares(at_step(route, w))["triton-canary"] for w in weights] == [0.10, 0.25, 0.50]
+    # Each step is held ten minutes while the analysis runs, then the next one; after the
+    # last, the canary is promoted (all traffic).
+    assert [step["pause"] for step in steps if "pause" in step] == [{"duration": "10m"}] * 3
+
+
+def test_an_ab_test_holds_its_split_until_someone_promotes_or_aborts():
+    raw = raw_stack("prod")
+    raw["mlplat:inference"]["rollout"] = {"strategy": "ab", "weights": {"stable": 70, "canary": 30}}
+    config = parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
+    plan = rollout_plan(GPU_PLAN, config.inference)
+    steps = rollout(plan)["spec"]["strategy"]["canary"]["steps"]
+    assert steps == [{"setWeight": 30}, {"pause": {}}]  # no duration: held
+    route = at_step(rendered("prod-cluster", "GRPCRoute"), steps[0]["setWeight"])
+    assert shares(route) == {"triton-stable": 0.7, "triton-canary": 0.3}
+    assert split(plan, 0) == {"stable": 70, "canary": 30}
+
+
+def test_the_rollout_runs_the_deployments_template_and_aborts_on_the_alert():
+    spec = rendered("prod-cluster", "Rollout")["spec"]
+    assert spec["workloadRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "triton",
+                                   "scaleDown": "never"}
+    assert rendered("prod-cluster", "Deployment", "triton")["spec"]["replicas"] == 0
+    canary = spec["strategy"]["canary"]
+    assert canary["canaryMetadata"] == {"labels": {"mlplat.io/variant": "canary"}}
+    assert canary["stableMetadata"] == {"labels": {"mlplat.io/variant": "stable"}}
+    [template] = canary["analysis"]["templates"]
+    analysis = rendered("prod-cluster", "AnalysisTemplate", template["templateName"])
+    [metric] = analysis["spec"]["metrics"]
+    assert metric["failureLimit"] == 0 and metric["successCondition"] == "result[0] == 0"
+    query = metric["provider"]["prometheus"]["query"]
+    # The analysis asks for the alert the PrometheusRule defines, for this model.
+    rules = rendered("prod-cluster", "PrometheusRule", "triton-variants")
+    alerts = {r["alert"] for g in rules["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert CANARY_ALERT in alerts and f'alertname="{CANARY_ALERT}"' in query
+    assert f'namespace="{NAMESPACE}"' in query and f'model="{MODEL}"' in query
+    # Every Triton series carries the pod's role.
+    monitor = rendered("prod-cluster", "PodMonitor", "triton")
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_pod_label_mlplat_io_variant"],
+                                        "targetLabel": "variant", "action": "replace"}]
+
+
+# --- who the gateway lets through -----------------------------------------------------------
+
+
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def jwks() -> dict:
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key()))
+    return {"keys": [{**public, "kid": "platform", "alg": "RS256", "use": "sig"}]}
+
+
+def decide(policy: dict, authorization: str | None, keys: dict) -> int:
+    """What the gateway answers a request, from the rendered SecurityPolicy alone: 401 when
+    the JWT filter refuses (no token, a bad signature, another issuer or audience, expired
+    or not yet valid), 403 when the authorization rules refuse, 200 when it passes."""
+    spec = policy["spec"]
+    [provider] = spec["jwt"]["providers"]
+    if not spec["jwt"].get("optional", False) and authorization is None:
+        return 401
+    token = (authorization or "").removeprefix("Bearer ")
+    try:
+        key = jwt.PyJWKSet.from_dict(keys)[jwt.get_unverified_header(token)["kid"]]
+        claims = jwt.decode(token, key.key, algorithms=["RS256"], issuer=provider["issuer"],
+                            audience=provider["audiences"], options={"require": ["exp", "iss", "aud"]})
+    except (jwt.PyJWTError, KeyError):
+        return 401
+    for rule in spec["authorization"]["rules"]:
+        wanted = rule["principal"]["jwt"]
+        assert wanted["provider"] == provider["name"]
+        if all(_claim_matches(claims, c) for c in wanted["claims"]):
+            return 200 if rule["action"] == "Allow" else 403
+    return 200 if spec["authorization"]["defaultAction"] == "Allow" else 403
+
+
+def _claim_matches(claims: dict, rule: dict) -> bool:
+    value: object = claims
+    for part in rule["name"].split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if rule.get("valueType", "String") == "StringArray":
+        return isinstance(value, list) and bool(set(value) & set(rule["values"]))
+    return isinstance(value, str) and value in rule["values"]
+
+
+def token(tenant: str | None = "serving", *, key=KEY, expires_in: int = 300, **overrides) -> str:
+    auth = raw_stack("prod")["mlplat:inference"]["auth"]
+    now = int(time.time())
+    claims = {"iss": auth["issuer"], "aud": auth["audiences"][0], "sub": "svc-recommender", "iat": now,
+              "exp": now + expires_in, **({"tenant": tenant} if tenant else {}), **overrides}
+    return "Bearer " + jwt.encode(claims, key, algorithm="RS256", headers={"kid": "platform"})
+
+
+def test_the_gateway_authenticates_every_request_and_lets_only_the_models_tenants_through():
+    policy = rendered("prod-cluster", "SecurityPolicy")
+    # It guards the Gateway itself: every route behind it.
+    assert policy["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                             "name": "inference"}]
+    keys = jwks()
+    assert decide(policy, token("serving"), keys) == 200
+    assert decide(policy, token("applied"), keys) == 200
+    assert decide(policy, None, keys) == 401  # no token
+    assert decide(policy, token("research"), keys) == 403  # a tenant of the platform, not of this model
+    assert decide(policy, token(None), keys) == 403  # no tenant at all
+    assert decide(policy, token(expires_in=-60), keys) == 401  # expired a minute ago
+    assert decide(policy, token(key=OTHER_KEY), keys) == 401  # signed by someone else
+    assert decide(policy, token(iss="https://login.example.com/realms/other"), keys) == 401
+    assert decide(policy, token(aud="another-api"), keys) == 401
+
+
+def test_the_policy_names_the_stacks_identity_provider():
+    auth = raw_stack("prod")["mlplat:inference"]["auth"]
+    [provider] = rendered("prod-cluster", "SecurityPolicy")["spec"]["jwt"]["providers"]
+    assert (provider["issuer"], provider["audiences"], provider["remoteJWKS"]["uri"]) == (
+        auth["issuer"], auth["audiences"], auth["jwksUri"])
+
+
+def test_the_access_log_holds_no_token_and_no_body():
+    proxy = rendered("prod-cluster", "EnvoyProxy")
+    [setting] = proxy["spec"]["telemetry"]["accessLog"]["settings"]
+    fields = setting["format"]["json"]
+    operators = " ".join(fields.values())
+    # Of the request's headers only the method, path and request id; never Authorization.
+    assert set(re.findall(r"%REQ\(([^)]*)\)%", operators)) == {
+        ":METHOD", "X-ENVOY-ORIGINAL-PATH?:PATH", "X-REQUEST-ID"}
+    assert "AUTHORIZATION" not in operators.upper() and "BODY" not in operators.upper()
+    # The Gateway's proxies are the only way to Triton: its pods admit nothing else.
+    [gateway] = rendered("prod-cluster", "NetworkPolicy", "allow-gateway")["spec"]["ingress"]
+    assert [source["namespaceSelector"]["matchLabels"] for source in gateway["from"]] == [
+        {"kubernetes.io/metadata.name": "envoy-gateway-system"}]
+
+
+# --- the rules, run by promtool on recorded series -------------------------------------------
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool not found: install Prometheus's tools (Debian/Ubuntu: sudo apt-get install "
+                    "prometheus), as `make services` does", pytrace=False)
+    return found
+
+
+def counters(rate: float, error_ratio: float, minutes: int, seed: int, scrape_s: int = 15) -> tuple[str, str]:
+    """Cumulative success and failure counters of one pod, scraped every `scrape_s`: Poisson
+    arrivals at `rate` per second, each failing with probability `error_ratio`."""
+    rng = np.random.default_rng(seed)
+    arrivals = rng.poisson(rate * scrape_s, minutes * 60 // scrape_s)
+    failures = rng.binomial(arrivals, error_ratio)
+    ok, bad = np.cumsum(arrivals - failures), np.cumsum(failures)
+    return " ".join(map(str, ok)), " ".join(map(str, bad))
+
+
+def series(variant: str, rate: float, error_ratio: float, p99_us: float, minutes: int, seed: int) -> list[dict]:
+    labels = f'namespace="{NAMESPACE}",model="{MODEL}",version="{7 if variant == "canary" else 6}",' \
+             f'pod="triton-{variant}-0",variant="{variant}"'
+    ok, bad = counters(rate, error_ratio, minutes, seed)
+    jitter = np.random.default_rng(seed + 1).normal(1.0, 0.1, minutes * 4)
+    p99 = " ".join(str(round(p99_us * j)) for j in jitter)
+    return [{"series": f"nv_inference_request_success{{{labels}}}", "values": ok},
+            {"series": f"nv_inference_request_failure{{{labels}}}", "values": bad},
+            {"series": f'nv_inference_request_summary_us{{{labels},quantile="0.99"}}', "values": p99}]
+
+
+def run_rules(tmp_path: Path, rule: dict, input_series: list[dict], tests: dict) -> None:
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    suite = {"rule_files": ["rules.yaml"], "evaluation_interval": "30s",
+             "tests": [{"interval": "15s", "input_series": input_series, **tests}]}
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
+    done = subprocess.run([promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+FIRED = {"alertname": CANARY_ALERT, "alertstate": "firing", "severity": "critical", "component": "inference",
+         "namespace": NAMESPACE, "model": MODEL}
+
+
+def fired_by(minute: int, *, ever: bool) -> dict:
+    """Whether the abort alert fired at any evaluation up to `minute` (promtool keeps the
+    ALERTS series of every evaluation): an abort happens the first time it does."""
+    labels = ",".join(f'{k}="{v}"' for k, v in FIRED.items())
+    return {"promql_expr_test": [{
+        "expr": f'max_over_time(ALERTS{{alertname="{CANARY_ALERT}",alertstate="firing"}}[{minute}m])',
+        "eval_time": f"{minute}m",
+        "exp_samples": [{"labels": f"{{{labels}}}", "value": 1}] if ever else []}]}
+
+
+# The canary takes a tenth of prod's traffic: 18 requests a second to the stable, 2 to the
+# canary, 1% of them failing on a healthy version.
+STABLE_RATE, CANARY_RATE, HEALTHY_ERRORS, P99_US = 18.0, 2.0, 0.01, 40_000
+
+
+def abort_window() -> int:
+    return rollout_plan(GPU_PLAN, parse_config(raw_stack("prod"), "stacks/Pulumi.prod.yaml",
+                                               from_stack_file=True).inference).abort.window_minutes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_canary_is_aborted_when_its_error_rate_is_three_times_the_stables(tmp_path, seed):
+    rule = rendered("prod-cluster", "PrometheusRule", "triton-variants")
+    window = abort_window()
+    inputs = series("stable", STABLE_RATE, HEALTHY_ERRORS, P99_US, 2 * window + 10, seed=10 + seed) + \
+        series("canary", CANARY_RATE, 3 * HEALTHY_ERRORS, P99_US, 2 * window + 10, seed=20 + seed)
+    # Within a few minutes of a full window of the canary's traffic.
+    run_rules(tmp_path, rule, inputs, fired_by(window + 5, ever=True))
+
+
+def test_the_canary_is_aborted_when_its_p99_is_twice_the_stables(tmp_path):
+    rule = rendered("prod-cluster", "PrometheusRule", "triton-variants")
+    window = abort_window()
+    inputs = series("stable", STABLE_RATE, HEALTHY_ERRORS, P99_US, 2 * window + 10, seed=3) + \
+        series("canary", CANARY_RATE, HEALTHY_ERRORS, 2 * P99_US, 2 * window + 10, seed=4)
+    run_rules(tmp_path, rule, inputs, fired_by(window + 5, ever=True))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_noisy_but_healthy_canary_is_never_aborted(tmp_path, seed):
+    """Two hours of the same healthy traffic on both, every evaluation looked at: Poisson
+    arrivals and errors, and p99 jittering by 10% from scrape to scrape."""
+    rule = rendered("prod-cluster", "PrometheusRule", "triton-variants")
+    inputs = series("stable", STABLE_RATE, HEALTHY_ERRORS, P99_US, 120, seed=100 + seed) + \
+        series("canary", CANARY_RATE, HEALTHY_ERRORS, P99_US, 120, seed=200 + seed)
+    run_rules(tmp_path, rule, inputs, fired_by(119, ever=False))
+
+
+def test_too_little_canary_traffic_aborts_nothing(tmp_path):
+    """A canary that takes next to no requests says nothing about its error rate."""
+    rule = rendered("prod-cluster", "PrometheusRule", "triton-variants")
+    inputs = series("stable", STABLE_RATE, HEALTHY_ERRORS, P99_US, 40, seed=5) + \
+        series("canary", 0.1, 0.5, P99_US, 40, seed=6)
+    run_rules(tmp_path, rule, inputs, fired_by(39, ever=False))
+
+
+def test_requests_the_gateway_refuses_are_counted(tmp_path):
+    rule = rendered("prod-cluster", "PrometheusRule", "triton-auth")
+    labels = f'namespace="{NAMESPACE}",pod="envoy-inference-0"'
+    # Two refused tokens a second for half an hour, no refused tenant: the alert fires
+    # after its ten minutes.
+    refused = " ".join(str(2 * 15 * i) for i in range(120))
+    none = " ".join("0" for _ in range(120))
+    inputs = [{"series": f"envoy_http_jwt_authn_denied{{{labels}}}", "values": refused},
+              {"series": f"envoy_http_rbac_denied{{{labels}}}", "values": none}]
+    [alert] = [r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == "InferenceAuthFailures"]
+    run_rules(tmp_path, rule, inputs, {
+        "alert_rule_test": [
+            {"eval_time": "25m", "alertname": "InferenceAuthFailures", "exp_alerts": [{"exp_labels": {
+                "severity": "warning", "component": "inference", "namespace": NAMESPACE},
+                "exp_annotations": alert["annotations"]}]},
+            {"eval_time": "5m", "alertname": "InferenceAuthFailures", "exp_alerts": []}],
+        "promql_expr_test": [{"expr": "mlplat:inference_auth_refused:rate5m", "eval_time": "20m", "exp_samples": [
+            {"labels": f'mlplat:inference_auth_refused:rate5m{{namespace="{NAMESPACE}",reason="token"}}', "value": 2},
+            {"labels": f'mlplat:inference_auth_refused:rate5m{{namespace="{NAMESPACE}",reason="tenant"}}',
+             "value": 0}]}]})
+
+
+def test_the_plan_the_stack_resolves_is_what_the_rule_holds():
+    plan: RolloutPlan = rollout_plan(GPU_PLAN, parse_config(
+        raw_stack("prod"), "stacks/Pulumi.prod.yaml", from_stack_file=True).inference)
+    assert (plan.abort.error_ratio, plan.abort.p99_ratio, plan.abort.window_minutes) == (2.0, 1.5, 10)
+    rule = rendered("prod-cluster", "PrometheusRule", "triton-variants")
+    text = json.dumps(rule)
+    assert "* 2.0, 0.01)" in text and "* 1.5)" in text and "[10m]" in text
