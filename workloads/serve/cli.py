@@ -5,7 +5,8 @@ render or check a model config, roll back a version, and smoke-test a deployed m
     python -m workloads.serve config   --vocab-size N [--stack NAME] ...     # print config.pbtxt
     python -m workloads.serve check    PATH/TO/<model>/config.pbtxt
     python -m workloads.serve rollback --repository DIR|s3://... --model-name NAME
-    python -m workloads.serve smoke    --url HOST:8001 --model-name NAME [--ssl] ...
+    python -m workloads.serve canary   --stack NAME --repository DIR|s3://... --version N
+    python -m workloads.serve smoke    --url HOST:8001 --model-name NAME [--ssl] [--token-file F] ...
 
 Exit codes: 0 done, 1 a check failed (parity, smoke), 2 bad input (one line, no traceback).
 """
@@ -107,6 +108,13 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--model-name", required=True)
     rollback.add_argument("--region")
 
+    canary = sub.add_parser("canary", help="make a published version the stack's served version (rolled out as a "
+                                           "canary by the next deploy)")
+    canary.add_argument("--stack", required=True, help="the environment's stack (stacks/Pulumi.<stack>.yaml)")
+    canary.add_argument("--repository", required=True, help="the model repository: a directory or s3://bucket/prefix")
+    canary.add_argument("--version", type=int, required=True)
+    canary.add_argument("--region", help="AWS region of the models bucket (s3:// only)")
+
     smoke = sub.add_parser("smoke", help="send a batch to a deployed model; check shape and latency")
     smoke.add_argument("--url", required=True, help="Triton gRPC address, host:port")
     smoke.add_argument("--model-name", required=True)
@@ -117,6 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     smoke.add_argument("--max-latency-ms", type=float, default=1000.0, help="budget for the median round")
     smoke.add_argument("--ssl", action="store_true", help="TLS, as through the internal load balancer")
     smoke.add_argument("--root-certificates", help="CA bundle for a private certificate authority")
+    smoke.add_argument("--token-file", type=Path,
+                       help="a JWT of the identity provider, sent as `authorization: Bearer`: the gateway refuses "
+                            "requests without one")
     return parser
 
 
@@ -343,6 +354,34 @@ def _rollback(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _canary(args: argparse.Namespace) -> int:
+    from workloads.serve.canary import CanaryError, set_version
+    from workloads.serve.repository import StoreError, open_store, versions
+
+    try:
+        from infra.config import ConfigError, load_stack
+    except ImportError:  # the serving image carries workloads/ only
+        raise BadInput("--stack: needs the repository's infra package; run from a checkout") from None
+    try:
+        settings = load_stack(args.stack).inference
+    except ConfigError as err:
+        raise BadInput(str(err)) from None
+    if settings is None:
+        raise BadInput(f"--stack {args.stack}: it serves no model (no mlplat:inference section)")
+    try:
+        published = versions(open_store(args.repository, region=args.region), settings.model_name)
+        change = set_version(args.stack, args.version, published)
+    except StoreError as err:
+        raise BadInput(f"--repository: {err}") from None
+    except CanaryError as err:
+        raise BadInput(str(err)) from None
+    how = "as an A/B split" if change.strategy == "ab" else "as a canary"
+    print(f"{change.path.name}: mlplat:inference.version {change.before or 'unset'} -> {change.after}. The next "
+          f"deploy of both layers rolls {change.model} version {change.after} out {how}; watch it with `kubectl argo "
+          "rollouts -n inference get rollout triton`, end it early with `promote` or `abort`")
+    return EXIT_OK
+
+
 def _smoke(args: argparse.Namespace) -> int:
     from workloads.serve.client import connect, smoke_test
 
@@ -351,17 +390,29 @@ def _smoke(args: argparse.Namespace) -> int:
             raise BadInput(f"{flag}: {value} must be at least 1")
     if args.root_certificates and not Path(args.root_certificates).is_file():
         raise BadInput(f"--root-certificates {args.root_certificates}: no such file")
+    headers = {}
+    if args.token_file:
+        try:
+            token = args.token_file.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise BadInput(f"--token-file {args.token_file}: cannot be read: "
+                           f"{getattr(err, 'strerror', None) or 'not a text token'}") from None
+        if token.count(".") != 2 or any(c.isspace() for c in token):
+            raise BadInput(f"--token-file {args.token_file}: does not hold a JWT (three dot-separated parts)")
+        headers["authorization"] = f"Bearer {token}"
     client = connect(args.url, ssl=args.ssl, root_certificates=args.root_certificates)
     try:
         result = smoke_test(client, args.model_name, batch_size=args.batch_size, sequence=args.sequence,
-                            rounds=args.rounds, max_latency_ms=args.max_latency_ms, version=args.model_version)
+                            rounds=args.rounds, max_latency_ms=args.max_latency_ms, version=args.model_version,
+                            headers=headers)
     finally:
         client.close()
     print(result.summary())
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-COMMANDS = {"export": _export, "config": _config, "check": _check, "rollback": _rollback, "smoke": _smoke}
+COMMANDS = {"export": _export, "config": _config, "check": _check, "rollback": _rollback, "canary": _canary,
+            "smoke": _smoke}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,20 +77,22 @@ def smoke_test(
     max_latency_ms: float = 1000.0,
     version: str = "",
     seed: int = 0,
+    headers: dict[str, str] | None = None,
 ) -> SmokeResult:
-    """Run the checks against `client` (a `tritonclient.grpc.InferenceServerClient`)."""
+    """Run the checks against `client` (a `tritonclient.grpc.InferenceServerClient`);
+    `headers` go with every call (the gateway's `authorization`)."""
     from tritonclient.grpc import InferInput, InferRequestedOutput
     from tritonclient.utils import InferenceServerException
 
     result = SmokeResult(model, batch_size, sequence)
     try:
-        if not client.is_server_ready():
+        if not client.is_server_ready(headers=headers):
             return _fail(result, "server is not ready (/v2/health/ready)")
-        if not client.is_model_ready(model, version):
+        if not client.is_model_ready(model, version, headers=headers):
             return _fail(result, f"model {model!r} version {version or 'latest'} is not ready")
-        metadata = client.get_model_metadata(model, version, as_json=True)
+        metadata = client.get_model_metadata(model, version, headers=headers, as_json=True)
         vocab, top_k = _last_axis(metadata, OUTPUT_NAME), _last_axis(metadata, TOP_K_IDS)
-        longest = max_sequence(client.get_model_config(model, version).config)
+        longest = max_sequence(client.get_model_config(model, version, headers=headers).config)
     except InferenceServerException as err:
         return _fail(result, f"cannot reach the server: {err.message()}")
     if vocab is None or top_k is None:
@@ -111,7 +113,7 @@ def smoke_test(
     for attempt in range(rounds + 1):
         started = time.perf_counter()
         try:
-            answer = client.infer(model, [request], model_version=version, outputs=wanted)
+            answer = client.infer(model, [request], model_version=version, outputs=wanted, headers=headers)
         except InferenceServerException as err:
             return _fail(result, f"inference failed: {err.message()}", latencies)
         elapsed_ms = (time.perf_counter() - started) * 1000.0

@@ -3,7 +3,9 @@ parity-checked version that Triton's config parser accepts."""
 
 from __future__ import annotations
 
+import difflib
 import re
+import shutil
 
 import subprocess
 import sys
@@ -203,3 +205,57 @@ def test_the_stack_is_the_source_of_the_batching_settings(capsys):
     assert main(["config", "--vocab-size", "256", "--stack", "smb", "--max-queue-delay-us", "-1"]) == 2
     assert capsys.readouterr().err.endswith("--max-queue-delay-us: max queue delay -1 us is below zero; use 0 or "
                                             "more microseconds\n")
+
+
+# --- canary: a published version becomes the stack's served version -----------------------
+
+
+def _published_repository(tmp_path, checkpoint_root, count: int) -> Path:
+    repo = tmp_path / "repo"
+    args = ["export", "--checkpoint", str(checkpoint_root), "--repository", str(repo), "--model-name", "gpt",
+            "--device", "cpu", "--preferred-batch-sizes", "4", "8", "--max-batch-size", "8", "--keep-versions", "2"]
+    for _ in range(count):
+        assert main(args) == 0
+    return repo
+
+
+def test_a_canary_of_a_version_not_in_the_repository_is_refused(checkpoint_root, tmp_path, capsys):
+    repo = _published_repository(tmp_path, checkpoint_root, 2)
+    before = (REPO / "stacks" / "Pulumi.prod.yaml").read_bytes()
+    capsys.readouterr()
+    code = main(["canary", "--stack", "prod", "--repository", str(repo), "--version", "7"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "python -m workloads.serve canary: error: --version 7: gpt has no completely published version 7 in the "
+        "repository (published: 1, 2); export it first\n")
+    assert (REPO / "stacks" / "Pulumi.prod.yaml").read_bytes() == before  # nothing written
+
+
+def test_a_canary_edits_only_the_version_and_keeps_the_stack_files_comments(checkpoint_root, tmp_path):
+    from workloads.serve.canary import set_version
+
+    stacks = tmp_path / "stacks"
+    shutil.copytree(REPO / "stacks", stacks)
+    original = (stacks / "Pulumi.prod.yaml").read_text()
+    change = set_version("prod", 2, [1, 2], stacks_dir=stacks)
+    assert (change.model, change.before, change.after, change.strategy) == ("gpt", None, 2, "canary")
+    edited = (stacks / "Pulumi.prod.yaml").read_text()
+    # One line more, under mlplat:inference; every comment and every other line as it was.
+    added = [line for line in difflib.ndiff(original.splitlines(), edited.splitlines()) if line.startswith(("+", "-"))]
+    assert added == ["+     version: 2"]
+    from infra.config import load_stack
+
+    assert load_stack("prod", stacks).inference.version == 2
+    with pytest.raises(Exception, match="it is already the served version of gpt"):
+        set_version("prod", 2, [1, 2], stacks_dir=stacks)
+
+
+def test_the_smoke_client_refuses_a_token_file_that_holds_no_jwt(tmp_path, capsys):
+    bad = tmp_path / "token"
+    bad.write_bytes(b"\xff\xfe not a token")
+    assert main(["smoke", "--url", "127.0.0.1:1", "--model-name", "gpt", "--token-file", str(bad)]) == 2
+    assert capsys.readouterr().err == (f"python -m workloads.serve smoke: error: --token-file {bad}: cannot be read: "
+                                       "not a text token\n")
+    bad.write_text("just-a-password")
+    assert main(["smoke", "--url", "127.0.0.1:1", "--model-name", "gpt", "--token-file", str(bad)]) == 2
+    assert "does not hold a JWT" in capsys.readouterr().err
