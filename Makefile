@@ -25,6 +25,13 @@ TRACKING_PINS  := mlflow[auth]==3.17.2 psycopg[binary]==3.3.2 boto3==1.44.8 moto
 FEATURES_VENV  := .venv-features
 FEATURES_STAMP := $(FEATURES_VENV)/.installed
 FEATURES_PINS  := feast[redis,aws]==0.66.0 s3fs==2026.9.0 mlflow-skinny==3.17.2
+# MLServer (Apache-2.0), a KServe v2 gRPC server, for the serving benchmark's measurement
+# through a real server (bench/serve_server.py); `make bench` only. uvloop stays below 0.22:
+# MLServer 1.7.1's workers call asyncio.get_event_loop() before any loop runs, which newer
+# uvloop refuses.
+MLSERVER_VENV  := .venv-mlserver
+MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
+MLSERVER_PINS  := mlserver==1.7.1 onnxruntime==1.31.1 uvloop==0.21.0
 # The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
 IAM_STAMP     := tests/iam/node_modules/.installed
 
@@ -54,6 +61,10 @@ $(TRACKING_STAMP):
 $(FEATURES_STAMP):
 	@test -x $(FEATURES_VENV)/bin/python || $(PYTHON) -m venv $(FEATURES_VENV)
 	$(FEATURES_VENV)/bin/pip install --quiet --disable-pip-version-check $(FEATURES_PINS)
+	@touch $@
+$(MLSERVER_STAMP):
+	@test -x $(MLSERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLSERVER_VENV)
+	$(MLSERVER_VENV)/bin/pip install --quiet --disable-pip-version-check $(MLSERVER_PINS)
 	@touch $@
 $(IAM_STAMP): tests/iam/package-lock.json
 	@command -v npm >/dev/null || { echo "make setup needs Node.js 20 and npm for the IAM evaluator: install them (Debian/Ubuntu: sudo apt-get install nodejs npm)"; exit 1; }
@@ -96,13 +107,14 @@ check: setup
 	$(BIN)/python -m pytest tests/rendered tests/checks tests/manifests
 
 # Every benchmark, then one table in the README and the plots in docs/bench/.
-bench: setup services
+bench: setup services $(MLSERVER_STAMP)
 	$(BIN)/python bench/preview.py
 	$(BIN)/python bench/mirror.py
 	$(BIN)/python bench/policy.py
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/quantize.py
+	$(BIN)/python bench/serve_server.py
 	$(BIN)/python bench/tracking.py
 	$(BIN)/python bench/features.py
 	$(BIN)/python bench/drift.py

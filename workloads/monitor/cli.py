@@ -2,7 +2,11 @@
 
 Exit 0: no column drifted. Exit 1: at least one did; each is named on stdout and in the
 JSON with its test and score. Exit 2: bad input, one line on stderr (a file that is missing,
-empty or not Parquet; a current sample whose columns are not the reference's)."""
+empty or not Parquet; a current sample whose columns are not the reference's).
+
+`python -m workloads.monitor log-requests --model M --bucket B --field input_ids=personal ...`
+runs the request logger the inference gateway mirrors a sample of requests to, until it
+is stopped (SIGTERM: what it holds is written first)."""
 
 from __future__ import annotations
 
@@ -74,6 +78,49 @@ def drift(args: argparse.Namespace) -> int:
     return 1 if drifted else 0
 
 
+def field_policy(fields: list[str], allow_personal: bool) -> Any:
+    from workloads.monitor.request_log import FieldPolicy
+
+    marked = {}
+    for spec in fields:
+        name, _, kind = spec.partition("=")
+        if not name or kind not in ("personal", "plain"):
+            raise MonitorInputError(f"--field {spec}: write NAME=personal or NAME=plain")
+        marked[name] = kind == "personal"
+    if not marked:
+        raise MonitorInputError("--field: mark each input of the model personal or plain (e.g. input_ids=personal)")
+    return FieldPolicy(marked, allow_personal=allow_personal)
+
+
+def log_requests(args: argparse.Namespace) -> int:
+    import signal
+    import socket
+    import threading
+
+    from workloads.monitor.logger import Sink, grpc_server, http_server
+    from workloads.monitor.request_log import Batcher, s3_putter
+
+    policy = field_policy(args.field, args.allow_personal)
+    if args.max_rows < 1 or args.max_seconds <= 0:
+        raise MonitorInputError("--max-rows and --max-seconds must be above 0")
+    batcher = Batcher(s3_putter(args.bucket, args.kms_key), prefix=args.prefix, model=args.model,
+                      writer=socket.gethostname(), max_rows=args.max_rows, max_seconds=args.max_seconds)
+    sink = Sink(policy, batcher, args.model)
+    grpc = grpc_server(sink, args.grpc_port)
+    http = http_server(sink, args.http_port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(f"logging {args.model} requests to s3://{args.bucket}/{args.prefix}/{args.model}/ (gRPC {args.grpc_port}, "
+          f"HTTP {args.http_port})", flush=True)
+    while not stop.wait(args.max_seconds):
+        sink.flush()  # a quiet hour still writes what came in within the interval
+    grpc.stop(grace=5).wait()
+    http.shutdown()
+    sink.flush()
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m workloads.monitor")
     verbs = top.add_subparsers(dest="verb", required=True)
@@ -82,6 +129,19 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--current", required=True, help="Parquet: the logged inputs to judge")
     d.add_argument("--json", help="also write the result here")
     d.set_defaults(run=drift)
+    r = verbs.add_parser("log-requests", help="keep a sample of the gateway's requests in the region's bucket")
+    r.add_argument("--model", required=True, help="the served model's name; requests for others are not kept")
+    r.add_argument("--bucket", required=True, help="the datasets bucket")
+    r.add_argument("--prefix", default="request-logs", help="key prefix; the bucket's retention rule expires it")
+    r.add_argument("--kms-key", help="the bucket's KMS key (SSE-KMS on every object)")
+    r.add_argument("--field", action="append", default=[], metavar="NAME=personal|plain",
+                   help="each input of the model, marked; personal ones are dropped unless --allow-personal")
+    r.add_argument("--allow-personal", action="store_true", help="keep personal fields too (the stack's opt-in)")
+    r.add_argument("--grpc-port", type=int, default=8001)
+    r.add_argument("--http-port", type=int, default=8000)
+    r.add_argument("--max-rows", type=int, default=1000, help="rows per Parquet object at most")
+    r.add_argument("--max-seconds", type=float, default=60.0, help="seconds a row waits to be written at most")
+    r.set_defaults(run=log_requests)
     return top
 
 

@@ -1,0 +1,124 @@
+"""The request logger as the gateway reaches it: a real process (`python -m workloads.monitor
+log-requests`) taking mirrored KServe v2 requests over gRPC and REST, writing Parquet to a
+real S3 API (a moto server) with SSE-KMS under the bucket's key, dropping personal fields,
+and writing what it holds when it is stopped."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import boto3
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import requests
+
+from tests.services.oci import free_port
+from tests.services.tracking import REGION, REPO, require_tracking, start_moto, wait_http
+
+BUCKET = "mlplat-test-datasets"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    require_tracking()
+    processes: list[subprocess.Popen] = []
+    endpoint = start_moto(processes)
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION}
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="test",
+                          aws_secret_access_key="test")
+    client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    key = boto3.client("kms", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="test",
+                       aws_secret_access_key="test").create_key()["KeyMetadata"]["Arn"]
+    yield client, env, key
+    for process in processes:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def start_logger(env: dict, key: str, *extra: str) -> tuple[subprocess.Popen, int, int]:
+    grpc_port, http_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workloads.monitor", "log-requests", "--model", "gpt", "--bucket", BUCKET,
+         "--kms-key", key, "--field", "input_ids=personal", "--grpc-port", str(grpc_port), "--http-port",
+         str(http_port), "--max-seconds", "30", *extra],
+        cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_http(f"http://127.0.0.1:{http_port}/healthz", process, "request logger", 30)
+    return process, grpc_port, http_port
+
+
+def send_grpc(port: int, ids: np.ndarray, *, model: str = "gpt", tenant: str = "applied") -> None:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    request = grpcclient.InferInput("input_ids", list(ids.shape), "INT64")
+    request.set_data_from_numpy(ids)
+    client.infer(model, [request], model_version="7", headers={"x-mlplat-tenant": tenant})
+    client.close()
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0, process.stderr.read()
+
+
+def logged(client, prefix: str) -> list[tuple[dict, object]]:
+    found = []
+    for entry in client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", []):
+        head = client.head_object(Bucket=BUCKET, Key=entry["Key"])
+        body = client.get_object(Bucket=BUCKET, Key=entry["Key"])["Body"].read()
+        found.append((head, pq.read_table(io.BytesIO(body)).to_pylist()))
+    return found
+
+
+def test_mirrored_requests_land_in_the_bucket_without_personal_fields(s3):
+    client, env, key = s3
+    process, grpc_port, http_port = start_logger(env, key, "--prefix", "logs-a")
+    try:
+        send_grpc(grpc_port, np.array([[5, 5, 7, 9], [1, 2, 3, 4]], dtype=np.int64))
+        send_grpc(grpc_port, np.array([[1, 2]], dtype=np.int64), model="another-model")  # not this model's
+        answer = requests.post(f"http://127.0.0.1:{http_port}/v2/models/gpt/infer", timeout=10,
+                               headers={"x-mlplat-tenant": "serving"},
+                               json={"inputs": [{"name": "input_ids", "shape": [1, 3], "datatype": "INT64",
+                                                 "data": [[8, 8, 8]]}]})
+        assert answer.status_code == 200
+    finally:
+        stop(process)  # what it holds is written on the way out
+    [(head, rows)] = logged(client, "logs-a/gpt/")
+    assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == key
+    assert sorted((r["tenant"], r["tokens"], r["version"]) for r in rows) == [
+        ("applied", 4, "7"), ("applied", 4, "7"), ("serving", 3, "")]
+    assert all("input_ids" not in r for r in rows)
+    assert {r["model"] for r in rows} == {"gpt"}
+    assert logged(client, "logs-a/another-model/") == []
+
+
+def test_personal_fields_are_logged_only_when_allowed(s3):
+    client, env, key = s3
+    process, grpc_port, _ = start_logger(env, key, "--prefix", "logs-b", "--allow-personal")
+    try:
+        send_grpc(grpc_port, np.array([[11, 12, 13]], dtype=np.int64))
+    finally:
+        stop(process)
+    [(_, [row])] = logged(client, "logs-b/gpt/")
+    assert row["input_ids"] == [11, 12, 13]
+
+
+def test_rows_are_written_while_it_runs(s3):
+    client, env, key = s3
+    process, grpc_port, _ = start_logger(env, key, "--prefix", "logs-c", "--max-rows", "2")
+    try:
+        send_grpc(grpc_port, np.array([[1, 2], [3, 4]], dtype=np.int64))  # a full batch of two rows
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not logged(client, "logs-c/gpt/"):
+            time.sleep(0.2)
+        [(_, rows)] = logged(client, "logs-c/gpt/")
+        assert len(rows) == 2
+    finally:
+        stop(process)

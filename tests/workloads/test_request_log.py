@@ -1,0 +1,90 @@
+"""What a logged request becomes: personal fields dropped unless the stack allows them,
+every field marked, derived features per sequence, Parquet batches by size and age."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from workloads.monitor.cli import main
+from workloads.monitor.request_log import (
+    Batcher,
+    FieldPolicy,
+    RequestLogError,
+    object_key,
+    rows_of,
+    token_features,
+)
+
+PERSONAL = FieldPolicy({"input_ids": True})
+NOW = datetime(2026, 11, 24, 20, 0, tzinfo=timezone.utc)
+
+
+def test_personal_token_ids_are_dropped_and_their_features_kept():
+    ids = np.array([[5, 5, 7, 9], [1, 2, 3, 4]], dtype=np.int64)
+    rows = rows_of({"input_ids": ids}, PERSONAL, model="gpt", version="7", tenant="applied", now=NOW)
+    assert len(rows) == 2  # one row per sequence of the batch
+    assert all("input_ids" not in row for row in rows)
+    assert rows[0] == {"time": NOW.isoformat(), "model": "gpt", "version": "7", "tenant": "applied", "tokens": 4,
+                       "distinct_ratio": 0.75, "mean_token_id": 6.5, "std_token_id": pytest.approx(1.6583, abs=1e-4)}
+
+
+def test_personal_fields_are_kept_only_where_the_stack_allows_them():
+    ids = np.array([[5, 6]], dtype=np.int64)
+    [row] = rows_of({"input_ids": ids}, FieldPolicy({"input_ids": True}, allow_personal=True), model="gpt",
+                    version="", tenant="", now=NOW)
+    assert row["input_ids"] == [5, 6]
+    [plain] = rows_of({"input_ids": ids}, FieldPolicy({"input_ids": False}), model="gpt", version="", tenant="",
+                      now=NOW)
+    assert plain["input_ids"] == [5, 6]
+
+
+def test_a_field_nobody_marked_is_refused_rather_than_logged():
+    with pytest.raises(RequestLogError, match="input 'user_email' is not marked personal or not"):
+        rows_of({"input_ids": np.array([[1]]), "user_email": np.array([[0]])}, PERSONAL, model="gpt", version="",
+                tenant="")
+
+
+def test_features_of_an_empty_request():
+    assert token_features(np.array([], dtype=np.int64)) == {"tokens": 0, "distinct_ratio": 0.0,
+                                                             "mean_token_id": 0.0, "std_token_id": 0.0}
+
+
+def test_rows_are_written_by_size_and_by_age():
+    stored: dict[str, bytes] = {}
+    now = [0.0]
+    batcher = Batcher(lambda key, body: stored.__setitem__(key, body), prefix="request-logs", model="gpt",
+                      writer="pod-a", max_rows=3, max_seconds=60, clock=lambda: now[0])
+    row = rows_of({"input_ids": np.array([[1, 2]])}, PERSONAL, model="gpt", version="", tenant="t", now=NOW)
+    batcher.add(row * 2)
+    assert stored == {}
+    batcher.add(row)  # the third row fills the batch
+    assert len(stored) == 1
+    batcher.add(row)
+    now[0] = 61.0
+    batcher.add(row)  # the oldest row waited a minute
+    assert len(stored) == 2
+    tables = [pq.read_table(io.BytesIO(body)) for body in stored.values()]
+    assert sorted(t.num_rows for t in tables) == [2, 3]
+    assert set(tables[0].column_names) == {"time", "model", "version", "tenant", "tokens", "distinct_ratio",
+                                           "mean_token_id", "std_token_id"}
+
+
+def test_objects_are_kept_by_model_and_day():
+    key = object_key("request-logs/", "gpt", NOW, "pod-a")
+    assert key.startswith("request-logs/gpt/date=2026-11-24/200000-pod-a-") and key.endswith(".parquet")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ([], "--field: mark each input of the model personal or plain (e.g. input_ids=personal)"),
+    (["input_ids"], "--field input_ids: write NAME=personal or NAME=plain"),
+    (["input_ids=secret"], "--field input_ids=secret: write NAME=personal or NAME=plain"),
+])
+def test_the_logger_refuses_unmarked_fields(fields, message, capsys):
+    args = ["log-requests", "--model", "gpt", "--bucket", "b"] + [a for f in fields for a in ("--field", f)]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"

@@ -1,0 +1,140 @@
+"""The request logger: where the inference gateway mirrors a sample of the requests it let
+through (Gateway API `RequestMirror`, `requestLogging.samplePercent`).
+
+It speaks the two ways requests arrive, KServe v2 over gRPC (`ModelInfer`) and over REST
+(`POST /v2/models/<model>/infer`), answers at once with nothing (the gateway discards a
+mirror's answer), and hands each request to the Batcher as rows the field policy allows.
+The caller's tenant comes from the header the gateway sets from the token's claim; no
+header's value is logged otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from workloads.monitor.request_log import Batcher, FieldPolicy, RequestLogError, rows_of
+
+TENANT_HEADER = "x-mlplat-tenant"
+_NUMPY = {"INT64": np.int64, "INT32": np.int32, "FP32": np.float32, "FP64": np.float64, "BOOL": np.bool_}
+
+
+class Sink:
+    """The field policy and the batcher, shared by both front ends."""
+
+    def __init__(self, policy: FieldPolicy, batcher: Batcher, model: str) -> None:
+        self.policy, self.batcher, self.model = policy, batcher, model
+        self.lock = threading.Lock()
+        self.refused = 0  # requests that did not fit the policy (counted, not logged)
+
+    def take(self, inputs: dict[str, np.ndarray], *, model: str, version: str, tenant: str) -> None:
+        if model != self.model:
+            with self.lock:
+                self.refused += 1
+            return
+        try:
+            rows = rows_of(inputs, self.policy, model=model, version=version, tenant=tenant)
+        except RequestLogError:
+            with self.lock:
+                self.refused += 1
+            return
+        with self.lock:
+            self.batcher.add(rows)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.batcher.flush()
+
+
+def _grpc_inputs(request: Any) -> dict[str, np.ndarray]:
+    """A ModelInferRequest's tensors, from raw contents (what clients send) or typed ones."""
+    found = {}
+    for index, tensor in enumerate(request.inputs):
+        dtype = _NUMPY.get(tensor.datatype)
+        if dtype is None:
+            raise RequestLogError(f"input {tensor.name!r} has type {tensor.datatype}")
+        if index < len(request.raw_input_contents):
+            values = np.frombuffer(request.raw_input_contents[index], dtype=dtype)
+        else:
+            contents = tensor.contents
+            values = np.array(list(contents.int64_contents or contents.int_contents or contents.fp32_contents
+                                   or contents.fp64_contents or contents.bool_contents), dtype=dtype)
+        found[tensor.name] = values.reshape(list(tensor.shape))
+    return found
+
+
+def grpc_server(sink: Sink, port: int, *, workers: int = 4) -> Any:
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    class Mirror(service_pb2_grpc.GRPCInferenceServiceServicer):
+        def ServerLive(self, request, context):  # noqa: N802 (gRPC method names)
+            return service_pb2.ServerLiveResponse(live=True)
+
+        def ServerReady(self, request, context):  # noqa: N802
+            return service_pb2.ServerReadyResponse(ready=True)
+
+        def ModelInfer(self, request, context):  # noqa: N802
+            tenant = dict(context.invocation_metadata()).get(TENANT_HEADER, "")
+            try:
+                inputs = _grpc_inputs(request)
+            except (RequestLogError, ValueError):
+                with sink.lock:
+                    sink.refused += 1
+            else:
+                sink.take(inputs, model=request.model_name, version=request.model_version, tenant=tenant)
+            return service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Mirror(), server)
+    bound = server.add_insecure_port(f"0.0.0.0:{port}")
+    server.start()
+    server.bound_port = bound
+    return server
+
+
+def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # no access log: it would name paths and callers
+            pass
+
+        def _answer(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path in ("/healthz", "/v2/health/ready", "/v2/health/live"):
+                self._answer(200, {"ready": True})
+            else:
+                self._answer(404, {"error": "not found"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            parts = self.path.strip("/").split("/")
+            if len(parts) not in (4, 6) or parts[0] != "v2" or parts[1] != "models" or parts[-1] != "infer":
+                self._answer(404, {"error": "not found"})
+                return
+            model, version = parts[2], parts[4] if len(parts) == 6 else ""
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+                inputs = {t["name"]: np.asarray(t["data"], dtype=_NUMPY[t["datatype"]]).reshape(t["shape"])
+                          for t in body["inputs"]}
+            except (ValueError, KeyError, TypeError):
+                with sink.lock:
+                    sink.refused += 1
+                self._answer(400, {"error": "not a KServe v2 inference request"})
+                return
+            sink.take(inputs, model=model, version=version, tenant=self.headers.get(TENANT_HEADER, ""))
+            self._answer(200, {"model_name": model, "outputs": []})
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
