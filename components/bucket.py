@@ -29,6 +29,7 @@ class BucketArgs:
     force_destroy: bool = False
     noncurrent_version_days: int = 90
     expire_after_days: int | None = None  # current objects too (log buckets); None keeps them
+    retained: tuple[tuple[str, int], ...] = ()  # (prefix, days): kept that long, then expired
     object_lock: ObjectLock | None = None
     # Server access logs of this bucket go to that bucket, under `access_log_prefix`.
     access_log_bucket: RegionPinnedBucket | None = None
@@ -116,7 +117,7 @@ class RegionPinnedBucket(pulumi.ComponentResource):
                 S3.BucketLifecycleConfigurationRuleArgs(
                     id=rule.id,
                     status="Enabled",
-                    filter=S3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                    filter=S3.BucketLifecycleConfigurationRuleFilterArgs(prefix=rule.prefix),
                     noncurrent_version_expiration=(
                         S3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
                             noncurrent_days=rule.noncurrent_days
@@ -137,7 +138,7 @@ class RegionPinnedBucket(pulumi.ComponentResource):
                         else None
                     ),
                 )
-                for rule in lifecycle_rules(args.noncurrent_version_days, args.expire_after_days)
+                for rule in lifecycle_rules(args.noncurrent_version_days, args.expire_after_days, args.retained)
             ],
             opts=after_versioning,
         )

@@ -204,17 +204,24 @@ def bucket_policy(
 class LifecycleRule:
     id: str
     noncurrent_days: int | None = None  # expire versions this long after they were replaced
-    expire_days: int | None = None  # expire current objects (log buckets only)
+    expire_days: int | None = None  # expire current objects (log buckets, and retained prefixes)
     abort_multipart_days: int | None = None
+    prefix: str = ""  # the keys it applies to; "" the whole bucket
 
 
 # Half-finished multipart uploads are invisible in listings but billed; a week is ample.
 ABORT_MULTIPART_DAYS = 7
 
 
-def lifecycle_rules(noncurrent_days: int, expire_days: int | None = None) -> list[LifecycleRule]:
-    """Old versions go after `noncurrent_days`; current objects stay unless `expire_days`."""
-    for label, days in (("noncurrent_days", noncurrent_days), ("expire_days", expire_days)):
+def lifecycle_rules(noncurrent_days: int, expire_days: int | None = None,
+                    retained: tuple[tuple[str, int], ...] = ()) -> list[LifecycleRule]:
+    """Old versions go after `noncurrent_days`; current objects stay unless `expire_days`.
+    Each (prefix, days) of `retained` is kept that long and no longer: its objects expire,
+    and the versions expiry leaves behind go the next day (the whole bucket's noncurrent
+    rule would keep them for `noncurrent_days`; S3 applies the shorter of overlapping
+    expirations)."""
+    for label, days in (("noncurrent_days", noncurrent_days), ("expire_days", expire_days),
+                        *((f"retention of {prefix}", d) for prefix, d in retained)):
         if days is not None and (isinstance(days, bool) or not isinstance(days, int) or days < 1):
             raise ValueError(f"{label} must be a whole number of days, 1 or more; got {days!r}")
     rules = [
@@ -223,4 +230,7 @@ def lifecycle_rules(noncurrent_days: int, expire_days: int | None = None) -> lis
     ]
     if expire_days is not None:
         rules.append(LifecycleRule("expire-objects", expire_days=expire_days))
+    for prefix, days in retained:
+        rules.append(LifecycleRule(f"retain-{prefix.strip('/').replace('/', '-')}", expire_days=days,
+                                   noncurrent_days=1, prefix=prefix))
     return rules

@@ -24,6 +24,7 @@ from components.inference_spec import (
     pod_monitor,
     service_account,
 )
+from components.request_log_spec import objects as request_log_objects
 from components.rollout_spec import (
     RolloutPlan,
     analysis_template,
@@ -131,6 +132,9 @@ class InferenceService(pulumi.ComponentResource):
                                      ignore_changes=["spec.replicas"])
         self.deployment = create(deployment(plan), run)
         backends = [create(svc, in_ns) for svc in variant_services(rollout_plan)]
+        if rollout_plan.request_log is not None:
+            # The logger's Service, where the routes mirror their sample, exists before them.
+            backends += [create(obj, in_ns) for obj in request_log_objects(rollout_plan.request_log)]
         create(disruption_budget(plan), in_ns)
 
         # The gateway: its class and proxies (cluster-wide and Envoy Gateway's namespace),

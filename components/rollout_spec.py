@@ -41,6 +41,7 @@ from components.inference_spec import (
     labels,
     service,
 )
+from components.request_log_spec import TENANT_HEADER, RequestLogPlan, mirror_filter
 from components.tenancy_spec import MONITORING_NAMESPACE
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
@@ -97,6 +98,7 @@ class RolloutPlan:
     hold_last_step: bool = False  # A/B: the split stays until someone promotes or aborts
     abort: AbortRule = AbortRule()
     auth: AuthPlan | None = None
+    request_log: RequestLogPlan | None = None  # a sample of the requests mirrored to the logger
 
     @property
     def namespace(self) -> str:
@@ -211,6 +213,11 @@ def _parent(listener: str) -> dict[str, Any]:
     return {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY, "sectionName": listener}
 
 
+def _mirrored(plan: RolloutPlan, port: int) -> dict[str, Any]:
+    """A copy of the sampled requests to the request logger, after authentication."""
+    return {"filters": [mirror_filter(plan.request_log, port)]} if plan.request_log else {}
+
+
 def grpc_route(plan: RolloutPlan) -> dict[str, Any]:
     """KServe v2 gRPC (`inference.GRPCInferenceService`) to the two variants; any other
     service gets no route."""
@@ -220,7 +227,7 @@ def grpc_route(plan: RolloutPlan) -> dict[str, Any]:
         "spec": {
             "parentRefs": [_parent(GRPC_LISTENER)],
             "rules": [{"matches": [{"method": {"type": "Exact", "service": "inference.GRPCInferenceService"}}],
-                       "backendRefs": _backends(plan, GRPC_PORT)}],
+                       **_mirrored(plan, GRPC_PORT), "backendRefs": _backends(plan, GRPC_PORT)}],
         },
     }
 
@@ -233,7 +240,7 @@ def http_route(plan: RolloutPlan) -> dict[str, Any]:
         "spec": {
             "parentRefs": [_parent(HTTP_LISTENER)],
             "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": f"/v2/models/{plan.serving.model}"}}],
-                       "backendRefs": _backends(plan, HTTP_PORT)}],
+                       **_mirrored(plan, HTTP_PORT), "backendRefs": _backends(plan, HTTP_PORT)}],
         },
     }
 
@@ -251,8 +258,11 @@ def security_policy(plan: RolloutPlan) -> dict[str, Any] | None:
         "metadata": {"name": f"{plan.name}-callers", "namespace": plan.namespace, "labels": labels(plan.serving)},
         "spec": {
             "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}],
+            # The tenant reaches the request logger as a header the gateway sets from the
+            # token (a client's own header of that name is replaced).
             "jwt": {"providers": [{"name": provider, "issuer": auth.issuer, "audiences": list(auth.audiences),
-                                   "remoteJWKS": {"uri": auth.jwks_uri}}]},
+                                   "remoteJWKS": {"uri": auth.jwks_uri},
+                                   "claimToHeaders": [{"claim": auth.tenant_claim, "header": TENANT_HEADER}]}]},
             "authorization": {"defaultAction": "Deny", "rules": [{
                 "name": "tenants-of-this-model", "action": "Allow",
                 "principal": {"jwt": {"provider": provider, "claims": [

@@ -673,6 +673,27 @@ class InferenceAuthConfig(_Model):
     tenants: tuple[str, ...] = Field(min_length=1)
 
 
+class InferenceRequestLoggingConfig(_Model):
+    """A sample of the requests the gateway lets through, kept in the region's datasets
+    bucket (workloads/monitor/request_log.py): each input field marked personal or plain;
+    personal ones are dropped unless `allowPersonal`, which the policy pack reports."""
+
+    enabled: bool = True
+    sample_percent: float = Field(default=1.0, gt=0, le=100)
+    retention_days: int = Field(default=30, ge=1, le=3650)
+    fields: dict[str, Literal["personal", "plain"]] = {"input_ids": "personal"}
+    allow_personal: bool = False
+
+    @model_validator(mode="after")
+    def _every_input_marked(self) -> InferenceRequestLoggingConfig:
+        from workloads.serve.spec import INPUT_NAME
+
+        if INPUT_NAME not in self.fields:
+            raise _FieldError("fields", f"{sorted(self.fields)} does not mark {INPUT_NAME}, the model's input: mark it "
+                                        "personal (a person's text as token ids) or plain")
+        return self
+
+
 class InferenceConfig(_Model):
     """The model a stack serves with Triton (components/inference.py): GPU replicas on the
     inference pool, or ONNX Runtime on the CPU pool. The batching settings are the ones
@@ -713,6 +734,7 @@ class InferenceConfig(_Model):
     version: int | None = Field(default=None, ge=1)
     rollout: InferenceRolloutConfig = InferenceRolloutConfig()
     auth: InferenceAuthConfig | None = None
+    request_logging: InferenceRequestLoggingConfig = InferenceRequestLoggingConfig()
 
     @field_validator("namespace")
     @classmethod

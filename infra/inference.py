@@ -22,6 +22,10 @@ from components.inference_spec import (
     s3_statements,
     source_cidrs,
 )
+from components.request_log_spec import NAME as LOGGER
+from components.request_log_spec import RequestLogPlan
+from components.request_log_spec import role_name as log_role
+from components.request_log_spec import s3_statements as log_statements
 from components.rollout_spec import AbortRule, AuthPlan, RolloutPlan
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor
@@ -59,7 +63,7 @@ def serving_plan(config: PlatformConfig, job: ResolvedInference, account_id: str
     )
 
 
-def rollout_plan(serving: ServingPlan, settings: Any) -> RolloutPlan:
+def rollout_plan(serving: ServingPlan, settings: Any, request_log: RequestLogPlan | None = None) -> RolloutPlan:
     """How the stack's `rollout` and `auth` settings shape the rollout and the gateway."""
     rollout, auth, abort = settings.rollout, settings.auth, settings.rollout.abort
     ab = rollout.strategy == "ab"
@@ -73,6 +77,7 @@ def rollout_plan(serving: ServingPlan, settings: Any) -> RolloutPlan:
                         min_requests_per_second=abort.min_requests_per_second),
         auth=AuthPlan(issuer=auth.issuer, audiences=tuple(auth.audiences), jwks_uri=auth.jwks_uri,
                       tenant_claim=auth.tenant_claim, tenants=tuple(auth.tenants)) if auth else None,
+        request_log=request_log,
     )
 
 
@@ -129,6 +134,47 @@ def serving_identity(
     )
 
 
+def request_log_identity(
+    config: PlatformConfig,
+    prefix: str,
+    account_id: str,
+    cluster_name: pulumi.Input[str],
+    storage: Any,  # infra.storage.Storage
+    keys: dict[str, aws.kms.Key],
+    aws_provider: aws.Provider,
+) -> PodIdentityRole | None:
+    """The request logger's role: write its model's request logs, encrypt with the
+    datasets key; nothing else (the datasets bucket lets no one else at that prefix)."""
+    job = resolve_inference(config)
+    if job is None or not job.settings.request_logging.enabled:
+        return None
+    s = job.settings
+    statements = pulumi.Output.all(storage.buckets["datasets"].bucket.arn, keys["datasets"].arn).apply(
+        lambda a: log_statements(a[0], s.model_name, a[1]))
+    return PodIdentityRole(
+        f"inference-{s.model_name}-requests",
+        PodIdentityRoleArgs(
+            role_name=log_role(prefix, s.model_name), account_id=account_id, namespace=s.namespace,
+            service_account=LOGGER, cluster_name=cluster_name, statements=statements,
+        ),
+        opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),
+    )
+
+
+def request_log_plan(config: PlatformConfig, serving: ServingPlan, settings: Any, descriptor: ClusterDescriptor,
+                     platform_images: dict[str, str] | None) -> RequestLogPlan | None:
+    logging = settings.request_logging
+    if not logging.enabled:
+        return None
+    return RequestLogPlan(
+        serving=serving,
+        image=image_uri("serving", descriptor.account_id, config.region, config.environment, platform_images),
+        bucket=descriptor.buckets["datasets"], kms_key_arn=descriptor.keys["datasets"],
+        sample_percent=logging.sample_percent, fields=tuple(sorted(logging.fields.items())),
+        allow_personal=logging.allow_personal,
+    )
+
+
 def build_inference(
     config: PlatformConfig,
     descriptor: ClusterDescriptor,
@@ -146,7 +192,8 @@ def build_inference(
     return InferenceService(
         f"inference-{plan.model}",
         InferenceServiceArgs(
-            plan=rollout_plan(plan, job.settings),
+            plan=rollout_plan(plan, job.settings, request_log_plan(config, plan, job.settings, descriptor,
+                                                                   platform_images)),
             controllers=rollout_controllers(config, descriptor.account_id, platform_images),
             adapter=metrics_adapter(config, job, descriptor.account_id),
             # The Prometheus stack (PodMonitor CRD, the adapter's source) and the device plugins.

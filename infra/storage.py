@@ -18,6 +18,8 @@ from components.audit import AuditTrail, AuditTrailArgs
 from components.bucket import BucketArgs, ObjectLock, RegionPinnedBucket
 from components.bucket_policy import TrailDelivery, bucket_name
 from components.features_spec import owned_prefixes
+from components.request_log_spec import key_prefix
+from components.request_log_spec import role_name as log_role
 from components.key_policy import DATA_BUCKETS, StorageNames, data_class_uses
 from components.keys import KeysArgs, PlatformKeys
 from components.logs import WorkloadLogs, WorkloadLogsArgs
@@ -59,6 +61,16 @@ class Storage:
     volumes: VolumeEncryption | None  # only in the stack that owns the account's EBS defaults
     workload_logs: WorkloadLogs
     lustre: LustreScratch | None
+
+
+def request_logging(config: PlatformConfig) -> tuple[str, int] | None:
+    """(model, retention days) where the stack keeps a sample of its inference requests."""
+    from infra.inference_plan import resolve_inference
+
+    job = resolve_inference(config)
+    if job is None or not job.settings.request_logging.enabled:
+        return None
+    return job.settings.model_name, job.settings.request_logging.retention_days
 
 
 def build_storage(
@@ -105,11 +117,19 @@ def build_storage(
         access_log_prefix="audit/",
     )
     endpoint = network.s3_endpoint.id if storage.vpc_endpoint_only else None
-    # Each tenant's feature store (infra/features.py) owns its prefix of the datasets bucket.
+    # Each tenant's feature store (infra/features.py) owns its prefix of the datasets bucket,
+    # and the request logger its model's request logs, kept only as long as the stack says.
     owned = {"datasets": owned_prefixes(prefix, account_id, tuple(config.feature_projects))}
+    retained: dict[str, tuple[tuple[str, int], ...]] = {}
+    logging = request_logging(config)
+    if logging is not None:
+        model, days = logging
+        owned["datasets"] += ((key_prefix(model), f"arn:aws:iam::{account_id}:role/{log_role(prefix, model)}"),)
+        retained["datasets"] = ((key_prefix(model), days),)
     buckets = {
         purpose: bucket(purpose, access_log_bucket=access_logs, access_log_prefix=f"{purpose}/",
-                        vpc_endpoint_id=endpoint, owned_prefixes=owned.get(purpose, ()))
+                        vpc_endpoint_id=endpoint, owned_prefixes=owned.get(purpose, ()),
+                        retained=retained.get(purpose, ()))
         for purpose in DATA_BUCKETS
     }
     buckets.update({"audit": audit, "access-logs": access_logs})

@@ -452,7 +452,8 @@ def service_of(stack: str) -> list:
 
 def test_prod_serves_on_gpus_and_smb_on_cpus():
     prod = preview("prod-cluster")
-    [deployment] = [r for r in of_type(prod, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]
+    [deployment] = [r for r in of_type(prod, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"
+                    and r.inputs()["metadata"]["name"] == "triton"]
     [triton] = deployment.inputs()["spec"]["template"]["spec"]["containers"]
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
     bucket = storage_names(load_stack("prod"), "prod", ACCOUNT).buckets["models"]
@@ -460,7 +461,8 @@ def test_prod_serves_on_gpus_and_smb_on_cpus():
     assert fetch["command"][-4:] == [f"s3://{bucket}/triton/", "/models/", "gpt", ""]
     assert any(r.inputs().get("bucket") == bucket for r in of_type(preview("prod"), "aws:s3/bucket:Bucket"))
     smb = preview("smb-cluster")
-    [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"]
+    [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"
+                    and r.inputs()["metadata"]["name"] == "triton"]
     [triton] = deployment.inputs()["spec"]["template"]["spec"]["containers"]
     assert "nvidia.com/gpu" not in triton["resources"]["limits"]
     assert not any("nvidia.com/gpu" in json.dumps(r.inputs()) for r in of_type(smb, DEPLOYMENT))

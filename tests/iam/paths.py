@@ -72,7 +72,17 @@ PATHS: tuple[Path, ...] = (
          "s3:PutObject", "bucket:models/triton/gpt2/1/model.onnx", ALLOWED),
     Path("the serving init container fetches the model repository", "role:inference-gpt-identity", "s3:GetObject",
          "bucket:models/triton/gpt2/1/model.onnx", ALLOWED),
+    Path("the request logger writes its model's sampled requests", "role:inference-gpt-requests", "s3:PutObject",
+         "bucket:datasets/request-logs/gpt/date=2026-11-24/200000-pod-1234abcd.parquet", ALLOWED,
+         {SSE: "aws:kms", SSE_KEY: "{key:datasets}"}),
     # --- Buckets: abuses -----------------------------------------------------------------
+    Path("the request logger cannot read back what it wrote", "role:inference-gpt-requests", "s3:GetObject",
+         "bucket:datasets/request-logs/gpt/date=2026-11-24/x.parquet", DENIED),
+    Path("the request logger cannot write the datasets", "role:inference-gpt-requests", "s3:PutObject",
+         "bucket:datasets/datasets/shard-0001.bin", DENIED, {SSE: "aws:kms", SSE_KEY: "{key:datasets}"}),
+    Path("training pods cannot read the request logs (the bucket keeps the prefix to its owner)",
+         "role:training-gpt2-smoke-identity", "s3:GetObject", "bucket:datasets/request-logs/gpt/date=2026-11-24/x.parquet",
+         DENIED),
     Path("plain HTTP is refused", "role:training-gpt2-smoke-identity", "s3:GetObject",
          "bucket:datasets/datasets/shard-0001.bin", DENIED, {"aws:SecureTransport": "false"}),
     Path("an upload under another key is refused", "role:training-gpt2-smoke-identity", "s3:PutObject",
@@ -96,6 +106,10 @@ PATHS: tuple[Path, ...] = (
     Path("nobody but CloudTrail writes digest files", "role:training-gpt2-smoke-identity", "s3:PutObject",
          "bucket:audit/cloudtrail/AWSLogs/{account}/CloudTrail-Digest/{region}/d.json.gz", DENIED, service_grant=True),
     # --- Keys: each service that uses them ----------------------------------------------
+    Path("S3 encrypts request logs for the request logger", "role:inference-gpt-requests", "kms:GenerateDataKey",
+         "key:datasets", ALLOWED, {"kms:ViaService": "s3.{region}.amazonaws.com", "kms:CallerAccount": "{account}",
+                                   "kms:EncryptionContext:aws:s3:arn":
+                                       "arn:aws:s3:::{bucket:datasets}/request-logs/gpt/date=2026-11-24/x.parquet"}),
     Path("S3 encrypts checkpoints for the training role", "role:training-gpt2-smoke-identity", "kms:GenerateDataKey",
          "key:checkpoints", ALLOWED,
          {"kms:ViaService": "s3.{region}.amazonaws.com", "kms:CallerAccount": "{account}",

@@ -58,7 +58,8 @@ def test_a_new_environment_waits_on_no_model_dataset_or_gpu_node(stack, mode):
 
 def _inference_deployment(objects):
     return next(i for i, (owner, o) in enumerate(objects)
-                if owner == "program" and o["kind"] == "Deployment" and o["metadata"]["namespace"] == "inference")
+                if owner == "program" and o["kind"] == "Deployment" and o["metadata"]["namespace"] == "inference"
+                and o["metadata"]["name"] == "triton")
 
 
 def test_serving_created_with_replicas_would_wait_for_the_model_and_a_gpu_node():

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from components.rollout_spec import CANARY_ALERT, RolloutPlan, rollout, split
 from infra.config import parse_config
+from infra.descriptor import OUTPUT as DESCRIPTOR
 from infra.inference import rollout_plan
 from infra.preview.report import kubernetes_objects
 from tests.component.test_inference_service import GPU_PLAN
@@ -341,3 +342,68 @@ def test_the_plan_the_stack_resolves_is_what_the_rule_holds():
     rule = rendered("prod-cluster", "PrometheusRule", "triton-variants")
     text = json.dumps(rule)
     assert "* 2.0, 0.01)" in text and "* 1.5)" in text and "[10m]" in text
+
+
+# --- request logging ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, port", [("GRPCRoute", 8001), ("HTTPRoute", 8000)])
+def test_the_routes_mirror_the_configured_sample_to_the_request_logger(kind, port):
+    logging = parse_config(raw_stack("prod"), "stacks/Pulumi.prod.yaml", from_stack_file=True).inference.request_logging
+    [rule] = rendered("prod-cluster", kind)["spec"]["rules"]
+    [mirror] = [f["requestMirror"] for f in rule["filters"] if f["type"] == "RequestMirror"]
+    fraction = mirror["fraction"]["numerator"] / mirror["fraction"].get("denominator", 100) if "fraction" in mirror \
+        else mirror["percent"] / 100
+    assert fraction == logging.sample_percent / 100
+    assert mirror["backendRef"] == {"group": "", "kind": "Service", "name": "request-logger", "port": port}
+    logger = rendered("prod-cluster", "Service", "request-logger")
+    assert port in {p["port"] for p in logger["spec"]["ports"]}
+
+
+def test_the_logger_drops_personal_fields_and_writes_under_the_datasets_key():
+    [container] = rendered("prod-cluster", "Deployment", "request-logger")["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[:4] == ["python", "-m", "workloads.monitor", "log-requests"]
+    assert "--allow-personal" not in command
+    assert command[command.index("--field") + 1] == "input_ids=personal"
+    assert command[command.index("--prefix") + 1] == "request-logs"
+    descriptor = preview("prod").stack_outputs[DESCRIPTOR]
+    assert command[command.index("--bucket") + 1] == descriptor["buckets"]["datasets"]
+    assert command[command.index("--kms-key") + 1] == descriptor["keys"]["datasets"]
+    # The tenant reaches it from the token, as a header the gateway sets.
+    [provider] = rendered("prod-cluster", "SecurityPolicy")["spec"]["jwt"]["providers"]
+    assert provider["claimToHeaders"] == [{"claim": "tenant", "header": "x-mlplat-tenant"}]
+
+
+def test_request_logs_are_kept_only_as_long_as_the_stack_says():
+    days = parse_config(raw_stack("prod"), "stacks/Pulumi.prod.yaml",
+                        from_stack_file=True).inference.request_logging.retention_days
+    [lifecycle] = [r.inputs() for r in preview("prod").registrations
+                   if r.type == "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"
+                   and r.name == "datasets"]
+    [rule] = [r for r in lifecycle["rules"] if r["filter"]["prefix"] == "request-logs/gpt/"]
+    assert rule["expiration"] == {"days": days} and rule["noncurrentVersionExpiration"] == {"noncurrentDays": 1}
+
+
+@pytest.mark.parametrize("logging, message", [
+    ({"samplePercent": 0}, "samplePercent: 0: Input should be greater than 0"),
+    ({"samplePercent": 150}, "samplePercent: 150: Input should be less than or equal to 100"),
+    ({"fields": {"prompt": "personal"}}, "fields: ['prompt'] does not mark input_ids, the model's input"),
+    ({"fields": {"input_ids": "secret"}}, "fields.input_ids: 'secret' is not allowed; allowed: 'personal' or 'plain'"),
+])
+def test_request_logging_settings_that_cannot_apply_are_refused(logging, message):
+    from infra.config import ConfigError
+
+    raw = raw_stack("prod")
+    raw["mlplat:inference"]["requestLogging"] = logging
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
+    assert str(err.value).startswith(f"stacks/Pulumi.prod.yaml: mlplat:inference.requestLogging.{message}")
+
+
+def test_a_fraction_of_a_percent_is_mirrored_as_a_fraction():
+    from components.request_log_spec import RequestLogPlan, mirror_filter
+
+    plan = RequestLogPlan(serving=GPU_PLAN, image="i", bucket="b", kms_key_arn="k", sample_percent=0.5,
+                          fields=(("input_ids", "personal"),))
+    assert mirror_filter(plan, 8001)["requestMirror"]["fraction"] == {"numerator": 50, "denominator": 10000}
