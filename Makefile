@@ -73,10 +73,11 @@ $(IAM_STAMP): tests/iam/package-lock.json
 
 # The services tests start real servers: registries (Debian's docker-registry, the CNCF
 # distribution registry) copied with skopeo, PostgreSQL for MLflow, Redis for Feast; the
-# feature-freshness alert is evaluated by promtool (Debian's prometheus). Installed here
+# feature-freshness alert is evaluated by promtool (Debian's prometheus); the drift check
+# pushes to a real Pushgateway (Debian's prometheus-pushgateway). Installed here
 # where apt-get may run (root, or sudo without a password), otherwise one line says what
 # to install.
-SERVICE_TOOLS := skopeo docker-registry openssl redis-server
+SERVICE_TOOLS := skopeo docker-registry openssl redis-server prometheus-pushgateway
 services:
 	@missing=""; for tool in $(SERVICE_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \

@@ -64,7 +64,7 @@ def bucket_policy(
     log_delivery_sources: tuple[str, ...] = (),
     trail: TrailDelivery | None = None,
     vpc_endpoint_id: str | None = None,
-    owned_prefixes: tuple[tuple[str, str], ...] = (),
+    owned_prefixes: tuple[tuple[str, str | tuple[str, ...]], ...] = (),  # (prefix, its owner role ARN or ARNs)
     partition: str = "aws",
 ) -> dict:
     """TLS only; every new object under this bucket's key; plus the log deliveries this
@@ -194,7 +194,7 @@ def bucket_policy(
                 "Principal": "*",
                 "Action": list(DATA_ACTIONS),
                 "Resource": f"{arn}/{prefix}*",
-                "Condition": {"ArnNotEquals": {"aws:PrincipalArn": owner}},
+                "Condition": {"ArnNotEquals": {"aws:PrincipalArn": owner if isinstance(owner, str) else list(owner)}},
             }
         )
     return {"Version": "2012-10-17", "Statement": statements}

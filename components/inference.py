@@ -24,6 +24,8 @@ from components.inference_spec import (
     pod_monitor,
     service_account,
 )
+from components.drift_spec import DriftPlan, drift_rules, pushgateway_objects
+from components.drift_spec import objects as drift_objects
 from components.request_log_spec import objects as request_log_objects
 from components.rollout_spec import (
     RolloutPlan,
@@ -66,6 +68,7 @@ class RolloutControllers:
 
     envoy_gateway: MirrorImage
     envoy: str  # the proxies' image (image_uri)
+    pushgateway: str  # where the drift checks push (image_uri)
     argo_rollouts: MirrorImage
     plugin: str  # the platform's image holding Argo's Gateway API plugin (image_uri)
     chart_mirror: str = field(kw_only=True)
@@ -75,6 +78,7 @@ class RolloutControllers:
 class InferenceServiceArgs:
     plan: RolloutPlan
     controllers: RolloutControllers
+    drift: DriftPlan | None = None  # the scheduled drift check of the served version
     adapter: MetricsAdapter | None = None  # None: the cluster already serves the metric APIs
     # The Prometheus stack (its CRDs and its Prometheus), the device plugins, the nodes.
     depends_on: tuple[pulumi.Resource, ...] = ()
@@ -165,6 +169,14 @@ class InferenceService(pulumi.ComponentResource):
         create(pod_monitor(plan), scraped)
         create(canary_rules(rollout_plan), scraped)
         create(auth_rules(rollout_plan), scraped)
+        if args.drift is not None:
+            # The Pushgateway the checks push to, the alert on what they push, and the
+            # check itself in its tenant's namespace (created with the tenancy).
+            for obj in pushgateway_objects(tools.pushgateway):
+                create(obj, scraped)
+            create(drift_rules(args.drift), scraped)
+            for obj in drift_objects(args.drift):
+                create(obj, pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
         create(gateway_monitor(rollout_plan), pulumi.ResourceOptions(parent=self, depends_on=[
             controller_namespaces[ENVOY_GATEWAY_NAMESPACE], *args.depends_on]))
         metrics_ready: list[pulumi.Resource] = [self.rollout]

@@ -694,6 +694,18 @@ class InferenceRequestLoggingConfig(_Model):
         return self
 
 
+class InferenceDriftConfig(_Model):
+    """The scheduled drift check of the served version (components/drift_spec.py): its
+    logged requests against its training data, found through the registry's lineage."""
+
+    enabled: bool = False
+    registered_model: str | None = None  # the served model's name in the registry
+    tenant: str | None = None  # whose namespace and queue run it; default: the first of auth.tenants
+    every_hours: Literal[1, 2, 3, 4, 6, 8, 12, 24] = 24
+    days: int = Field(default=1, ge=1, le=30)  # of request logs per check
+    min_rows: int = Field(default=200, ge=1)  # fewer logged requests are not judged
+
+
 class InferenceConfig(_Model):
     """The model a stack serves with Triton (components/inference.py): GPU replicas on the
     inference pool, or ONNX Runtime on the CPU pool. The batching settings are the ones
@@ -735,6 +747,7 @@ class InferenceConfig(_Model):
     rollout: InferenceRolloutConfig = InferenceRolloutConfig()
     auth: InferenceAuthConfig | None = None
     request_logging: InferenceRequestLoggingConfig = InferenceRequestLoggingConfig()
+    drift: InferenceDriftConfig = InferenceDriftConfig()
 
     @field_validator("namespace")
     @classmethod

@@ -22,6 +22,9 @@ from components.inference_spec import (
     s3_statements,
     source_cidrs,
 )
+from components.drift_spec import DriftPlan, logs_uri
+from components.drift_spec import role_name as drift_role
+from components.drift_spec import s3_statements as drift_statements
 from components.request_log_spec import NAME as LOGGER
 from components.request_log_spec import RequestLogPlan
 from components.request_log_spec import role_name as log_role
@@ -29,7 +32,9 @@ from components.request_log_spec import s3_statements as log_statements
 from components.rollout_spec import AbortRule, AuthPlan, RolloutPlan
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor
-from infra.inference_plan import ResolvedInference, resolve_inference
+from components.tracking_spec import SERVER_URI as TRACKING_URI
+from components.tracking_spec import tenant_statements as tracking_statements
+from infra.inference_plan import ResolvedInference, drift_tenant, resolve_inference
 from infra.versions import image_uri
 
 
@@ -86,6 +91,7 @@ def rollout_controllers(config: PlatformConfig, account_id: str, platform_images
     return RolloutControllers(
         envoy_gateway=mirror_image("envoy-gateway", account_id, region, env),
         envoy=image_uri("envoy", account_id, region, env),
+        pushgateway=image_uri("pushgateway", account_id, region, env),
         argo_rollouts=mirror_image("argo-rollouts", account_id, region, env),
         plugin=image_uri("rollouts-gatewayapi-plugin", account_id, region, env, platform_images),
         chart_mirror=chart_mirror(config.addons.chart_mirror, account_id, region, env),
@@ -161,6 +167,54 @@ def request_log_identity(
     )
 
 
+def drift_identity(
+    config: PlatformConfig,
+    prefix: str,
+    account_id: str,
+    cluster_name: pulumi.Input[str],
+    storage: Any,  # infra.storage.Storage
+    keys: dict[str, aws.kms.Key],
+    aws_provider: aws.Provider,
+    tracking: Any = None,  # components.tracking.TrackingDatabase
+) -> PodIdentityRole | None:
+    """The drift check's role: read the training datasets and the model's request logs,
+    and its tenant's tracking user (to follow the lineage)."""
+    job = resolve_inference(config)
+    tenant = drift_tenant(job.settings) if job is not None else None
+    if tenant is None or tracking is None:
+        return None
+    s = job.settings
+    statements = pulumi.Output.all(storage.buckets["datasets"].bucket.arn, keys["datasets"].arn,
+                                   tracking.secrets[tenant].arn, keys["tracking"].arn).apply(
+        lambda a: drift_statements(a[0], s.model_name, a[1]) + tracking_statements(a[2], a[3], config.region))
+    return PodIdentityRole(
+        f"inference-{s.model_name}-drift",
+        PodIdentityRoleArgs(
+            role_name=drift_role(prefix, tenant, s.model_name), account_id=account_id, namespace=tenant,
+            service_account=DriftPlan(model=s.model_name, version=0, registered_model="", tenant=tenant, image="",
+                                      logs="", region=config.region).name,
+            cluster_name=cluster_name, statements=statements,
+        ),
+        opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),
+    )
+
+
+def drift_plan(config: PlatformConfig, settings: Any, descriptor: ClusterDescriptor,
+               platform_images: dict[str, str] | None) -> DriftPlan | None:
+    tenant = drift_tenant(settings)
+    if tenant is None or descriptor.tracking is None:
+        return None
+    drift = settings.drift
+    return DriftPlan(
+        model=settings.model_name, version=settings.version, registered_model=drift.registered_model, tenant=tenant,
+        image=image_uri("serving", descriptor.account_id, config.region, config.environment, platform_images),
+        logs=logs_uri(descriptor.buckets["datasets"], settings.model_name), region=config.region,
+        every_hours=drift.every_hours, days=drift.days, min_rows=drift.min_rows,
+        tracking_env=(("MLFLOW_TRACKING_URI", TRACKING_URI), ("MLFLOW_TRACKING_USERNAME", tenant),
+                      ("MLPLAT_TRACKING_SECRET_ARN", descriptor.tracking.tenant_secret_arns[tenant])),
+    )
+
+
 def request_log_plan(config: PlatformConfig, serving: ServingPlan, settings: Any, descriptor: ClusterDescriptor,
                      platform_images: dict[str, str] | None) -> RequestLogPlan | None:
     logging = settings.request_logging
@@ -187,6 +241,9 @@ def build_inference(
     job = resolve_inference(config)
     if job is None:
         return None
+    drift = drift_plan(config, job.settings, descriptor, platform_images)
+    # The drift check runs in its tenant's namespace, with its queue.
+    tenant_namespace = services.tenancy.namespaces.get(drift.tenant) if drift is not None else None
     plan = serving_plan(config, job, descriptor.account_id, descriptor.buckets["models"],
                         tuple(c for c in descriptor.endpoint_cidrs if c != config.network.vpc_cidr))
     return InferenceService(
@@ -195,9 +252,10 @@ def build_inference(
             plan=rollout_plan(plan, job.settings, request_log_plan(config, plan, job.settings, descriptor,
                                                                    platform_images)),
             controllers=rollout_controllers(config, descriptor.account_id, platform_images),
+            drift=drift,
             adapter=metrics_adapter(config, job, descriptor.account_id),
             # The Prometheus stack (PodMonitor CRD, the adapter's source) and the device plugins.
-            depends_on=(services.addons,),
+            depends_on=(services.addons, *([tenant_namespace] if tenant_namespace is not None else [])),
         ),
         opts=pulumi.ResourceOptions(providers={"kubernetes": k8s_provider}),
     )

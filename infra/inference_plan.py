@@ -72,6 +72,14 @@ def node_disk(pool: Any) -> tuple[int, str]:
     return pool.root_volume_gib or default_root_volume_gib(pool.instance), "give the pool a larger rootVolumeGib"
 
 
+def drift_tenant(settings: Any) -> str | None:
+    """The tenant whose namespace runs the model's drift check, or None where there is none."""
+    drift = settings.drift
+    if not drift.enabled or settings.auth is None:
+        return None
+    return drift.tenant or settings.auth.tenants[0]
+
+
 def resolve_inference(config: Any) -> ResolvedInference | None:
     """The service `config` asks for, or None where the stack serves nothing. Raises
     InferenceConfigError naming the key at fault."""
@@ -126,6 +134,23 @@ def resolve_inference(config: Any) -> ResolvedInference | None:
         raise InferenceConfigError(
             "auth.tenants", f"{', '.join(map(repr, strangers))} {'is not a tenant' if len(strangers) == 1 else 'are not tenants'} "
                             f"of this stack; tenants: {', '.join(sorted(tenants)) or 'none'}")
+    drift = settings.drift
+    if drift.enabled:
+        if settings.version is None:
+            raise InferenceConfigError("drift.enabled", "the drift check compares the served version with its own "
+                                                        "training data: pin it with mlplat:inference.version")
+        if not drift.registered_model:
+            raise InferenceConfigError("drift.registeredModel", "is required with enabled: true: the registry's name "
+                                                                "of the served model, where its lineage is")
+        if not settings.request_logging.enabled:
+            raise InferenceConfigError("drift.enabled", "the drift check reads the request logs: turn "
+                                                        "requestLogging on")
+        if not config.tracking.enabled:
+            raise InferenceConfigError("drift.enabled", "the drift check finds the training data through the "
+                                                        "registry: turn mlplat:tracking on")
+        if drift.tenant is not None and drift.tenant not in settings.auth.tenants:
+            raise InferenceConfigError("drift.tenant", f"{drift.tenant!r} is not one of the model's tenants "
+                                                       f"({', '.join(settings.auth.tenants)})")
     if settings.namespace in tenants:
         raise InferenceConfigError(
             "namespace", f"{settings.namespace!r} is a tenant's namespace; the inference service gets its own "

@@ -28,7 +28,7 @@ from infra.compute import build_compute
 from infra.config import PROJECT, ClusterLayerConfig, LayerConfig, PlatformConfig, settings_for_descriptor
 from infra.descriptor import OUTPUT as DESCRIPTOR_OUTPUT
 from infra.descriptor import cluster_descriptor_output
-from infra.inference import request_log_identity, serving_identity
+from infra.inference import drift_identity, request_log_identity, serving_identity
 from infra.preflight import preflight
 from infra.storage import Storage, build_keys, build_storage, export_storage, lustre_output, storage_names
 from infra.features import build_online_store, feature_identities, features_output
@@ -64,6 +64,7 @@ class Platform:
     features: FeatureOnlineStore | None = None  # the feature store's online store and tenants' users
     feature_identities: dict[str, PodIdentityRole] = field(default_factory=dict)  # tenant -> role
     request_log_identity: PodIdentityRole | None = None  # the inference request logger's
+    drift_identity: PodIdentityRole | None = None  # the served model's drift check's
 
 
 def region_provider(config: PlatformConfig) -> aws.Provider:
@@ -111,6 +112,7 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
     training = training_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider, tracking)
     serving = serving_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
     request_log = request_log_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
+    drift = drift_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider, tracking)
     runner = None
     if config.deploy_runner is not None:
         subnets = list(compute.network.subnets.values())
@@ -136,4 +138,4 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
         features=features_output(features)))
     return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
                     access, training, serving, runner, tracking, tracker_role, features, feature_roles,
-                    request_log_identity=request_log)
+                    request_log_identity=request_log, drift_identity=drift)

@@ -18,6 +18,7 @@ from components.audit import AuditTrail, AuditTrailArgs
 from components.bucket import BucketArgs, ObjectLock, RegionPinnedBucket
 from components.bucket_policy import TrailDelivery, bucket_name
 from components.features_spec import owned_prefixes
+from components.drift_spec import role_name as drift_role
 from components.request_log_spec import key_prefix
 from components.request_log_spec import role_name as log_role
 from components.key_policy import DATA_BUCKETS, StorageNames, data_class_uses
@@ -63,14 +64,15 @@ class Storage:
     lustre: LustreScratch | None
 
 
-def request_logging(config: PlatformConfig) -> tuple[str, int] | None:
-    """(model, retention days) where the stack keeps a sample of its inference requests."""
-    from infra.inference_plan import resolve_inference
+def request_logging(config: PlatformConfig) -> tuple[str, int, str | None] | None:
+    """(model, retention days, the drift check's tenant or None) where the stack keeps a
+    sample of its inference requests."""
+    from infra.inference_plan import drift_tenant, resolve_inference
 
     job = resolve_inference(config)
     if job is None or not job.settings.request_logging.enabled:
         return None
-    return job.settings.model_name, job.settings.request_logging.retention_days
+    return job.settings.model_name, job.settings.request_logging.retention_days, drift_tenant(job.settings)
 
 
 def build_storage(
@@ -123,8 +125,11 @@ def build_storage(
     retained: dict[str, tuple[tuple[str, int], ...]] = {}
     logging = request_logging(config)
     if logging is not None:
-        model, days = logging
-        owned["datasets"] += ((key_prefix(model), f"arn:aws:iam::{account_id}:role/{log_role(prefix, model)}"),)
+        model, days, drift_tenant = logging
+        # The logger writes there; the drift check, where there is one, reads.
+        owners = tuple(f"arn:aws:iam::{account_id}:role/{name}" for name in (
+            log_role(prefix, model), *([drift_role(prefix, drift_tenant, model)] if drift_tenant else [])))
+        owned["datasets"] += ((key_prefix(model), owners),)
         retained["datasets"] = ((key_prefix(model), days),)
     buckets = {
         purpose: bucket(purpose, access_log_bucket=access_logs, access_log_prefix=f"{purpose}/",

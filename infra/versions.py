@@ -219,6 +219,8 @@ IMAGES: dict[str, Image] = {
         # it runs as the proxy (v1.9.0's built-in default; set in the EnvoyProxy, not the chart).
         Image("envoy-gateway", "docker.io/envoyproxy/gateway", "v1.9.0"),
         Image("envoy", "docker.io/envoyproxy/envoy", "distroless-v1.39.0"),
+        # Where the scheduled drift checks push their scores (components/drift_spec.py).
+        Image("pushgateway", "quay.io/prometheus/pushgateway", "v1.11.2"),
         # Progressive delivery: Argo Rollouts v1.9.0 (chart argo-rollouts 2.41.0).
         Image("argo-rollouts", "quay.io/argoproj/argo-rollouts", "v1.9.0"),
         # Serving and the base of the training image.

@@ -62,6 +62,7 @@ CHARTS_MIRROR = f"oci://{registry_host(ACCOUNT, REGION)}/mlplat/prod/charts"
 CONTROLLERS = RolloutControllers(
     envoy_gateway=mirror_image("envoy-gateway", ACCOUNT, REGION, "prod"),
     envoy=image_uri("envoy", ACCOUNT, REGION, "prod"),
+    pushgateway=image_uri("pushgateway", ACCOUNT, REGION, "prod"),
     argo_rollouts=mirror_image("argo-rollouts", ACCOUNT, REGION, "prod"),
     plugin=image_uri("rollouts-gatewayapi-plugin", ACCOUNT, REGION, "prod", {"rollouts-gatewayapi-plugin": UNBUILT}),
     chart_mirror=CHARTS_MIRROR,
@@ -458,7 +459,8 @@ def test_prod_serves_on_gpus_and_smb_on_cpus():
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
     bucket = storage_names(load_stack("prod"), "prod", ACCOUNT).buckets["models"]
     [fetch] = deployment.inputs()["spec"]["template"]["spec"]["initContainers"]
-    assert fetch["command"][-4:] == [f"s3://{bucket}/triton/", "/models/", "gpt", ""]
+    # prod pins the version it serves (mlplat:inference.version).
+    assert fetch["command"][-4:] == [f"s3://{bucket}/triton/", "/models/", "gpt", "1"]
     assert any(r.inputs().get("bucket") == bucket for r in of_type(preview("prod"), "aws:s3/bucket:Bucket"))
     smb = preview("smb-cluster")
     [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"

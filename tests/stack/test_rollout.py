@@ -407,3 +407,94 @@ def test_a_fraction_of_a_percent_is_mirrored_as_a_fraction():
     plan = RequestLogPlan(serving=GPU_PLAN, image="i", bucket="b", kms_key_arn="k", sample_percent=0.5,
                           fields=(("input_ids", "personal"),))
     assert mirror_filter(plan, 8001)["requestMirror"]["fraction"] == {"numerator": 50, "denominator": 10000}
+
+
+# --- the scheduled drift check --------------------------------------------------------------
+
+
+def test_prods_drift_check_is_a_kueue_job_of_the_serving_tenant_reading_the_lineage():
+    job = rendered("prod-cluster", "CronJob", "model-drift-gpt")
+    assert job["metadata"]["namespace"] == "serving"
+    template = job["spec"]["jobTemplate"]
+    queue = template["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    [local] = [m for m in kubernetes_objects(preview("prod-cluster")) if m["kind"] == "LocalQueue"
+               and m["metadata"]["namespace"] == "serving"]
+    assert local["metadata"]["name"] == queue
+    [container] = template["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[:4] == ["python", "-m", "workloads.monitor", "drift-job"]
+    settings = parse_config(raw_stack("prod"), "stacks/Pulumi.prod.yaml", from_stack_file=True).inference
+    assert command[command.index("--version") + 1] == str(settings.version)
+    assert command[command.index("--registered-model") + 1] == settings.drift.registered_model
+    descriptor = preview("prod").stack_outputs[DESCRIPTOR]
+    assert command[command.index("--logs") + 1] == f"s3://{descriptor['buckets']['datasets']}/request-logs/gpt/"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MLFLOW_TRACKING_USERNAME"] == "serving" and env["MLPLAT_TRACKING_SECRET_ARN"]
+    # It may push to the Pushgateway, which Prometheus scrapes with the pushed labels kept.
+    gateway = command[command.index("--pushgateway") + 1]
+    assert gateway == "http://pushgateway.monitoring.svc.cluster.local:9091"
+    monitor = rendered("prod-cluster", "ServiceMonitor", "pushgateway")
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+
+
+def test_the_drift_alert_fires_on_a_drifted_feature_and_when_checks_stop(tmp_path):
+    rule = rendered("prod-cluster", "PrometheusRule", "model-drift-gpt")
+    day = 24 * 60  # minutes
+    labels = 'model="gpt",version="1",job="model-drift",instance=""'
+    # Pushed every day; the Pushgateway holds each value until the next push. One column
+    # drifts on the second day; the checks stop after the third.
+    inputs = [
+        {"series": f'mlplat_model_input_drifted{{{labels},column="mean_token_id"}}', "values": f"0x{day} 1x{day}"},
+        {"series": f'mlplat_model_input_drifted{{{labels},column="std_token_id"}}', "values": f"0x{2 * day}"},
+        {"series": f"mlplat_model_drift_check_timestamp_seconds{{{labels}}}",
+         "values": f"0x{day} {day * 60}x{day} {2 * day * 60}x{day}"},
+    ]
+    [drift, stale] = rule["spec"]["groups"][0]["rules"]
+    checks = [
+        {"eval_time": "12h", "alertname": "ModelInputDrift", "exp_alerts": []},
+        {"eval_time": "36h", "alertname": "ModelInputDrift", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "component": "drift", "model": "gpt", "version": "1",
+                           "column": "mean_token_id"},
+            "exp_annotations": {"summary": "The requests to gpt drifted from its training data",
+                                "description": drift["annotations"]["description"]
+                                .replace("{{ $labels.column }}", "mean_token_id")
+                                .replace("{{ $labels.version }}", "1")}}]},
+        {"eval_time": "36h", "alertname": "ModelDriftCheckMissing", "exp_alerts": []},
+        # The pushes end with the third day: a day later, the check is missing.
+        {"eval_time": "98h", "alertname": "ModelDriftCheckMissing", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "component": "drift", "model": "gpt"},
+            "exp_annotations": stale["annotations"]}]},
+    ]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    suite = {"rule_files": ["rules.yaml"], "evaluation_interval": "5m",
+             "tests": [{"interval": "1m", "input_series": inputs, "alert_rule_test": checks}]}
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
+    done = subprocess.run([promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stale["for"] == "24h" and "absent(" in stale["expr"]
+
+
+@pytest.mark.parametrize("drift, message", [
+    ({"enabled": True}, "drift.registeredModel: is required with enabled: true"),
+    ({"enabled": True, "registeredModel": "serving-gpt", "tenant": "research"},
+     "drift.tenant: 'research' is not one of the model's tenants (applied, serving)"),
+])
+def test_drift_settings_that_cannot_run_are_refused(drift, message):
+    from infra.config import ConfigError
+
+    raw = raw_stack("prod")
+    raw["mlplat:inference"]["drift"] = drift
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
+    assert str(err.value).startswith(f"stacks/Pulumi.prod.yaml: mlplat:inference.{message}")
+
+
+def test_a_drift_check_needs_a_pinned_version():
+    from infra.config import ConfigError
+
+    raw = raw_stack("prod")
+    del raw["mlplat:inference"]["version"]
+    with pytest.raises(ConfigError, match=r"mlplat:inference.drift.enabled: the drift check compares the served "
+                                          r"version with its own training data: pin it with mlplat:inference.version"):
+        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)

@@ -1,7 +1,7 @@
 # The `serving` image of the registry plan (infra/versions.py): the model export (checkpoint
 # -> parity-checked ONNX -> Triton model repository) and the smoke client, for a job next
-# to the checkpoints or a CI runner; and the inference request logger (workloads/monitor),
-# which the cluster layer runs beside Triton. Triton itself runs the mirrored `tritonserver` image.
+# to the checkpoints or a CI runner; and the inference request logger and the scheduled
+# drift check (workloads/monitor), which the cluster layer runs beside Triton. Triton itself runs the mirrored `tritonserver` image.
 # Build from the repository root:
 #
 #   docker build -f workloads/images/serving.Dockerfile \
@@ -18,7 +18,8 @@ FROM ${BASE_IMAGE}
 # generated ModelConfig are used with (pyproject.toml).
 RUN pip install --no-cache-dir onnx==1.22.0 onnxscript==0.7.2 onnxruntime==1.31.1 tritonclient==2.65.0 \
     grpcio==1.85.1 protobuf==5.29.6 \
-    mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8 pyarrow==26.0.1
+    mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8 pyarrow==26.0.1 \
+    evidently==0.7.23 pandas==2.3.3 prometheus-client==0.26.0
 
 WORKDIR /opt/mlplat
 COPY workloads/__init__.py workloads/hashing.py workloads/

@@ -6,12 +6,19 @@ empty or not Parquet; a current sample whose columns are not the reference's).
 
 `python -m workloads.monitor log-requests --model M --bucket B --field input_ids=personal ...`
 runs the request logger the inference gateway mirrors a sample of requests to, until it
-is stopped (SIGTERM: what it holds is written first)."""
+is stopped (SIGTERM: what it holds is written first).
+
+`python -m workloads.monitor drift-job --tracking-uri U --registered-model R --model M
+--version N --logs s3://... [--pushgateway URL]` is the scheduled check: the served
+version's training data (found through the lineage) against its logged requests. Exit 0
+when it judged (drift or not: the verdict goes to Prometheus and the JSON on stdout), 2
+when it cannot (no lineage, no logs)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -121,6 +128,21 @@ def log_requests(args: argparse.Namespace) -> int:
     return 0
 
 
+def drift_job(args: argparse.Namespace) -> int:
+    from workloads.monitor.drift_job import DriftJobError, run
+
+    if args.days < 1 or args.min_rows < 1:
+        raise MonitorInputError("--days and --min-rows must be 1 or more")
+    try:
+        report = run(tracking_uri=args.tracking_uri, registered_model=args.registered_model, model=args.model,
+                     version=args.version, logs=args.logs, days=args.days, gateway=args.pushgateway,
+                     min_rows=args.min_rows)
+    except DriftJobError as err:
+        raise MonitorInputError(str(err)) from None
+    print(json.dumps(report))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m workloads.monitor")
     verbs = top.add_subparsers(dest="verb", required=True)
@@ -142,6 +164,17 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--max-rows", type=int, default=1000, help="rows per Parquet object at most")
     r.add_argument("--max-seconds", type=float, default=60.0, help="seconds a row waits to be written at most")
     r.set_defaults(run=log_requests)
+    j = verbs.add_parser("drift-job", help="the served version's logged requests against its training data")
+    j.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"), required=
+                   "MLFLOW_TRACKING_URI" not in os.environ, help="the MLflow server (default: $MLFLOW_TRACKING_URI)")
+    j.add_argument("--registered-model", required=True, help="the registry's name of the served model")
+    j.add_argument("--model", required=True, help="the Triton model name")
+    j.add_argument("--version", type=int, required=True, help="the Triton version served")
+    j.add_argument("--logs", required=True, help="the model's request logs: s3://<bucket>/request-logs/<model>/")
+    j.add_argument("--days", type=int, default=1, help="days of logs to judge")
+    j.add_argument("--min-rows", type=int, default=200, help="fewer logged requests than this are not judged")
+    j.add_argument("--pushgateway", help="the Prometheus Pushgateway to push the scores to")
+    j.set_defaults(run=drift_job)
     return top
 
 

@@ -238,11 +238,11 @@ def test_a_canary_edits_only_the_version_and_keeps_the_stack_files_comments(chec
     shutil.copytree(REPO / "stacks", stacks)
     original = (stacks / "Pulumi.prod.yaml").read_text()
     change = set_version("prod", 2, [1, 2], stacks_dir=stacks)
-    assert (change.model, change.before, change.after, change.strategy) == ("gpt", None, 2, "canary")
+    assert (change.model, change.before, change.after, change.strategy) == ("gpt", 1, 2, "canary")
     edited = (stacks / "Pulumi.prod.yaml").read_text()
-    # One line more, under mlplat:inference; every comment and every other line as it was.
+    # The one line changed; every comment and every other line as it was.
     added = [line for line in difflib.ndiff(original.splitlines(), edited.splitlines()) if line.startswith(("+", "-"))]
-    assert added == ["+     version: 2"]
+    assert added == ["-     version: 1", "+     version: 2"]
     from infra.config import load_stack
 
     assert load_stack("prod", stacks).inference.version == 2

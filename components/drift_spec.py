@@ -1,0 +1,202 @@
+"""The scheduled drift check of the served model, and where its scores go, as plain data.
+
+A CronJob in the model's tenant namespace, admitted by Kueue into that tenant's queue (its
+quota pays for its own model's monitoring), runs `python -m workloads.monitor drift-job`
+(workloads/monitor/drift_job.py): the served version's training data, found through the
+lineage, against the last days of request logs. It pushes the scores to the Prometheus
+Pushgateway in `monitoring` (a batch job is gone before Prometheus could scrape it), and
+the `ModelInputDrift` alert fires on a drifted feature. Nothing here imports Pulumi.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from components.addons.queues import LOCAL_QUEUE
+from components.request_log_spec import key_prefix
+from components.tenancy_spec import MONITORING_NAMESPACE
+from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL
+
+PUSHGATEWAY = "pushgateway"
+PUSHGATEWAY_PORT = 9091
+PUSHGATEWAY_URL = f"http://{PUSHGATEWAY}.{MONITORING_NAMESPACE}.svc.cluster.local:{PUSHGATEWAY_PORT}"
+DRIFT_ALERT = "ModelInputDrift"
+STALE_ALERT = "ModelDriftCheckMissing"
+
+
+@dataclass(frozen=True)
+class DriftPlan:
+    model: str  # the Triton model
+    version: int  # the Triton version served
+    registered_model: str  # its name in the registry
+    tenant: str  # the namespace the job runs in, and whose queue admits it
+    image: str  # the platform's serving image (it carries workloads/monitor)
+    logs: str  # s3://<datasets bucket>/request-logs/<model>/
+    region: str
+    every_hours: int = 24
+    days: int = 1
+    min_rows: int = 200
+    tracking_env: tuple[tuple[str, str], ...] = ()  # the tenant's MLflow user (infra/training.py tracking_env)
+
+    @property
+    def name(self) -> str:
+        return f"model-drift-{self.model}"[:52]  # a CronJob's name leaves room for its Jobs' suffix
+
+
+def logs_uri(bucket: str, model: str) -> str:
+    return f"s3://{bucket}/{key_prefix(model)}"
+
+
+def role_name(prefix: str, tenant: str, model: str) -> str:
+    return f"{prefix}-{tenant}-drift-{model}"[:64]
+
+
+def schedule(every_hours: int) -> str:
+    return "0 * * * *" if every_hours == 1 else ("0 0 * * *" if every_hours == 24 else f"0 */{every_hours} * * *")
+
+
+def _labels(plan: DriftPlan) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "model-drift", "app.kubernetes.io/instance": plan.model,
+            "app.kubernetes.io/part-of": "mlplat"}
+
+
+def command(plan: DriftPlan) -> list[str]:
+    return ["python", "-m", "workloads.monitor", "drift-job", "--registered-model", plan.registered_model,
+            "--model", plan.model, "--version", str(plan.version), "--logs", plan.logs, "--days", str(plan.days),
+            "--min-rows", str(plan.min_rows), "--pushgateway", PUSHGATEWAY_URL]
+
+
+def service_account(plan: DriftPlan) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": plan.name, "namespace": plan.tenant, "labels": _labels(plan)},
+            "automountServiceAccountToken": False}
+
+
+def cron_job(plan: DriftPlan) -> dict[str, Any]:
+    """One check at a time; a late one is skipped, not stacked; Kueue admits each Job into
+    the tenant's queue (CPU and memory from its quota)."""
+    resources = {"cpu": "1", "memory": "4Gi", "ephemeral-storage": "4Gi"}
+    container = {
+        "name": "drift",
+        "image": plan.image,
+        "imagePullPolicy": "Always",
+        "command": command(plan),
+        "env": [{"name": "AWS_REGION", "value": plan.region}, {"name": "AWS_DEFAULT_REGION", "value": plan.region},
+                {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}, {"name": "HOME", "value": "/tmp"},
+                *({"name": k, "value": v} for k, v in plan.tracking_env)],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": CONTAINER_SECURITY,
+    }
+    pod = {"serviceAccountName": plan.name, "automountServiceAccountToken": False, "securityContext": POD_SECURITY,
+           "restartPolicy": "Never", "containers": [container],
+           "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}]}
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": plan.name, "namespace": plan.tenant, "labels": _labels(plan)},
+        "spec": {
+            "schedule": schedule(plan.every_hours),
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 600,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {
+                "metadata": {"labels": {**_labels(plan), QUEUE_LABEL: LOCAL_QUEUE}},
+                "spec": {"backoffLimit": 2, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 86400,
+                         "template": {"metadata": {"labels": _labels(plan)}, "spec": pod}},
+            },
+        },
+    }
+
+
+def network_policy(plan: DriftPlan) -> dict[str, Any]:
+    """The tenant's policies allow DNS, the AWS endpoints, the Pod Identity agent and the
+    tracking server; the job may also push to the Pushgateway."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": f"{plan.name}-to-pushgateway", "namespace": plan.tenant},
+            "spec": {"podSelector": {"matchLabels": _labels(plan)}, "policyTypes": ["Egress"], "egress": [{
+                "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}},
+                        "podSelector": {"matchLabels": {"app.kubernetes.io/name": PUSHGATEWAY}}}],
+                "ports": [{"protocol": "TCP", "port": PUSHGATEWAY_PORT}]}]}}
+
+
+def drift_rules(plan: DriftPlan) -> dict[str, Any]:
+    """A drifted feature of the served version fires at once (the check is already a day's
+    evidence); a check that stopped reporting fires after two missed runs."""
+    stale_s = 2 * plan.every_hours * 3600
+    model = f'model="{plan.model}"'
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": plan.name, "namespace": MONITORING_NAMESPACE,
+                     "labels": {"app.kubernetes.io/part-of": "mlplat", "app.kubernetes.io/component": "drift"}},
+        "spec": {"groups": [{"name": "model-drift", "rules": [
+            {"alert": DRIFT_ALERT,
+             "expr": f'max by (model, version, column) (mlplat_model_input_drifted{{{model}}}) == 1',
+             "labels": {"severity": "warning", "component": "drift"},
+             "annotations": {"summary": "The requests to {{ $labels.model }} drifted from its training data",
+                             "description": "Feature {{ $labels.column }} of the logged requests differs from the "
+                                            "training data of version {{ $labels.version }} (Evidently's test): "
+                                            "retrain, or roll back to a version trained on such data."}},
+            {"alert": STALE_ALERT,
+             "expr": f"(time() - max by (model) (mlplat_model_drift_check_timestamp_seconds{{{model}}})) > {stale_s} "
+                     f'or absent(mlplat_model_drift_check_timestamp_seconds{{{model}}})',
+             "for": f"{plan.every_hours}h",
+             "labels": {"severity": "warning", "component": "drift"},
+             "annotations": {"summary": f"No drift check of {plan.model} has reported for two runs",
+                             "description": f"See the {plan.name} CronJob in namespace {plan.tenant}."}},
+        ]}]},
+    }
+
+
+def objects(plan: DriftPlan) -> list[dict[str, Any]]:
+    return [service_account(plan), network_policy(plan), cron_job(plan)]
+
+
+# --- The Pushgateway -------------------------------------------------------------------
+
+
+def pushgateway_objects(image: str) -> list[dict[str, Any]]:
+    """One replica (it holds what batch jobs pushed since it started; each check pushes
+    again on its next run), scraped with the jobs' own labels kept."""
+    labels = {"app.kubernetes.io/name": PUSHGATEWAY, "app.kubernetes.io/part-of": "mlplat"}
+    meta = {"name": PUSHGATEWAY, "namespace": MONITORING_NAMESPACE, "labels": labels}
+    resources = {"cpu": "100m", "memory": "128Mi"}
+    container = {
+        "name": PUSHGATEWAY, "image": image, "imagePullPolicy": "Always",
+        "args": [f"--web.listen-address=:{PUSHGATEWAY_PORT}"],
+        "ports": [{"name": "http", "containerPort": PUSHGATEWAY_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 10},
+        "livenessProbe": {"httpGet": {"path": "/-/healthy", "port": "http"}, "periodSeconds": 20},
+        "resources": {"requests": dict(resources), "limits": {"cpu": "500m", "memory": "256Mi"}},
+        "securityContext": CONTAINER_SECURITY,
+    }
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
+            "replicas": 1, "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {
+                "automountServiceAccountToken": False,
+                "securityContext": {**POD_SECURITY, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534},
+                "containers": [container]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+            "type": "ClusterIP", "selector": labels,
+            "ports": [{"name": "http", "port": PUSHGATEWAY_PORT, "targetPort": "http", "protocol": "TCP"}]}},
+        {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": meta, "spec": {
+            "selector": {"matchLabels": labels},
+            # The pushed series keep the labels the jobs gave them (model, version, column).
+            "endpoints": [{"port": "http", "interval": "30s", "honorLabels": True}]}},
+    ]
+
+
+# --- AWS side -------------------------------------------------------------------------
+
+
+def s3_statements(bucket_arn: str, model: str, key_arn: str, dataset_prefix: str = "datasets") -> list[dict[str, Any]]:
+    """Read the training datasets and the model's request logs; decrypt with the datasets key."""
+    return [
+        {"Sid": "ListDatasetsAndLogs", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn],
+         "Condition": {"StringLike": {"s3:prefix": [f"{dataset_prefix}/*", f"{key_prefix(model)}*"]}}},
+        {"Sid": "ReadDatasetsAndLogs", "Effect": "Allow", "Action": ["s3:GetObject"],
+         "Resource": [f"{bucket_arn}/{dataset_prefix}/*", f"{bucket_arn}/{key_prefix(model)}*"]},
+        {"Sid": "DecryptDatasets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key_arn]},
+    ]
