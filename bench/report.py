@@ -156,6 +156,15 @@ def table() -> str:
         sections.append((*train_rows([t for t in trains if t]), "; ".join(_machine(t) for t in trains if t)))
     if (data := load("serve")) is not None:
         sections.append((*serve_rows(data), _machine(data)))
+    if (data := load("serve-server")) is not None:
+        server = data["server"]
+        rows = [[f"serving through a real server ({server['name']} {server['version']}, KServe v2 gRPC, clients on the "
+                 f"same 2 cores), {c['sequence']}-token requests, adaptive batching vs single",
+                 f"{c['batched']['throughput_rps']:,.0f} vs {c['single']['throughput_rps']:,.0f} req/s "
+                 f"({c['throughput_speedup']:.2f}x), p99 {c['batched']['p99_ms']:.0f} vs {c['single']['p99_ms']:.0f} ms",
+                 "measured, no target (Triton's figures come from the GPU lane)"]
+                for c in data["comparisons"]]
+        sections.append((rows, "", data["machine"] + f", {data['date']}"))
     if (data := load("quantize")) is not None:
         accuracy = data["accuracy"]
         longest = max(data["speed"]["rows"], key=lambda r: (r["batch"], r["tokens"]))

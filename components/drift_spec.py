@@ -38,10 +38,18 @@ class DriftPlan:
     days: int = 1
     min_rows: int = 200
     tracking_env: tuple[tuple[str, str], ...] = ()  # the tenant's MLflow user (infra/training.py tracking_env)
+    # Where training pods read datasets on Lustre, and the bucket that directory mirrors:
+    # the check reads the same files from S3 (None: the stack has no Lustre).
+    lustre_datasets: tuple[str, str] | None = None
 
     @property
     def name(self) -> str:
-        return f"model-drift-{self.model}"[:52]  # a CronJob's name leaves room for its Jobs' suffix
+        return drift_name(self.model)
+
+
+def drift_name(model: str) -> str:
+    """The CronJob and its ServiceAccount; a CronJob's name leaves room for its Jobs' suffix."""
+    return f"model-drift-{model}"[:52]
 
 
 def logs_uri(bucket: str, model: str) -> str:
@@ -64,7 +72,8 @@ def _labels(plan: DriftPlan) -> dict[str, str]:
 def command(plan: DriftPlan) -> list[str]:
     return ["python", "-m", "workloads.monitor", "drift-job", "--registered-model", plan.registered_model,
             "--model", plan.model, "--version", str(plan.version), "--logs", plan.logs, "--days", str(plan.days),
-            "--min-rows", str(plan.min_rows), "--pushgateway", PUSHGATEWAY_URL]
+            "--min-rows", str(plan.min_rows), "--pushgateway", PUSHGATEWAY_URL,
+            *(["--lustre-datasets", "=".join(plan.lustre_datasets)] if plan.lustre_datasets else [])]
 
 
 def service_account(plan: DriftPlan) -> dict[str, Any]:
@@ -75,8 +84,9 @@ def service_account(plan: DriftPlan) -> dict[str, Any]:
 
 def cron_job(plan: DriftPlan) -> dict[str, Any]:
     """One check at a time; a late one is skipped, not stacked; Kueue admits each Job into
-    the tenant's queue (CPU and memory from its quota)."""
-    resources = {"cpu": "1", "memory": "4Gi", "ephemeral-storage": "4Gi"}
+    the tenant's queue (CPU and memory from its quota: the queues cover no other resource,
+    so the job asks for no other; its scratch is bounded by the emptyDir's size)."""
+    resources = {"cpu": "1", "memory": "4Gi"}
     container = {
         "name": "drift",
         "image": plan.image,
@@ -123,8 +133,8 @@ def network_policy(plan: DriftPlan) -> dict[str, Any]:
 
 def drift_rules(plan: DriftPlan) -> dict[str, Any]:
     """A drifted feature of the served version fires at once (the check is already a day's
-    evidence); a check that stopped reporting fires after two missed runs."""
-    stale_s = 2 * plan.every_hours * 3600
+    evidence); a check that stopped reporting fires once two runs are missed."""
+    stale_s = 3 * plan.every_hours * 3600  # the last report, then two runs that did not report
     model = f'model="{plan.model}"'
     return {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
@@ -141,7 +151,7 @@ def drift_rules(plan: DriftPlan) -> dict[str, Any]:
             {"alert": STALE_ALERT,
              "expr": f"(time() - max by (model) (mlplat_model_drift_check_timestamp_seconds{{{model}}})) > {stale_s} "
                      f'or absent(mlplat_model_drift_check_timestamp_seconds{{{model}}})',
-             "for": f"{plan.every_hours}h",
+             "for": "15m",
              "labels": {"severity": "warning", "component": "drift"},
              "annotations": {"summary": f"No drift check of {plan.model} has reported for two runs",
                              "description": f"See the {plan.name} CronJob in namespace {plan.tenant}."}},
@@ -191,12 +201,12 @@ def pushgateway_objects(image: str) -> list[dict[str, Any]]:
 # --- AWS side -------------------------------------------------------------------------
 
 
-def s3_statements(bucket_arn: str, model: str, key_arn: str, dataset_prefix: str = "datasets") -> list[dict[str, Any]]:
-    """Read the training datasets and the model's request logs; decrypt with the datasets key."""
+def s3_statements(bucket_arn: str, key_arn: str) -> list[dict[str, Any]]:
+    """Read the datasets bucket as training roles do (the training data may sit anywhere in
+    it: Lustre's datasets directory mirrors the bucket's root); the bucket policy keeps
+    every owned prefix but the model's request logs out of reach. Decrypt with its key."""
     return [
-        {"Sid": "ListDatasetsAndLogs", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn],
-         "Condition": {"StringLike": {"s3:prefix": [f"{dataset_prefix}/*", f"{key_prefix(model)}*"]}}},
-        {"Sid": "ReadDatasetsAndLogs", "Effect": "Allow", "Action": ["s3:GetObject"],
-         "Resource": [f"{bucket_arn}/{dataset_prefix}/*", f"{bucket_arn}/{key_prefix(model)}*"]},
+        {"Sid": "ListDatasets", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
+        {"Sid": "ReadDatasetsAndLogs", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket_arn}/*"]},
         {"Sid": "DecryptDatasets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key_arn]},
     ]

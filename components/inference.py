@@ -151,9 +151,11 @@ class InferenceService(pulumi.ComponentResource):
         guarded = [entry, *([create(policy, pulumi.ResourceOptions(parent=self, depends_on=[entry]))]
                             if policy else [])]
         # Argo's plugin moves the routes' weights during a rollout; a later `pulumi up`
-        # must not move them back in the middle of one.
+        # must not move them back in the middle of one. A route's rules are one atomic list
+        # to the API server, so they are ignored whole: a change to them (the mirror's
+        # sample) is applied with `pulumi up --target` on the route between rollouts.
         routed = pulumi.ResourceOptions(parent=self, depends_on=[*guarded, *backends],
-                                        ignore_changes=["spec.rules[0].backendRefs"])
+                                        ignore_changes=["spec.rules"])
         routes = [create(grpc_route(rollout_plan), routed), create(http_route(rollout_plan), routed)]
         balancer = load_balancer_service(plan)
         self.load_balancer = create(balancer, with_gateway) if balancer is not None else None

@@ -81,8 +81,8 @@ def service_account(plan: RequestLogPlan) -> dict[str, Any]:
 
 
 def deployment(plan: RequestLogPlan) -> dict[str, Any]:
-    """Two replicas on the system nodes; each writes its own objects (named by pod), so a
-    restart loses at most what one pod held for a minute."""
+    """Two replicas; each writes its own objects (named by pod), so a restart loses at most
+    what one pod held for a minute."""
     resources = {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
     container = {
         "name": NAME,

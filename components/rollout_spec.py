@@ -286,9 +286,10 @@ def variant_services(plan: RolloutPlan) -> list[dict[str, Any]]:
 
 
 def rollout(plan: RolloutPlan) -> dict[str, Any]:
-    """Argo's Rollout of the Triton Deployment's template. The Deployment itself stays at
-    zero replicas (`scaleDown: never`: it holds the template, the Rollout runs the pods);
-    the autoscaler scales the Rollout."""
+    """Argo's Rollout of the Triton Deployment's template; the autoscaler scales the
+    Rollout. In a new environment the Deployment has no pods; in one that served before,
+    Argo scales its pods down as the Rollout's become available (`progressively`), so
+    capacity never drops (docs/serving.md, "Moving an environment that serves")."""
     steps: list[dict[str, Any]] = []
     for index, weight in enumerate(plan.steps):
         steps.append({"setWeight": weight})
@@ -303,7 +304,7 @@ def rollout(plan: RolloutPlan) -> dict[str, Any]:
             # Scaling it up once the first is published is the only manual step; the
             # autoscaler owns the count from then on.
             "replicas": 0,
-            "workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": plan.name, "scaleDown": "never"},
+            "workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": plan.name, "scaleDown": "progressively"},
             "revisionHistoryLimit": 5,
             "strategy": {"canary": {
                 "stableService": variant_service_name(plan, STABLE),

@@ -20,11 +20,9 @@ ARGO_ROLLOUTS_NAMESPACE = "argo-rollouts"
 # The plugin's release asset this platform pins (workloads/images/rollouts-plugin.Dockerfile
 # downloads it with the same sum); the controller refuses a binary with another.
 PLUGIN_SHA256 = "e44baf9271d087466c7fec35e704758b9f3d26b32b490089a06e6be44bdc9978"
-# Where the controller finds the plugin (copied there by the init container), and where it
-# copies it to before it starts it: `plugin-bin` under its working directory, which must be
-# writable on a read-only root file system.
+# Where the controller finds the plugin (copied there by the init container); it copies it
+# on to `plugin-bin` under its working directory, a volume of the chart's own.
 PLUGIN_SOURCE = "/plugins/gatewayapi"
-PLUGIN_WORKDIR = "/home/argo-rollouts/plugin-bin"
 CONTROLLER_RESOURCES = {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 
 
@@ -116,7 +114,7 @@ def argo_rollouts_values(image: MirrorImage, plugin_image: str) -> dict[str, Any
                 "securityContext": {**CONTAINER_SECURITY, "runAsNonRoot": True, "runAsUser": 65532},
             }],
             # The chart mounts its own writable `plugin-bin` where the controller copies
-            # plugins to (PLUGIN_WORKDIR); this volume is where the init container puts it.
+            # plugins to; this volume is where the init container puts it.
             "volumes": [{"name": "plugins", "emptyDir": {"sizeLimit": "256Mi"}}],
             "volumeMounts": [{"name": "plugins", "mountPath": "/plugins", "readOnly": True}],
             "trafficRouterPlugins": [{"name": GATEWAY_PLUGIN, "location": f"file://{PLUGIN_SOURCE}",

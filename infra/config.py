@@ -679,7 +679,8 @@ class InferenceRequestLoggingConfig(_Model):
     personal ones are dropped unless `allowPersonal`, which the policy pack reports."""
 
     enabled: bool = True
-    sample_percent: float = Field(default=1.0, gt=0, le=100)
+    # At least 0.01%: Gateway API's mirror fraction is whole ten-thousandths here.
+    sample_percent: float = Field(default=1.0, ge=0.01, le=100)
     retention_days: int = Field(default=30, ge=1, le=3650)
     fields: dict[str, Literal["personal", "plain"]] = {"input_ids": "personal"}
     allow_personal: bool = False

@@ -22,7 +22,9 @@ from components.inference_spec import (
     s3_statements,
     source_cidrs,
 )
-from components.drift_spec import DriftPlan, logs_uri
+from components.drift_spec import DriftPlan, drift_name, logs_uri
+from components.lustre_spec import DATASETS_PATH
+from components.training_spec import SCRATCH_MOUNT
 from components.drift_spec import role_name as drift_role
 from components.drift_spec import s3_statements as drift_statements
 from components.request_log_spec import NAME as LOGGER
@@ -186,13 +188,12 @@ def drift_identity(
     s = job.settings
     statements = pulumi.Output.all(storage.buckets["datasets"].bucket.arn, keys["datasets"].arn,
                                    tracking.secrets[tenant].arn, keys["tracking"].arn).apply(
-        lambda a: drift_statements(a[0], s.model_name, a[1]) + tracking_statements(a[2], a[3], config.region))
+        lambda a: drift_statements(a[0], a[1]) + tracking_statements(a[2], a[3], config.region))
     return PodIdentityRole(
         f"inference-{s.model_name}-drift",
         PodIdentityRoleArgs(
             role_name=drift_role(prefix, tenant, s.model_name), account_id=account_id, namespace=tenant,
-            service_account=DriftPlan(model=s.model_name, version=0, registered_model="", tenant=tenant, image="",
-                                      logs="", region=config.region).name,
+            service_account=drift_name(s.model_name),
             cluster_name=cluster_name, statements=statements,
         ),
         opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),
@@ -210,6 +211,8 @@ def drift_plan(config: PlatformConfig, settings: Any, descriptor: ClusterDescrip
         image=image_uri("serving", descriptor.account_id, config.region, config.environment, platform_images),
         logs=logs_uri(descriptor.buckets["datasets"], settings.model_name), region=config.region,
         every_hours=drift.every_hours, days=drift.days, min_rows=drift.min_rows,
+        lustre_datasets=(f"{SCRATCH_MOUNT}{DATASETS_PATH}/", f"s3://{descriptor.buckets['datasets']}/")
+        if descriptor.lustre is not None else None,
         tracking_env=(("MLFLOW_TRACKING_URI", TRACKING_URI), ("MLFLOW_TRACKING_USERNAME", tenant),
                       ("MLPLAT_TRACKING_SECRET_ARN", descriptor.tracking.tenant_secret_arns[tenant])),
     )

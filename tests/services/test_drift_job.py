@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import date, datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import boto3
 import numpy as np
@@ -77,13 +77,17 @@ def served(tracking, tmp_path_factory):
 
 
 def log_requests(served, prefix: str, sequences: list[np.ndarray]) -> str:
-    """Request logs as the logger writes them, today's folder."""
-    rows = []
-    for ids in sequences:
-        rows += rows_of({"input_ids": ids.reshape(1, -1)}, FieldPolicy({"input_ids": True}), model="gpt",
-                        version="", tenant="applied", now=datetime.now(timezone.utc))
-    key = f"{prefix}/gpt/date={date.today():%Y-%m-%d}/000000-test.parquet"
-    served["s3"].put_object(Bucket=BUCKET, Key=key, Body=parquet_bytes(rows))
+    """Request logs as the logger writes them, spread over the last day: half logged an
+    hour ago, half 20 hours ago (yesterday's folder, unless it is past 20:00 UTC), and a
+    few two days ago, which a one-day check must leave out."""
+    now = datetime.now(timezone.utc)
+    policy = FieldPolicy({"input_ids": True})
+    for index, when in enumerate((now - timedelta(hours=1), now - timedelta(hours=20), now - timedelta(days=2))):
+        share = sequences[index::2] if index < 2 else sequences[:5]
+        rows = [row for ids in share for row in rows_of({"input_ids": ids.reshape(1, -1)}, policy, model="gpt",
+                                                         version="", tenant="applied", now=when)]
+        key = f"{prefix}/gpt/date={when:%Y-%m-%d}/{index:06d}-test.parquet"
+        served["s3"].put_object(Bucket=BUCKET, Key=key, Body=parquet_bytes(rows))
     return f"s3://{BUCKET}/{prefix}/gpt/"
 
 
@@ -135,7 +139,7 @@ def test_shifted_requests_are_found_drifted_and_pushed(tracking, served, pushgat
 def test_a_version_with_no_lineage_or_no_logs_is_bad_input(tracking, served):
     missing = drift_job(tracking, "--logs", f"s3://{BUCKET}/none/gpt/", "--version", "9")
     assert missing.returncode == 2
-    assert missing.stderr.startswith(f"error: --triton-version 9: no version of registered model {REGISTERED!r} was "
+    assert missing.stderr.startswith(f"error: --version 9: no version of registered model {REGISTERED!r} was "
                                      "exported as gpt version 9")
     quiet = drift_job(tracking, "--logs", f"s3://{BUCKET}/none/gpt/")
     assert quiet.returncode == 2

@@ -98,7 +98,7 @@ def test_an_ab_test_holds_its_split_until_someone_promotes_or_aborts():
 def test_the_rollout_runs_the_deployments_template_and_aborts_on_the_alert():
     spec = rendered("prod-cluster", "Rollout")["spec"]
     assert spec["workloadRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "triton",
-                                   "scaleDown": "never"}
+                                   "scaleDown": "progressively"}
     assert rendered("prod-cluster", "Deployment", "triton")["spec"]["replicas"] == 0
     canary = spec["strategy"]["canary"]
     assert canary["canaryMetadata"] == {"labels": {"mlplat.io/variant": "canary"}}
@@ -386,7 +386,7 @@ def test_request_logs_are_kept_only_as_long_as_the_stack_says():
 
 
 @pytest.mark.parametrize("logging, message", [
-    ({"samplePercent": 0}, "samplePercent: 0: Input should be greater than 0"),
+    ({"samplePercent": 0.001}, "samplePercent: 0.001: Input should be greater than or equal to 0.01"),
     ({"samplePercent": 150}, "samplePercent: 150: Input should be less than or equal to 100"),
     ({"fields": {"prompt": "personal"}}, "fields: ['prompt'] does not mark input_ids, the model's input"),
     ({"fields": {"input_ids": "secret"}}, "fields.input_ids: 'secret' is not allowed; allowed: 'personal' or 'plain'"),
@@ -428,6 +428,10 @@ def test_prods_drift_check_is_a_kueue_job_of_the_serving_tenant_reading_the_line
     assert command[command.index("--registered-model") + 1] == settings.drift.registered_model
     descriptor = preview("prod").stack_outputs[DESCRIPTOR]
     assert command[command.index("--logs") + 1] == f"s3://{descriptor['buckets']['datasets']}/request-logs/gpt/"
+    # prod trains from Lustre: the check reads the same files from the bucket Lustre mirrors.
+    assert descriptor["lustre"] is not None
+    assert command[command.index("--lustre-datasets") + 1] == \
+        f"/fsx/datasets/=s3://{descriptor['buckets']['datasets']}/"
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["MLFLOW_TRACKING_USERNAME"] == "serving" and env["MLPLAT_TRACKING_SECRET_ARN"]
     # It may push to the Pushgateway, which Prometheus scrapes with the pushed labels kept.
@@ -442,12 +446,13 @@ def test_the_drift_alert_fires_on_a_drifted_feature_and_when_checks_stop(tmp_pat
     day = 24 * 60  # minutes
     labels = 'model="gpt",version="1",job="model-drift",instance=""'
     # Pushed every day; the Pushgateway holds each value until the next push. One column
-    # drifts on the second day; the checks stop after the third.
+    # drifts on the second day; the checks stop after the third push.
     inputs = [
         {"series": f'mlplat_model_input_drifted{{{labels},column="mean_token_id"}}', "values": f"0x{day} 1x{day}"},
         {"series": f'mlplat_model_input_drifted{{{labels},column="std_token_id"}}', "values": f"0x{2 * day}"},
         {"series": f"mlplat_model_drift_check_timestamp_seconds{{{labels}}}",
-         "values": f"0x{day} {day * 60}x{day} {2 * day * 60}x{day}"},
+         # The Pushgateway keeps serving the last push after the checks stop.
+         "values": f"0x{day} {day * 60}x{day} {2 * day * 60}x{4 * day}"},
     ]
     [drift, stale] = rule["spec"]["groups"][0]["rules"]
     checks = [
@@ -460,8 +465,9 @@ def test_the_drift_alert_fires_on_a_drifted_feature_and_when_checks_stop(tmp_pat
                                 .replace("{{ $labels.column }}", "mean_token_id")
                                 .replace("{{ $labels.version }}", "1")}}]},
         {"eval_time": "36h", "alertname": "ModelDriftCheckMissing", "exp_alerts": []},
-        # The pushes end with the third day: a day later, the check is missing.
-        {"eval_time": "98h", "alertname": "ModelDriftCheckMissing", "exp_alerts": [{
+        # The last push was at 48 h: two daily runs later (72 h after it) the check is missing.
+        {"eval_time": "110h", "alertname": "ModelDriftCheckMissing", "exp_alerts": []},
+        {"eval_time": "125h", "alertname": "ModelDriftCheckMissing", "exp_alerts": [{
             "exp_labels": {"severity": "warning", "component": "drift", "model": "gpt"},
             "exp_annotations": stale["annotations"]}]},
     ]
@@ -472,7 +478,7 @@ def test_the_drift_alert_fires_on_a_drifted_feature_and_when_checks_stop(tmp_pat
     done = subprocess.run([promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert stale["for"] == "24h" and "absent(" in stale["expr"]
+    assert stale["for"] == "15m" and "absent(" in stale["expr"] and "> 259200" in stale["expr"]
 
 
 @pytest.mark.parametrize("drift, message", [

@@ -88,3 +88,39 @@ def test_the_logger_refuses_unmarked_fields(fields, message, capsys):
     args = ["log-requests", "--model", "gpt", "--bucket", "b"] + [a for f in fields for a in ("--field", f)]
     assert main(args) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_a_dataset_read_from_lustre_is_read_from_the_bucket_it_mirrors():
+    from workloads.monitor.drift_job import on_s3
+
+    mirror = ("/fsx/datasets/", "s3://mlplat-prod-datasets/")
+    assert on_s3("/fsx/datasets/datasets/tiny/", mirror) == "s3://mlplat-prod-datasets/datasets/tiny/"
+    assert on_s3("/fsx/research/scratch/", mirror) == "/fsx/research/scratch/"  # not the mirrored directory
+    assert on_s3("s3://elsewhere/x/", mirror) == "s3://elsewhere/x/"
+    assert on_s3("/fsx/datasets/tiny/", None) == "/fsx/datasets/tiny/"
+
+
+def test_rows_are_kept_when_a_write_fails_and_written_by_the_next():
+    stored: dict[str, bytes] = {}
+    failing = [True]
+
+    def put(key: str, body: bytes) -> None:
+        if failing[0]:
+            raise OSError("S3 is unreachable")
+        stored[key] = body
+
+    batcher = Batcher(put, prefix="request-logs", model="gpt", writer="pod-a", max_rows=100)
+    batcher.add(rows_of({"input_ids": np.array([[1, 2], [3, 4]])}, PERSONAL, model="gpt", version="", tenant="t"))
+    with pytest.raises(OSError):
+        batcher.flush()
+    failing[0] = False
+    batcher.flush()
+    [body] = stored.values()
+    assert pq.read_table(io.BytesIO(body)).num_rows == 2
+
+
+def test_the_gateway_sets_the_header_the_logger_reads():
+    from components.request_log_spec import TENANT_HEADER as SET
+    from workloads.monitor.logger import TENANT_HEADER as READ
+
+    assert SET == READ == "x-mlplat-tenant"

@@ -120,12 +120,20 @@ def log_requests(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(f"logging {args.model} requests to s3://{args.bucket}/{args.prefix}/{args.model}/ (gRPC {args.grpc_port}, "
           f"HTTP {args.http_port})", flush=True)
+    def flush() -> bool:
+        try:
+            sink.flush()
+            return True
+        except Exception as err:  # noqa: BLE001 - S3 unreachable or refusing: keep the rows, say so, go on
+            print(f"request logs not written yet (kept for the next try): {type(err).__name__}: "
+                  f"{str(err).splitlines()[0] if str(err) else ''}", file=sys.stderr, flush=True)
+            return False
+
     while not stop.wait(args.max_seconds):
-        sink.flush()  # a quiet hour still writes what came in within the interval
+        flush()  # a quiet hour still writes what came in within the interval
     grpc.stop(grace=5).wait()
     http.shutdown()
-    sink.flush()
-    return 0
+    return 0 if flush() else 1
 
 
 def drift_job(args: argparse.Namespace) -> int:
@@ -133,10 +141,16 @@ def drift_job(args: argparse.Namespace) -> int:
 
     if args.days < 1 or args.min_rows < 1:
         raise MonitorInputError("--days and --min-rows must be 1 or more")
+    lustre = None
+    if args.lustre_datasets:
+        local, _, remote = args.lustre_datasets.partition("=")
+        if not local.startswith("/") or not remote.startswith("s3://"):
+            raise MonitorInputError(f"--lustre-datasets {args.lustre_datasets}: write /mount/datasets=s3://bucket/")
+        lustre = (local, remote)
     try:
         report = run(tracking_uri=args.tracking_uri, registered_model=args.registered_model, model=args.model,
                      version=args.version, logs=args.logs, days=args.days, gateway=args.pushgateway,
-                     min_rows=args.min_rows)
+                     min_rows=args.min_rows, lustre=lustre)
     except DriftJobError as err:
         raise MonitorInputError(str(err)) from None
     print(json.dumps(report))
@@ -174,6 +188,8 @@ def parser() -> argparse.ArgumentParser:
     j.add_argument("--days", type=int, default=1, help="days of logs to judge")
     j.add_argument("--min-rows", type=int, default=200, help="fewer logged requests than this are not judged")
     j.add_argument("--pushgateway", help="the Prometheus Pushgateway to push the scores to")
+    j.add_argument("--lustre-datasets", metavar="/MOUNT/datasets=s3://BUCKET/",
+                   help="training datasets read from Lustre are read from the bucket it mirrors instead")
     j.set_defaults(run=drift_job)
     return top
 

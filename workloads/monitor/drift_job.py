@@ -19,11 +19,19 @@ import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+def _s3_errors() -> tuple[type[BaseException], ...]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (BotoCoreError, ClientError)
+
+
+_S3_ERRORS = _s3_errors()
 
 # What is compared: the features that do not depend on the length the sample was cut to
 # (the reference windows are cut to the requests' lengths).
@@ -59,7 +67,7 @@ def served_reference(tracking_uri: str, registered_model: str, triton_model: str
     exported = [v for v in versions if v.tags.get(TRITON_MODEL_TAG) == triton_model
                 and v.tags.get(TRITON_VERSION_TAG) == str(triton_version)]
     if not exported:
-        raise DriftJobError(f"--triton-version {triton_version}: no version of registered model {registered_model!r} "
+        raise DriftJobError(f"--version {triton_version}: no version of registered model {registered_model!r} "
                             f"was exported as {triton_model} version {triton_version}; export it from the registry "
                             "(python -m workloads.serve export --checkpoint models:/...) so its lineage is recorded")
     mv = max(exported, key=lambda v: int(v.version))
@@ -79,12 +87,14 @@ def _s3(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def logged_requests(logs: str, days: int, today: date, client: Any = None) -> Any:
-    """The request logs of the last `days` days, one DataFrame (local folder or s3://)."""
+def logged_requests(logs: str, days: int, now: datetime, client: Any = None) -> Any:
+    """The requests logged in the `days` x 24 hours before `now`, one DataFrame (local
+    folder or s3://): the day folders they can be in, then their rows by time."""
     import pandas as pd
     import pyarrow.parquet as pq
 
-    wanted = {f"date={today - timedelta(days=n):%Y-%m-%d}" for n in range(days)}
+    since = now - timedelta(days=days)
+    wanted = {f"date={(now - timedelta(days=n)).date():%Y-%m-%d}" for n in range(days + 1)}
     frames = []
     if logs.startswith("s3://"):
         import boto3
@@ -99,10 +109,13 @@ def logged_requests(logs: str, days: int, today: date, client: Any = None) -> An
     else:
         for day in sorted(wanted):
             frames += [pq.read_table(p).to_pandas() for p in sorted((Path(logs) / day).glob("*.parquet"))]
-    if not frames:
+    recent = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(recent):
+        recent = recent[pd.to_datetime(recent["time"], utc=True) >= pd.Timestamp(since)].reset_index(drop=True)
+    if not len(recent):
         raise DriftJobError(f"--logs {logs}: no request logs in the last {days} day(s); is request logging on and "
                             "the model taking requests?")
-    return pd.concat(frames, ignore_index=True)
+    return recent
 
 
 def reference_tokens(dataset_uri: str, max_bytes: int = 256 << 20, client: Any = None) -> np.ndarray:
@@ -130,7 +143,7 @@ def reference_tokens(dataset_uri: str, max_bytes: int = 256 << 20, client: Any =
                 s3.download_file(bucket, f"{prefix}{shard.name}", str(local))
                 arrays.append(np.array(data.read_shard(local)))
                 taken += shard.bytes
-            return np.concatenate(arrays)
+            return np.concatenate(arrays)  # a manifest names at least one shard
     folder = Path(dataset_uri)
     if not folder.is_dir():
         raise DriftJobError(f"the training dataset {dataset_uri} is not reachable from this job")
@@ -162,7 +175,7 @@ def reference_sample(tokens: np.ndarray, lengths: np.ndarray, seed: int = 0) -> 
 def push(gateway: str, model: str, version: int, results: list[Any], rows: dict[str, int],
          pusher: Callable[..., None] | None = None) -> None:
     """The scores, verdicts and sample sizes, under job `model-drift` and the model."""
-    from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+    from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
     registry = CollectorRegistry()
     labels = {"model": model, "version": str(version)}
@@ -179,15 +192,34 @@ def push(gateway: str, model: str, version: int, results: list[Any], rows: dict[
     for sample, count in rows.items():
         sizes.labels(**labels, sample=sample).set(count)
     checked.labels(**labels).set(time.time())
-    (pusher or push_to_gateway)(gateway, job="model-drift", registry=registry, grouping_key={"model": model})
+    # pushadd replaces only the series pushed now: a run too small to judge keeps the last
+    # verdict (and its alert) while it updates the sample size and the timestamp.
+    (pusher or pushadd_to_gateway)(gateway, job="model-drift", registry=registry, grouping_key={"model": model})
+
+
+def on_s3(dataset_uri: str, lustre: tuple[str, str] | None) -> str:
+    """Where a dataset read from the Lustre file system lives in S3: the file system's
+    datasets directory is a data repository of the datasets bucket (components/lustre.py),
+    so `<mount>/datasets/<key>` is `s3://<bucket>/<key>`."""
+    if lustre is None:
+        return dataset_uri
+    local, remote = lustre
+    local = local.rstrip("/") + "/"
+    if dataset_uri.rstrip("/") + "/" == local or dataset_uri.startswith(local):
+        return remote.rstrip("/") + "/" + dataset_uri[len(local):].lstrip("/")
+    return dataset_uri
 
 
 def run(*, tracking_uri: str, registered_model: str, model: str, version: int, logs: str, days: int,
-        gateway: str | None, min_rows: int, today: date | None = None) -> dict[str, Any]:
+        gateway: str | None, min_rows: int, now: datetime | None = None,
+        lustre: tuple[str, str] | None = None) -> dict[str, Any]:
     from workloads.monitor.drift import compare
 
     reference = served_reference(tracking_uri, registered_model, model, version)
-    current = logged_requests(logs, days, today or date.today())
+    try:
+        current = logged_requests(logs, days, now or datetime.now(timezone.utc))
+    except _S3_ERRORS as err:
+        raise DriftJobError(f"--logs {logs}: cannot be read: {err}") from None
     if "version" in current.columns:  # the served version's requests only, where clients named it
         named = current["version"].astype(str)
         current = current[(named == "") | (named == str(version))]
@@ -202,7 +234,12 @@ def run(*, tracking_uri: str, registered_model: str, model: str, version: int, l
         if gateway:
             push(gateway, model, version, [], {"current": len(current)})
         return report
-    baseline = reference_sample(reference_tokens(reference.dataset_uri), current["tokens"].to_numpy())
+    source = on_s3(reference.dataset_uri, lustre)
+    try:
+        tokens = reference_tokens(source)
+    except _S3_ERRORS as err:
+        raise DriftJobError(f"the training dataset {source} cannot be read: {err}") from None
+    baseline = reference_sample(tokens, current["tokens"].to_numpy())
     results = compare(baseline[list(COMPARED)], current[list(COMPARED)].reset_index(drop=True))
     report["rows"]["reference"] = int(len(baseline))
     report.update(judged=True, drift=any(r.drifted for r in results),

@@ -5,12 +5,14 @@ It speaks the two ways requests arrive, KServe v2 over gRPC (`ModelInfer`) and o
 (`POST /v2/models/<model>/infer`), answers at once with nothing (the gateway discards a
 mirror's answer), and hands each request to the Batcher as rows the field policy allows.
 The caller's tenant comes from the header the gateway sets from the token's claim; no
-header's value is logged otherwise.
+header's value is logged otherwise. REST bodies must be JSON (KServe v2's binary tensor
+extension is counted as refused, not logged); gRPC carries every client's tensors.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,7 +46,11 @@ class Sink:
                 self.refused += 1
             return
         with self.lock:
-            self.batcher.add(rows)
+            try:
+                self.batcher.add(rows)  # may write, when the batch is full
+            except Exception as err:  # noqa: BLE001 - the rows stay held; the next flush retries
+                print(f"request logs not written yet (kept for the next try): {type(err).__name__}",
+                      file=sys.stderr, flush=True)
 
     def flush(self) -> None:
         with self.lock:

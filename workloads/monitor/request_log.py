@@ -120,11 +120,12 @@ class Batcher:
             self.flush()
 
     def flush(self) -> None:
+        """Write what is held; on a failed write the rows stay held for the next flush."""
         if not self._rows:
             return
-        rows, self._rows, self._since = self._rows, [], None
         key = object_key(self.prefix, self.model, datetime.now(timezone.utc), self.writer)
-        self.put(key, parquet_bytes(rows))
+        self.put(key, parquet_bytes(self._rows))
+        self._rows, self._since = [], None
         self.written.append(key)
 
 

@@ -107,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     rollback.add_argument("--repository", required=True)
     rollback.add_argument("--model-name", required=True)
     rollback.add_argument("--region")
+    rollback.add_argument("--stack", help="refuse to retire the version this stack serves (mlplat:inference.version)")
 
     canary = sub.add_parser("canary", help="make a published version the stack's served version (rolled out as a "
                                            "canary by the next deploy)")
@@ -155,6 +156,7 @@ def _stack_serving(stack: str) -> tuple[dict[str, Any], bool, str]:
             "max_queue_delay_microseconds": inference.max_queue_delay_microseconds,
             "instance_count": inference.instance_count,
             "keep_versions": inference.keep_versions,
+            "pinned": inference.version,
             "top_k": inference.top_k,
             "precision": inference.precision,
             "accelerator": inference.accelerator,
@@ -181,6 +183,7 @@ def _build_spec(args: argparse.Namespace, vocab_size: int, max_sequence: int = -
         "precision": args.precision,
         "accelerator": args.accelerator,
     }
+    defaults.pop("pinned", None)  # not a setting of the model's config
     values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     if "name" not in values:
         raise BadInput("--model-name is required when the stack has no mlplat:inference.modelName")
@@ -285,7 +288,7 @@ def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> 
             return EXIT_FAILED
         model_dir = stage_version(Path(staging) / "repo", spec.name, version, config_text, result.files)
         try:
-            retired = publish(store, model_dir, version, keep=spec.keep_versions)
+            retired = publish(store, model_dir, version, keep=spec.keep_versions, protect=_pinned(args.stack))
         except StoreError as err:
             raise BadInput(f"--repository: {err}") from None
     if ref is not None:
@@ -337,6 +340,14 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _pinned(stack: str | None) -> frozenset[int]:
+    """The version `stack` serves, which no export or rollback may retire."""
+    if not stack:
+        return frozenset()
+    defaults, _, _ = _stack_serving(stack)
+    return frozenset({defaults["pinned"]}) if defaults.get("pinned") else frozenset()
+
+
 def _rollback(args: argparse.Namespace) -> int:
     from workloads.serve.repository import StoreError, open_store, rollback
     from workloads.serve.spec import MODEL_NAME_PATTERN, model_name_problem
@@ -345,12 +356,12 @@ def _rollback(args: argparse.Namespace) -> int:
         raise BadInput(f"--model-name: {model_name_problem(args.model_name)}")
     try:
         store = open_store(args.repository, region=args.region)
-        removed, current = rollback(store, args.model_name)
+        removed, current = rollback(store, args.model_name, protect=_pinned(args.stack))
     except StoreError as err:
         raise BadInput(f"--repository: {err}") from None
     print(f"retired {args.model_name} version {removed} (kept as retired-{removed}); version {current} is now the "
-          "newest. Each pod copies the repository when it starts (--model-control-mode=none): restart the "
-          "deployment to serve it")
+          "newest. Each pod copies the repository when it starts (--model-control-mode=none): restart the pods "
+          "(kubectl argo rollouts -n inference restart triton) to serve it")
     return EXIT_OK
 
 

@@ -285,9 +285,10 @@ def _retire(store: ModelStore, model: str, version: int) -> None:
     store.move_tree(f"{model}/{version}", f"{model}/{RETIRED_PREFIX}{version}")
 
 
-def publish(store: ModelStore, model_dir: Path, version: int, keep: int) -> list[int]:
+def publish(store: ModelStore, model_dir: Path, version: int, keep: int, protect: frozenset[int] = frozenset()) -> list[int]:
     """Upload the staged version's files, then the config, then the version's marker; then
-    retire published versions older than the newest `keep + 1` and unfinished leftovers.
+    retire published versions older than the newest `keep + 1` and unfinished leftovers,
+    never one in `protect` (the version a stack pins: its pods copy that version only).
     Returns the versions retired."""
     model = model_dir.name
     before = layout(store, model)
@@ -298,20 +299,25 @@ def publish(store: ModelStore, model_dir: Path, version: int, keep: int) -> list
     store.put_file(model_dir / PUBLISHED_MARKER, f"{model}/{version}/{PUBLISHED_MARKER}")
     # The folder is now what it was plus this version (one export at a time): no need to list it again.
     published = [*before.published, version]
-    old = sorted([*published[:-(keep + 1)], *before.unfinished])
+    old = sorted([*(v for v in published[:-(keep + 1)] if v not in protect), *before.unfinished])
     for number in old:
         _retire(store, model, number)
     return old
 
 
-def rollback(store: ModelStore, model: str) -> tuple[int, int]:
+def rollback(store: ModelStore, model: str, protect: frozenset[int] = frozenset()) -> tuple[int, int]:
     """Retire the newest published version and put back the config the one before it was
-    published with; returns (retired, now newest). Refuses to retire the last one."""
+    published with; returns (retired, now newest). Refuses to retire the last one, or one
+    in `protect` (the version a stack pins: roll that back with a canary of another)."""
     now = layout(store, model)
     if len(now.published) < 2:
         raise StoreError(f"{store.describe()}/{model} has {len(now.published)} published version(s); rollback "
                          "needs an older one to go back to")
     newest, previous = now.published[-1], now.published[-2]
+    if newest in protect:
+        raise StoreError(f"{model} version {newest} is the version the stack serves (mlplat:inference.version); "
+                         "roll back with `python -m workloads.serve canary --version <older>`, or abort the "
+                         "rollout with `kubectl argo rollouts abort triton`")
     _retire(store, model, newest)
     if f"{previous}/{VERSION_CONFIG}" in now.keys:
         store.copy_file(f"{model}/{previous}/{VERSION_CONFIG}", f"{model}/{CONFIG_FILENAME}")

@@ -264,3 +264,14 @@ def test_the_marker_is_what_a_pods_copy_looks_for():
     from components.inference_spec import PUBLISHED_MARKER as EXPECTED_BY_PODS
 
     assert PUBLISHED_MARKER == EXPECTED_BY_PODS
+
+
+def test_the_version_a_stack_pins_is_never_retired(tmp_path):
+    """Pinned pods copy that version only: retiring it would fail every new pod's start."""
+    store = LocalStore(tmp_path / "repo")
+    for v in (1, 2, 3, 4, 5):
+        publish(store, staged(tmp_path, v), v, keep=1, protect=frozenset({1}))
+    assert versions(store, "gpt") == [1, 4, 5]  # 2 and 3 retired beyond the spare; 1 kept for the stack
+    with pytest.raises(StoreError, match=r"gpt version 5 is the version the stack serves \(mlplat:inference.version\)"):
+        rollback(store, "gpt", protect=frozenset({5}))
+    assert versions(store, "gpt") == [1, 4, 5]
