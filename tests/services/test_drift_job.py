@@ -145,3 +145,36 @@ def test_a_version_with_no_lineage_or_no_logs_is_bad_input(tracking, served):
     assert quiet.returncode == 2
     assert quiet.stderr == (f"error: --logs s3://{BUCKET}/none/gpt/: no request logs in the last 1 day(s); is "
                             "request logging on and the model taking requests?\n")
+
+
+def test_a_dataset_trained_from_lustre_is_read_from_the_bucket_lustre_mirrors(tracking, served, pushgateway):
+    """prod trains from /fsx/datasets/<key>; the check reads s3://<datasets bucket>/<key>."""
+    from mlflow.tracking import MlflowClient
+
+    from workloads.tracking.client import DATASET_TAG, DATASET_URI_TAG
+    from workloads.tracking.registry import TRITON_MODEL_TAG, TRITON_VERSION_TAG
+
+    for shard in sorted(served["shards"].iterdir()):
+        served["s3"].upload_file(str(shard), BUCKET, f"datasets/drift/{shard.name}")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in tracking.env("research").items():
+            mp.setenv(key, value)
+        client = MlflowClient(tracking_uri=tracking.uri, registry_uri=tracking.uri)
+        experiment = client.get_experiment_by_name("research/drift").experiment_id
+        run = client.create_run(experiment, tags={DATASET_TAG: "sha256:lustre",
+                                                  DATASET_URI_TAG: "/fsx/datasets/datasets/drift"})
+        client.set_terminated(run.info.run_id)
+        mv = client.create_model_version(REGISTERED, source="s3://checkpoints/drift/step-20", run_id=run.info.run_id)
+        client.set_model_version_tag(REGISTERED, mv.version, TRITON_MODEL_TAG, "gpt")
+        client.set_model_version_tag(REGISTERED, mv.version, TRITON_VERSION_TAG, "4")
+    logs = log_requests(served, "lustre", windows(served["tokens"], 400, seed=7))
+    done = drift_job(tracking, "--logs", logs, "--version", "4", "--lustre-datasets", f"/fsx/datasets/=s3://{BUCKET}/")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["reference"]["uri"] == "/fsx/datasets/datasets/drift"
+    assert report["judged"] and report["drift"] is False and report["rows"]["reference"] == 400
+    # Without the mirror, the Lustre path is not reachable from the job: one line, exit 2.
+    unreachable = drift_job(tracking, "--logs", logs, "--version", "4")
+    assert unreachable.returncode == 2
+    assert unreachable.stderr == ("error: the training dataset /fsx/datasets/datasets/drift is not reachable from "
+                                  "this job\n")
