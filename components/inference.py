@@ -38,6 +38,7 @@ from components.rollout_spec import (
     gateway_monitor,
     grpc_route,
     http_route,
+    outputs_policy,
     rollout,
     security_policy,
     variant_services,
@@ -157,6 +158,9 @@ class InferenceService(pulumi.ComponentResource):
         routed = pulumi.ResourceOptions(parent=self, depends_on=[*guarded, *backends],
                                         ignore_changes=["spec.rules"])
         routes = [create(grpc_route(rollout_plan), routed), create(http_route(rollout_plan), routed)]
+        outputs = outputs_policy(rollout_plan)
+        if outputs is not None:
+            create(outputs, pulumi.ResourceOptions(parent=self, depends_on=routes))
         balancer = load_balancer_service(plan)
         self.load_balancer = create(balancer, with_gateway) if balancer is not None else None
 

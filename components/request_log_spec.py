@@ -25,6 +25,7 @@ from components.training_spec import CONTAINER_SECURITY, POD_SECURITY
 
 NAME = "request-logger"
 PREFIX = "request-logs"
+EXT_PROC_PORT = 9002  # where the gateway streams requests with their responses (log_outputs)
 TENANT_HEADER = "x-mlplat-tenant"  # set by the gateway from the token's tenant claim
 
 
@@ -35,8 +36,9 @@ class RequestLogPlan:
     bucket: str  # the datasets bucket
     kms_key_arn: str  # its key: every object is written with SSE-KMS under it
     sample_percent: float
-    fields: tuple[tuple[str, str], ...]  # (input, "personal" | "plain")
+    fields: tuple[tuple[str, str], ...]  # (input or output, "personal" | "plain")
     allow_personal: bool = False
+    log_outputs: bool = False  # streamed through Envoy's ext_proc instead of mirrored
 
     @property
     def namespace(self) -> str:
@@ -73,7 +75,9 @@ def command(plan: RequestLogPlan) -> list[str]:
     return ["python", "-m", "workloads.monitor", "log-requests", "--model", plan.model, "--bucket", plan.bucket,
             "--prefix", PREFIX, "--kms-key", plan.kms_key_arn, *marked,
             *(["--allow-personal"] if plan.allow_personal else []),
-            "--grpc-port", str(GRPC_PORT), "--http-port", str(HTTP_PORT)]
+            "--grpc-port", str(GRPC_PORT), "--http-port", str(HTTP_PORT),
+            *(["--ext-proc-port", str(EXT_PROC_PORT), "--sample-percent", f"{plan.sample_percent:g}"]
+              if plan.log_outputs else [])]
 
 
 def service_account(plan: RequestLogPlan) -> dict[str, Any]:
@@ -93,7 +97,8 @@ def deployment(plan: RequestLogPlan) -> dict[str, Any]:
                 {"name": "AWS_DEFAULT_REGION", "value": plan.serving.region},
                 {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}],
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
-                  {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"}],
+                  {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+                  {"name": "ext-proc", "containerPort": EXT_PROC_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 20},
         "resources": {"requests": dict(resources), "limits": dict(resources)},
@@ -123,6 +128,8 @@ def service(plan: RequestLogPlan) -> dict[str, Any]:
         "type": "ClusterIP", "selector": _selector(plan), "ports": [
             {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
             {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
+             "appProtocol": "kubernetes.io/h2c"},
+            {"name": "ext-proc", "port": EXT_PROC_PORT, "targetPort": "ext-proc", "protocol": "TCP",
              "appProtocol": "kubernetes.io/h2c"}]}}
 
 
@@ -140,7 +147,7 @@ def network_policies(plan: RequestLogPlan) -> list[dict[str, Any]]:
         policy(f"{NAME}-from-gateway", {"policyTypes": ["Ingress"], "ingress": [{
             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ENVOY_GATEWAY_NAMESPACE}},
                       "podSelector": {"matchLabels": gateway_pods(plan.namespace)}}],
-            "ports": [{"protocol": "TCP", "port": HTTP_PORT}, {"protocol": "TCP", "port": GRPC_PORT}]}]}),
+            "ports": [{"protocol": "TCP", "port": port} for port in (HTTP_PORT, GRPC_PORT, EXT_PROC_PORT)]}]}),
         policy(f"{NAME}-to-aws", {"policyTypes": ["Egress"], "egress": [
             {"to": [{"ipBlock": {"cidr": cidr}} for cidr in (serving.vpc_cidr, *serving.endpoint_cidrs)],
              "ports": [{"protocol": "TCP", "port": 443}]},
@@ -156,6 +163,27 @@ def mirror_filter(plan: RequestLogPlan, port: int) -> dict[str, Any]:
     else:  # a fraction of a percent: Gateway API takes it as numerator/denominator
         mirror["fraction"] = {"numerator": round(plan.sample_percent * 100), "denominator": 10000}
     return {"type": "RequestMirror", "requestMirror": mirror}
+
+
+def extension_policy(plan: RequestLogPlan, routes: tuple[tuple[str, str], ...]) -> dict[str, Any] | None:
+    """With log_outputs: Envoy's ext_proc on the routes, in shadow mode ("send and go":
+    Envoy never waits for the logger, so the logger costs a request nothing), bodies
+    streamed (shadow mode takes no other), failing open. The logger samples."""
+    if not plan.log_outputs:
+        return None
+    return {
+        "apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyExtensionPolicy",
+        "metadata": {"name": f"{NAME}-outputs", "namespace": plan.namespace, "labels": labels(plan)},
+        "spec": {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": kind, "name": name} for kind, name in routes],
+            "extProc": [{
+                "backendRefs": [{"group": "", "kind": "Service", "name": NAME, "port": EXT_PROC_PORT}],
+                "processingMode": {"request": {"body": "Streamed"}, "response": {"body": "Streamed"}},
+                "shadowMode": True,
+                "failOpen": True,
+            }],
+        },
+    }
 
 
 def objects(plan: RequestLogPlan) -> list[dict[str, Any]]:

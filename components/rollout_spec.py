@@ -41,7 +41,7 @@ from components.inference_spec import (
     labels,
     service,
 )
-from components.request_log_spec import TENANT_HEADER, RequestLogPlan, mirror_filter
+from components.request_log_spec import TENANT_HEADER, RequestLogPlan, extension_policy, mirror_filter
 from components.tenancy_spec import MONITORING_NAMESPACE
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
@@ -214,8 +214,22 @@ def _parent(listener: str) -> dict[str, Any]:
 
 
 def _mirrored(plan: RolloutPlan, port: int) -> dict[str, Any]:
-    """A copy of the sampled requests to the request logger, after authentication."""
-    return {"filters": [mirror_filter(plan.request_log, port)]} if plan.request_log else {}
+    """A copy of the sampled requests to the request logger, after authentication (where
+    outputs are logged too, Envoy's ext_proc carries the requests instead)."""
+    log = plan.request_log
+    return {"filters": [mirror_filter(log, port)]} if log is not None and not log.log_outputs else {}
+
+
+def outputs_policy(plan: RolloutPlan) -> dict[str, Any] | None:
+    """Where outputs are logged: Envoy's ext_proc on both routes."""
+    if plan.request_log is None:
+        return None
+    return extension_policy(plan.request_log, (("GRPCRoute", plan.name), ("HTTPRoute", plan.name)))
+
+
+def _outputs_policy(plan: RolloutPlan) -> list[dict[str, Any]]:
+    policy = outputs_policy(plan)
+    return [policy] if policy else []
 
 
 def grpc_route(plan: RolloutPlan) -> dict[str, Any]:
@@ -461,6 +475,6 @@ def objects(plan: RolloutPlan, proxy_image: str) -> list[dict[str, Any]]:
     return [
         gateway_class(), envoy_proxy(plan, proxy_image), gateway(plan),
         *([policy] if policy else []),
-        *variant_services(plan), grpc_route(plan), http_route(plan),
+        *variant_services(plan), grpc_route(plan), http_route(plan), *_outputs_policy(plan),
         analysis_template(plan), rollout(plan), canary_rules(plan), auth_rules(plan), gateway_monitor(plan),
     ]

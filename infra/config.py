@@ -684,14 +684,23 @@ class InferenceRequestLoggingConfig(_Model):
     retention_days: int = Field(default=30, ge=1, le=3650)
     fields: dict[str, Literal["personal", "plain"]] = {"input_ids": "personal"}
     allow_personal: bool = False
+    # Also keep what the model answered (the outputs marked in `fields`): the gateway then
+    # streams each request and its response to the logger (Envoy's ext_proc, shadow mode),
+    # instead of mirroring the request alone.
+    log_outputs: bool = False
 
     @model_validator(mode="after")
     def _every_input_marked(self) -> InferenceRequestLoggingConfig:
-        from workloads.serve.spec import INPUT_NAME
+        from workloads.serve.spec import INPUT_NAME, OUTPUT_NAME, TOP_K_IDS, TOP_K_LOGPROBS
 
         if INPUT_NAME not in self.fields:
             raise _FieldError("fields", f"{sorted(self.fields)} does not mark {INPUT_NAME}, the model's input: mark it "
                                         "personal (a person's text as token ids) or plain")
+        known = (INPUT_NAME, OUTPUT_NAME, TOP_K_IDS, TOP_K_LOGPROBS)
+        unknown = sorted(set(self.fields) - set(known))
+        if unknown:
+            raise _FieldError("fields", f"{', '.join(unknown)} is not an input or output of the served model; "
+                                        f"known: {', '.join(known)}")
         return self
 
 

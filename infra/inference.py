@@ -228,7 +228,7 @@ def request_log_plan(config: PlatformConfig, serving: ServingPlan, settings: Any
         image=image_uri("serving", descriptor.account_id, config.region, config.environment, platform_images),
         bucket=descriptor.buckets["datasets"], kms_key_arn=descriptor.keys["datasets"],
         sample_percent=logging.sample_percent, fields=tuple(sorted(logging.fields.items())),
-        allow_personal=logging.allow_personal,
+        allow_personal=logging.allow_personal, log_outputs=logging.log_outputs,
     )
 
 

@@ -504,3 +504,36 @@ def test_a_drift_check_needs_a_pinned_version():
     with pytest.raises(ConfigError, match=r"mlplat:inference.drift.enabled: the drift check compares the served "
                                           r"version with its own training data: pin it with mlplat:inference.version"):
         parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
+
+
+def test_where_outputs_are_logged_envoy_streams_requests_and_answers_to_the_logger_off_the_path():
+    """smb keeps the model's answers too: Envoy's ext_proc in shadow mode on both routes,
+    failing open, instead of a mirror; the logger samples."""
+    policy = rendered("smb-cluster", "EnvoyExtensionPolicy")
+    assert {(t["kind"], t["name"]) for t in policy["spec"]["targetRefs"]} == {("GRPCRoute", "triton"),
+                                                                              ("HTTPRoute", "triton")}
+    [ext] = policy["spec"]["extProc"]
+    assert ext["shadowMode"] is True and ext["failOpen"] is True
+    assert ext["backendRefs"] == [{"group": "", "kind": "Service", "name": "request-logger", "port": 9002}]
+    for kind in ("GRPCRoute", "HTTPRoute"):
+        [rule] = rendered("smb-cluster", kind)["spec"]["rules"]
+        assert "filters" not in rule  # no mirror: the stream already carries the request
+    [container] = rendered("smb-cluster", "Deployment", "request-logger")["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[command.index("--ext-proc-port") + 1] == "9002"
+    assert command[command.index("--sample-percent") + 1] == "5"
+    assert {"--field", "top_k_ids=plain"} <= set(command) and "input_ids=personal" in command
+    # prod mirrors requests only.
+    assert [m for m in kubernetes_objects(preview("prod-cluster")) if m["kind"] == "EnvoyExtensionPolicy"] == []
+
+
+def test_a_field_the_model_does_not_have_is_refused():
+    from infra.config import ConfigError
+
+    raw = raw_stack("prod")
+    raw["mlplat:inference"]["requestLogging"] = {"fields": {"input_ids": "personal", "user_email": "personal"}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
+    assert str(err.value) == ("stacks/Pulumi.prod.yaml: mlplat:inference.requestLogging.fields: user_email is not an "
+                              "input or output of the served model; known: input_ids, logits, top_k_ids, "
+                              "top_k_logprobs")

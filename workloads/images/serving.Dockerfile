@@ -19,7 +19,7 @@ FROM ${BASE_IMAGE}
 RUN pip install --no-cache-dir onnx==1.22.0 onnxscript==0.7.2 onnxruntime==1.31.1 tritonclient==2.65.0 \
     grpcio==1.85.1 protobuf==5.29.6 \
     mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8 pyarrow==26.0.1 \
-    evidently==0.7.23 pandas==2.3.3 prometheus-client==0.26.0
+    evidently==0.7.23 pandas==2.3.3 prometheus-client==0.26.0 xds-protos==1.68.1
 
 WORKDIR /opt/mlplat
 COPY workloads/__init__.py workloads/hashing.py workloads/

@@ -110,11 +110,25 @@ def log_requests(args: argparse.Namespace) -> int:
     policy = field_policy(args.field, args.allow_personal)
     if args.max_rows < 1 or args.max_seconds <= 0:
         raise MonitorInputError("--max-rows and --max-seconds must be above 0")
+    if not 0 < args.sample_percent <= 100:
+        raise MonitorInputError(f"--sample-percent {args.sample_percent:g}: give a share above 0 and at most 100")
     batcher = Batcher(s3_putter(args.bucket, args.kms_key), prefix=args.prefix, model=args.model,
                       writer=socket.gethostname(), max_rows=args.max_rows, max_seconds=args.max_seconds)
     sink = Sink(policy, batcher, args.model)
     grpc = grpc_server(sink, args.grpc_port)
     http = http_server(sink, args.http_port)
+    outputs = None
+    if args.ext_proc_port:
+        import grpc as grpclib
+        from concurrent import futures
+
+        from workloads.monitor.ext_proc import add_to
+
+        # One thread per open stream: Envoy's shadow mode sends every request's stream.
+        outputs = grpclib.server(futures.ThreadPoolExecutor(max_workers=64))
+        add_to(outputs, sink, args.sample_percent)
+        outputs.add_insecure_port(f"0.0.0.0:{args.ext_proc_port}")
+        outputs.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -132,6 +146,8 @@ def log_requests(args: argparse.Namespace) -> int:
     while not stop.wait(args.max_seconds):
         flush()  # a quiet hour still writes what came in within the interval
     grpc.stop(grace=5).wait()
+    if outputs is not None:
+        outputs.stop(grace=5).wait()
     http.shutdown()
     return 0 if flush() else 1
 
@@ -175,6 +191,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-personal", action="store_true", help="keep personal fields too (the stack's opt-in)")
     r.add_argument("--grpc-port", type=int, default=8001)
     r.add_argument("--http-port", type=int, default=8000)
+    r.add_argument("--ext-proc-port", type=int, default=0,
+                   help="also take requests with their answers from Envoy's ext_proc filter (shadow mode) here")
+    r.add_argument("--sample-percent", type=float, default=100.0,
+                   help="share of the ext_proc streams kept (mirrored requests are sampled by the gateway)")
     r.add_argument("--max-rows", type=int, default=1000, help="rows per Parquet object at most")
     r.add_argument("--max-seconds", type=float, default=60.0, help="seconds a row waits to be written at most")
     r.set_defaults(run=log_requests)

@@ -34,13 +34,14 @@ class Sink:
         self.lock = threading.Lock()
         self.refused = 0  # requests that did not fit the policy (counted, not logged)
 
-    def take(self, inputs: dict[str, np.ndarray], *, model: str, version: str, tenant: str) -> None:
+    def take(self, inputs: dict[str, np.ndarray], *, model: str, version: str, tenant: str,
+             outputs: dict[str, np.ndarray] | None = None) -> None:
         if model != self.model:
             with self.lock:
                 self.refused += 1
             return
         try:
-            rows = rows_of(inputs, self.policy, model=model, version=version, tenant=tenant)
+            rows = rows_of(inputs, self.policy, model=model, version=version, tenant=tenant, outputs=outputs)
         except RequestLogError:
             with self.lock:
                 self.refused += 1

@@ -56,9 +56,10 @@ def token_features(ids: np.ndarray) -> dict[str, float]:
 
 
 def rows_of(inputs: Mapping[str, np.ndarray], policy: FieldPolicy, *, model: str, version: str, tenant: str,
-            now: datetime | None = None) -> list[dict[str, Any]]:
-    """One row per sequence of a (possibly batched) request: its features, and each input
-    field the policy keeps, as a list."""
+            now: datetime | None = None, outputs: Mapping[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
+    """One row per sequence of a (possibly batched) request: its features, each input field
+    the policy keeps, and each output it marks and keeps (an output nobody marked is left
+    out: a client chooses which outputs it asks for), as lists."""
     if "input_ids" not in inputs:
         raise RequestLogError(f"the request has no input_ids (inputs: {', '.join(sorted(inputs)) or 'none'})")
     for name in inputs:
@@ -70,8 +71,9 @@ def rows_of(inputs: Mapping[str, np.ndarray], policy: FieldPolicy, *, model: str
     for index, sequence in enumerate(batch):
         row: dict[str, Any] = {"time": stamp, "model": model, "version": version, "tenant": tenant,
                                **token_features(sequence)}
-        for name, value in inputs.items():
-            if policy.kept(name):
+        kept_outputs = {n: v for n, v in (outputs or {}).items() if n in policy.personal and policy.kept(n)}
+        for name, value in {**inputs, **kept_outputs}.items():
+            if name in kept_outputs or policy.kept(name):
                 array = np.asarray(value)
                 row[name] = (array.reshape(array.shape[0], -1)[index] if array.ndim > 1 else array).tolist()
         rows.append(row)
