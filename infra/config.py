@@ -585,6 +585,9 @@ class TrainingConfig(_Model):
     compile: bool = True
     max_steps: int = Field(default=500, ge=1)
     micro_batch: int = Field(default=16, ge=1)  # sequences per GPU per forward pass
+    # Sequences per optimiser step, kept at every node count from minNodes to nodes by
+    # adapting gradient accumulation; default: the smallest that every count divides.
+    global_batch: int | None = Field(default=None, ge=1)
     checkpoint_every: int = Field(default=100, ge=1)
     # Token shards (workloads/train/data.py format) on the Lustre mount; unset: synthetic.
     data_path: str | None = None

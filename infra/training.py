@@ -48,9 +48,9 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
         lustre_claim=SCRATCH_CLAIM if job.lustre else None,
         min_busbw_gbps=job.min_busbw_gbps,
     )
-    # The global batch is fixed from the full node count, so a job that shrinks to
-    # min_nodes raises its gradient accumulation instead of changing the optimisation.
-    global_batch = s.micro_batch * instance.gpus * job.nodes
+    # The same global batch at every node count from min_nodes to nodes: a job that shrinks
+    # raises its gradient accumulation instead of changing the optimisation (or stopping).
+    global_batch = job.global_batch
     args = training_args(s.name, plan.work_dir, model=s.model, strategy=s.strategy, precision=s.precision,
                          compile=s.compile, max_steps=s.max_steps, micro_batch=s.micro_batch,
                          global_batch=global_batch, checkpoint_every=s.checkpoint_every, data_path=s.data_path,

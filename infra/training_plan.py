@@ -6,6 +6,7 @@ shared file system) is a one-line config error before anything is registered.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ class ResolvedTraining:
     lustre: bool  # the job's directory is on the Lustre scratch file system
     min_busbw_gbps: float
     collective_check: bool  # multi-node on EFA: the all-reduce check runs
+    global_batch: int = 0  # sequences per step, kept at every node count (plan_global_batch)
 
     @property
     def instance(self):
@@ -125,6 +127,28 @@ def resolve_training(config: Any) -> ResolvedTraining | None:
                 f"{tenant.name!r} can be admitted ({ceiling[resource]:g}{unit}, quotas.{_QUOTA_KEYS[resource]} with "
                 "its cohort); lower nodes or raise the quota"
             )
+    global_batch = plan_global_batch(settings.global_batch, settings.micro_batch, pool.instance.gpus, min_nodes, nodes)
     threshold = settings.min_bus_bandwidth_gbps or default_min_busbw_gbps(pool.instance)
     return ResolvedTraining(settings, pool, tenant, nodes, min_nodes, lustre, threshold,
-                            collective_check=pool.efa and nodes >= 2)
+                            collective_check=pool.efa and nodes >= 2, global_batch=global_batch)
+
+
+def plan_global_batch(asked: int | None, micro_batch: int, gpus_per_node: int, min_nodes: int, nodes: int) -> int:
+    """The global batch an elastic job keeps at every node count it may run at: each count
+    n must divide it into whole passes of micro_batch x n x gpus_per_node sequences (the
+    trainer's gradient accumulation is the quotient). Unset, it is the smallest such batch
+    (micro_batch x GPUs per node x the least common multiple of the counts); given, every
+    count that cannot keep it is named."""
+    counts = range(min_nodes, nodes + 1)
+    per_node = micro_batch * max(1, gpus_per_node)
+    smallest = per_node * math.lcm(*counts)
+    if asked is None:
+        return smallest
+    broken = [n for n in counts if asked % (per_node * n)]
+    if broken:
+        listed = ", ".join(str(n) for n in broken)
+        raise TrainingConfigError(
+            "globalBatch", f"{asked} sequences cannot be kept at {listed} node(s): at each count n from minNodes to "
+            f"nodes it must divide into passes of microBatch x GPUs x n ({per_node} x n); use a multiple of "
+            f"{smallest}, or narrow minNodes..nodes")
+    return asked

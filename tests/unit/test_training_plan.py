@@ -98,3 +98,46 @@ def test_no_tenant_for_the_pool():
 def test_unknown_training_key():
     assert error("prod", {"node": 2}) == ("stacks/Pulumi.prod.yaml: mlplat:training.node: unknown key; remove it or "
                                           "check its spelling")
+
+
+# --- elastic batch planning --------------------------------------------------------------
+
+
+def _with_pool_max(raw: dict, size: int) -> None:
+    for pool in raw["mlplat:nodePools"]:
+        if pool["name"] == "train-p5":
+            pool["maxSize"] = max(pool.get("maxSize", 0), size)
+
+
+@pytest.mark.parametrize("min_nodes, nodes, accumulation", [
+    (2, 3, {2: 3, 3: 2}),  # the job the issue shrank from 3 to 2: lcm(2, 3) = 6
+    (2, 4, {2: 6, 3: 4, 4: 3}),
+    (1, 1, {1: 1}),
+])
+def test_the_global_batch_is_kept_at_every_node_count_by_gradient_accumulation(min_nodes, nodes, accumulation):
+    from infra.training_plan import plan_global_batch
+
+    per_node = 16 * 8  # micro-batch x p5 GPUs
+    batch = plan_global_batch(None, 16, 8, min_nodes, nodes)
+    # What the trainer computes at each world size: a whole number of passes, the same batch.
+    assert {n: batch // (per_node * n) for n in range(min_nodes, nodes + 1)} == accumulation
+    assert all(batch % (per_node * n) == 0 for n in range(min_nodes, nodes + 1))
+
+
+def test_the_stack_renders_the_planned_batch_into_the_trainers_arguments():
+    raw = raw_stack("prod")
+    raw["mlplat:training"] = {"nodes": 3, "minNodes": 2}
+    _with_pool_max(raw, 3)
+    job = resolve_training(parse_config(raw, "prod"))
+    assert job.global_batch == 16 * 8 * 6
+
+
+def test_a_global_batch_some_node_counts_cannot_keep_is_refused_naming_them():
+    def three_nodes(raw):
+        raw["mlplat:training"] = {"nodes": 4, "minNodes": 2, "globalBatch": 1024}
+        _with_pool_max(raw, 4)
+
+    assert error("prod", mutate=three_nodes) == (
+        "stacks/Pulumi.prod.yaml: mlplat:training.globalBatch: 1024 sequences cannot be kept at 3 node(s): at each "
+        "count n from minNodes to nodes it must divide into passes of microBatch x GPUs x n (128 x n); use a multiple "
+        "of 1536, or narrow minNodes..nodes")
