@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.addons.queues import LOCAL_QUEUE
+from components.features_spec import schedule
 from components.request_log_spec import key_prefix
 from components.tenancy_spec import MONITORING_NAMESPACE
 from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL
@@ -60,10 +61,6 @@ def role_name(prefix: str, tenant: str, model: str) -> str:
     return f"{prefix}-{tenant}-drift-{model}"[:64]
 
 
-def schedule(every_hours: int) -> str:
-    return "0 * * * *" if every_hours == 1 else ("0 0 * * *" if every_hours == 24 else f"0 */{every_hours} * * *")
-
-
 def _labels(plan: DriftPlan) -> dict[str, str]:
     return {"app.kubernetes.io/name": "model-drift", "app.kubernetes.io/instance": plan.model,
             "app.kubernetes.io/part-of": "mlplat"}
@@ -106,7 +103,7 @@ def cron_job(plan: DriftPlan) -> dict[str, Any]:
         "apiVersion": "batch/v1", "kind": "CronJob",
         "metadata": {"name": plan.name, "namespace": plan.tenant, "labels": _labels(plan)},
         "spec": {
-            "schedule": schedule(plan.every_hours),
+            "schedule": schedule(plan.every_hours * 60),
             "concurrencyPolicy": "Forbid",
             "startingDeadlineSeconds": 600,
             "successfulJobsHistoryLimit": 3,

@@ -227,11 +227,6 @@ def outputs_policy(plan: RolloutPlan) -> dict[str, Any] | None:
     return extension_policy(plan.request_log, (("GRPCRoute", plan.name), ("HTTPRoute", plan.name)))
 
 
-def _outputs_policy(plan: RolloutPlan) -> list[dict[str, Any]]:
-    policy = outputs_policy(plan)
-    return [policy] if policy else []
-
-
 def grpc_route(plan: RolloutPlan) -> dict[str, Any]:
     """KServe v2 gRPC (`inference.GRPCInferenceService`) to the two variants; any other
     service gets no route."""
@@ -468,13 +463,3 @@ def gateway_monitor(plan: RolloutPlan) -> dict[str, Any]:
         },
     }
 
-
-def objects(plan: RolloutPlan, proxy_image: str) -> list[dict[str, Any]]:
-    """Every object of the rollout and the gateway, in the order they are applied."""
-    policy = security_policy(plan)
-    return [
-        gateway_class(), envoy_proxy(plan, proxy_image), gateway(plan),
-        *([policy] if policy else []),
-        *variant_services(plan), grpc_route(plan), http_route(plan), *_outputs_policy(plan),
-        analysis_template(plan), rollout(plan), canary_rules(plan), auth_rules(plan), gateway_monitor(plan),
-    ]

@@ -27,6 +27,7 @@ from infra.preview.report import kubernetes_objects
 from tests.component.test_inference_service import GPU_PLAN
 from tests.conftest import preview
 from tests.unit.test_config import raw_stack
+from tests.unit.test_inference_config import refused
 
 NAMESPACE, MODEL = "inference", "gpt"
 
@@ -392,13 +393,8 @@ def test_request_logs_are_kept_only_as_long_as_the_stack_says():
     ({"fields": {"input_ids": "secret"}}, "fields.input_ids: 'secret' is not allowed; allowed: 'personal' or 'plain'"),
 ])
 def test_request_logging_settings_that_cannot_apply_are_refused(logging, message):
-    from infra.config import ConfigError
-
-    raw = raw_stack("prod")
-    raw["mlplat:inference"]["requestLogging"] = logging
-    with pytest.raises(ConfigError) as err:
-        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
-    assert str(err.value).startswith(f"stacks/Pulumi.prod.yaml: mlplat:inference.requestLogging.{message}")
+    assert refused("prod", requestLogging=logging).startswith(
+        f"stacks/Pulumi.prod.yaml: mlplat:inference.requestLogging.{message}")
 
 
 def test_a_fraction_of_a_percent_is_mirrored_as_a_fraction():
@@ -487,13 +483,7 @@ def test_the_drift_alert_fires_on_a_drifted_feature_and_when_checks_stop(tmp_pat
      "drift.tenant: 'research' is not one of the model's tenants (applied, serving)"),
 ])
 def test_drift_settings_that_cannot_run_are_refused(drift, message):
-    from infra.config import ConfigError
-
-    raw = raw_stack("prod")
-    raw["mlplat:inference"]["drift"] = drift
-    with pytest.raises(ConfigError) as err:
-        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
-    assert str(err.value).startswith(f"stacks/Pulumi.prod.yaml: mlplat:inference.{message}")
+    assert refused("prod", drift=drift).startswith(f"stacks/Pulumi.prod.yaml: mlplat:inference.{message}")
 
 
 def test_a_drift_check_needs_a_pinned_version():
@@ -528,12 +518,6 @@ def test_where_outputs_are_logged_envoy_streams_requests_and_answers_to_the_logg
 
 
 def test_a_field_the_model_does_not_have_is_refused():
-    from infra.config import ConfigError
-
-    raw = raw_stack("prod")
-    raw["mlplat:inference"]["requestLogging"] = {"fields": {"input_ids": "personal", "user_email": "personal"}}
-    with pytest.raises(ConfigError) as err:
-        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
-    assert str(err.value) == ("stacks/Pulumi.prod.yaml: mlplat:inference.requestLogging.fields: user_email is not an "
+    assert refused("prod", requestLogging={"fields": {"input_ids": "personal", "user_email": "personal"}}) == ("stacks/Pulumi.prod.yaml: mlplat:inference.requestLogging.fields: user_email is not an "
                               "input or output of the served model; known: input_ids, logits, top_k_ids, "
                               "top_k_logprobs")

@@ -24,14 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from botocore.exceptions import BotoCoreError, ClientError
 
-def _s3_errors() -> tuple[type[BaseException], ...]:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    return (BotoCoreError, ClientError)
-
-
-_S3_ERRORS = _s3_errors()
+_S3_ERRORS = (BotoCoreError, ClientError)  # what boto3 raises for an unreachable or refusing S3
 
 # What is compared: the features that do not depend on the length the sample was cut to
 # (the reference windows are cut to the requests' lengths).

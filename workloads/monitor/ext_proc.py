@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.monitor.logger import _NUMPY, TENANT_HEADER, Sink
+from workloads.monitor.logger import _NUMPY, TENANT_HEADER, Sink, json_tensors, rest_route
 
 EXT_PROC_PORT = 9002
 
@@ -62,17 +62,12 @@ def decode_grpc(request_body: bytes, response_body: bytes) -> tuple[str, str, di
 
 def decode_rest(path: str, request_body: bytes, response_body: bytes) -> tuple[str, str, dict[str, np.ndarray],
                                                                                dict[str, np.ndarray]] | None:
-    parts = path.split("?", 1)[0].strip("/").split("/")
-    if len(parts) not in (4, 6) or parts[:2] != ["v2", "models"] or parts[-1] != "infer":
+    route = rest_route(path.split("?", 1)[0])  # Envoy reports the path with its query
+    if route is None:
         return None
-
-    def tensors(body: bytes, key: str) -> dict[str, np.ndarray]:
-        return {t["name"]: np.asarray(t["data"], dtype=_NUMPY[t["datatype"]]).reshape(t["shape"])
-                for t in json.loads(body)[key]}
-
     try:
-        return parts[2], parts[4] if len(parts) == 6 else "", tensors(request_body, "inputs"), \
-            tensors(response_body, "outputs")
+        return (*route, json_tensors(json.loads(request_body)["inputs"]),
+                json_tensors(json.loads(response_body)["outputs"]))
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -58,6 +58,21 @@ class Sink:
             self.batcher.flush()
 
 
+def rest_route(path: str) -> tuple[str, str] | None:
+    """(model, version) of a KServe v2 REST inference path, `/v2/models/<model>/infer` or
+    `/v2/models/<model>/versions/<version>/infer` (version "" for the first); None for
+    any other path."""
+    parts = path.strip("/").split("/")
+    if len(parts) not in (4, 6) or parts[:2] != ["v2", "models"] or parts[-1] != "infer":
+        return None
+    return parts[2], parts[4] if len(parts) == 6 else ""
+
+
+def json_tensors(tensors: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The tensors of a KServe v2 REST body's `inputs` or `outputs` (JSON data)."""
+    return {t["name"]: np.asarray(t["data"], dtype=_NUMPY[t["datatype"]]).reshape(t["shape"]) for t in tensors}
+
+
 def _grpc_inputs(request: Any) -> dict[str, np.ndarray]:
     """A ModelInferRequest's tensors, from raw contents (what clients send) or typed ones."""
     found = {}
@@ -125,15 +140,14 @@ def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
                 self._answer(404, {"error": "not found"})
 
         def do_POST(self) -> None:  # noqa: N802
-            parts = self.path.strip("/").split("/")
-            if len(parts) not in (4, 6) or parts[0] != "v2" or parts[1] != "models" or parts[-1] != "infer":
+            route = rest_route(self.path)
+            if route is None:
                 self._answer(404, {"error": "not found"})
                 return
-            model, version = parts[2], parts[4] if len(parts) == 6 else ""
+            model, version = route
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-                inputs = {t["name"]: np.asarray(t["data"], dtype=_NUMPY[t["datatype"]]).reshape(t["shape"])
-                          for t in body["inputs"]}
+                inputs = json_tensors(body["inputs"])
             except (ValueError, KeyError, TypeError):
                 with sink.lock:
                     sink.refused += 1
