@@ -98,16 +98,20 @@ def train_rows(datasets: list[dict[str, Any]]) -> tuple[list[list[str]], str]:
     rows = []
     labels, values = [], []
     for data in datasets:
+        # Records from before they said what each run was: DDP on two CPU processes.
+        measured = data.get("measured", "the trainer, 2 processes (gloo)")
         for name, run in data["runs"].items():
             mfu = f", MFU {run['mfu']:.0%}" if run.get("mfu") else ""
-            rows.append([f"training, {name} on {data['device']}", f"{run['tokens_per_s']:,.0f} tokens/s{mfu}",
-                         "H100 MFU ≥ 40%" if run.get("mfu") else ""])
+            what = run.get("what", name)
+            rows.append([f"training, {name} ({what}); {measured}", f"{run['tokens_per_s']:,.0f} tokens/s{mfu}",
+                         "H100 MFU ≥ 40%" if run.get("mfu") and "124M" in name else ""])
             labels.append(f"{name}\n{data['device'][:18]}")
             values.append(run["tokens_per_s"])
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.bar(labels, values)
     ax.set_ylabel("tokens/s")
     ax.set_title("Training throughput")
+    ax.tick_params(axis="x", labelsize=6)
     return rows, _save(fig, "train.png", "; ".join(_machine(d) for d in datasets))
 
 
@@ -153,7 +157,8 @@ def table() -> str:
         sections.append((*policy_rows(data), _machine(data)))
     trains = [load(p.stem) for p in sorted(RESULTS.glob("train-*.json"))]
     if trains:
-        sections.append((*train_rows([t for t in trains if t]), "; ".join(_machine(t) for t in trains if t)))
+        sections.append((*train_rows([t for t in trains if t]),
+                         "; ".join(f"{_machine(t)}, torch {t.get('torch', '?')}" for t in trains if t)))
     if (data := load("serve")) is not None:
         sections.append((*serve_rows(data), _machine(data)))
     if (data := load("serve-server")) is not None:

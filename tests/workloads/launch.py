@@ -12,10 +12,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _env() -> dict[str, str]:
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # One thread per process: two ranks share this machine's cores, and fixed thread counts
     # keep floating-point reductions in the same order from run to run.
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(extra or {})}
 
 
 def torchrun(nproc: int, module: str, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
@@ -24,9 +24,10 @@ def torchrun(nproc: int, module: str, *args: str, timeout: int = 240) -> subproc
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
 
 
-def python_module(module: str, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+def python_module(module: str, *args: str, timeout: int = 240,
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", module, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(env), cwd=REPO)
 
 
 def events(path: Path, event: str) -> list[dict[str, Any]]:

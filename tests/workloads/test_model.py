@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from workloads.train.model import GPT, PRESETS, GPTConfig
+from workloads.train.model import GPT, GPTConfig
+from workloads.train.shapes import PRESETS
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +87,51 @@ def test_dropout_only_in_training():
     torch.testing.assert_close(model(idx), model(idx))
     model.train()
     assert not torch.allclose(model(idx), model(idx))
+
+
+class OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def backward_ops_and_grads(mode: str) -> tuple[Counter, dict[str, torch.Tensor]]:
+    """The operators the backward pass runs (recomputation included), and the gradients."""
+    model = GPT(GPTConfig.tiny(n_layer=3, dropout=0.1))
+    model.init_weights(seed=5)
+    model.activation_checkpoint = mode
+    idx = torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(7)  # the same dropout masks in every mode (recomputation replays them)
+    loss = model(idx).float().logsumexp(-1).mean()
+    with OpCounter() as counter:
+        loss.backward()
+    return counter.counts, {n: p.grad for n, p in model.named_parameters()}
+
+
+def test_activation_checkpointing_keeps_gradients_and_recomputes_what_it_should():
+    none, selective, full = (backward_ops_and_grads(m) for m in ("none", "selective", "full"))
+    for name, grad in none[1].items():
+        torch.testing.assert_close(selective[1][name], grad, msg=name)
+        torch.testing.assert_close(full[1][name], grad, msg=name)
+    matmuls = [sum(ops[0][op] for op in ("mm", "addmm")) for ops in (none, selective, full)]
+    # Full recomputes each block's forward matmuls; selective keeps them and recomputes only
+    # the cheap operators (GELU, norms).
+    assert matmuls[0] == matmuls[1] < matmuls[2]
+    assert none[0]["gelu"] == 0 < selective[0]["gelu"] == full[0]["gelu"] == 3
+
+
+def test_a_pipeline_stage_starts_from_the_whole_models_weights():
+    whole, last = GPT(GPTConfig.tiny(n_layer=4)), GPT(GPTConfig.tiny(n_layer=4))
+    last.keep_stage(2, 4)
+    whole.init_weights(seed=3)
+    last.init_weights(seed=3)
+    assert sorted(last.blocks) == ["2", "3"] and last.wte is None and last.wpe is None
+    assert last.lm_head.weight is not None and whole.lm_head.weight is whole.wte.weight
+    expected = whole.state_dict()
+    for name, value in last.state_dict().items():  # the output projection drawn as the embedding it stands for
+        torch.testing.assert_close(value, expected[name], rtol=0, atol=0, msg=name)
+    assert whole.blocks["0"].attn.proj.weight.std() < whole.blocks["0"].attn.qkv.weight.std()  # residual scaling

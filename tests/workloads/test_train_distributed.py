@@ -4,13 +4,13 @@
 - 2 processes with half the batch each end with the weights of 1 process with the whole;
 - a run killed after a checkpoint and resumed logs the losses of an uninterrupted run,
   step for step (dropout on, so the random streams must be restored too);
-- FSDP2 (`fully_shard`) trains to the same weights as DDP;
-- a 2-process checkpoint resumes in 1 process (an elastic shrink) and carries on.
+- FSDP2 (`fully_shard`) trains to the same weights as DDP.
+
+Elastic shrinks and resharding between layouts: tests/workloads/test_parallel.py.
 """
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 import torch
@@ -101,7 +101,7 @@ def test_resumed_losses_equal_the_uninterrupted_run(uninterrupted, killed_and_re
     assert {r["step"]: r["loss"] for r in resumed} == {s: reference[s] for s in range(5, 31)}
 
 
-# --- 2 x half batch == 1 x full batch; FSDP2 == DDP; elastic shrink ------------------
+# --- 2 x half batch == 1 x full batch; FSDP2 == DDP ------------------------------------
 
 EQUIV_ARGS = ("--max-steps", "8", "--checkpoint-every", "4", "--keep-checkpoints", "0")
 
@@ -136,16 +136,4 @@ def test_fsdp2_trains_like_ddp(shards, tmp_path, two_processes):
     assert events(tmp_path / "metrics.jsonl", "start")[0]["strategy"] == "fsdp"
     assert losses(tmp_path / "metrics.jsonl") == pytest.approx(losses(two_processes / "metrics.jsonl"), rel=1e-5)
     # The sharded checkpoint loads into a plain model like a DDP one.
-    torch.testing.assert_close(weights(tmp_path), weights(two_processes), **WEIGHT_TOLERANCE)
-
-
-def test_two_process_checkpoint_resumes_in_one_process(shards, tmp_path, two_processes):
-    """DCP reshards on load: a job that lost a node carries on from the same step with the
-    same global batch (8 samples in one process instead of 4 + 4)."""
-    (tmp_path / "ckpt").mkdir()
-    shutil.copytree(two_processes / "ckpt" / "step_00000004", tmp_path / "ckpt" / "step_00000004")
-    ok(python_module(TRAIN, *common(shards, tmp_path, "--micro-batch", "8", *EQUIV_ARGS)))
-    assert events(tmp_path / "metrics.jsonl", "start")[0]["step"] == 4
-    reference = losses(two_processes / "metrics.jsonl")
-    assert losses(tmp_path / "metrics.jsonl") == pytest.approx({s: reference[s] for s in range(5, 9)}, rel=1e-5)
     torch.testing.assert_close(weights(tmp_path), weights(two_processes), **WEIGHT_TOLERANCE)

@@ -8,55 +8,39 @@ tensor values, and causal attention is `scaled_dot_product_attention(is_causal=T
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+import zlib
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-
-@dataclass(frozen=True)
-class GPTConfig:
-    vocab_size: int
-    block_size: int  # longest sequence the position embedding covers
-    n_layer: int
-    n_head: int
-    n_embd: int
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
-
-    @classmethod
-    def gpt2_124m(cls, **overrides: Any) -> GPTConfig:
-        """GPT-2 small. The vocabulary is GPT-2's 50257 padded to 50304, a multiple of 64,
-        which keeps the output projection on fast tensor-core shapes."""
-        return cls(**{"vocab_size": 50304, "block_size": 1024, "n_layer": 12, "n_head": 12, "n_embd": 768,
-                      **overrides})
-
-    @classmethod
-    def tiny(cls, **overrides: Any) -> GPTConfig:
-        """A few hundred thousand parameters: for tests on CPU."""
-        return cls(**{"vocab_size": 256, "block_size": 64, "n_layer": 2, "n_head": 2, "n_embd": 64, **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+from workloads.train.shapes import GPTConfig
 
 
-PRESETS = {"gpt2-124m": GPTConfig.gpt2_124m, "tiny": GPTConfig.tiny}
+# Selective activation checkpointing keeps what is costly to recompute (matmuls, attention,
+# and the tensor-parallel reduce-scatters, which would otherwise run twice) and recomputes
+# the rest (norms, GELU, dropout, adds) in the backward pass.
+_SAVED_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+}
+
+
+def _keep_or_recompute(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in _SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.n_head = config.n_head
         self.head_dim = config.n_embd // config.n_head
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.proj = nn.Linear(config.n_embd, config.n_embd)
@@ -64,12 +48,14 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # [B, T, 3C] -> three [B, H, T, D]
-        q, k, v = self.qkv(x).unflatten(-1, (3, self.n_head, self.head_dim)).permute(2, 0, 3, 1, 4).unbind(0)
+        # qkv's output is head-major, [B, T, H * (q, k, v) * D], so a tensor-parallel split
+        # of its rows hands each rank whole heads with their q, k and v; -1 is the heads
+        # this rank holds (all of them without tensor parallelism).
+        q, k, v = self.qkv(x).unflatten(-1, (-1, 3, self.head_dim)).permute(3, 0, 2, 1, 4).unbind(0)
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.attn_dropout if self.training else 0.0, is_causal=True
         )
-        y = y.transpose(1, 2).flatten(-2)  # [B, T, C]
+        y = y.transpose(1, 2).flatten(-2)  # [B, T, C] (C / tp under tensor parallelism)
         return self.resid_dropout(self.proj(y))
 
 
@@ -98,47 +84,103 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    """The whole model, or one pipeline stage of it (`keep_stage`): a stage keeps its run of
+    blocks under their original names (`blocks.7` stays `blocks.7`), so every stage's state
+    dict is a slice of the whole model's and checkpoints move between layouts."""
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.wte: nn.Embedding | None = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe: nn.Embedding | None = nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        self.ln_f = nn.LayerNorm(config.n_embd)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        # Input and output embeddings share one matrix (as in GPT-2): fewer parameters, and
-        # rare tokens' input vectors learn from every output step.
-        self.lm_head.weight = self.wte.weight
-        self.reset_parameters()
+        self.blocks = nn.ModuleDict({str(i): Block(config) for i in range(config.n_layer)})
+        self.ln_f: nn.LayerNorm | None = nn.LayerNorm(config.n_embd)
+        self.lm_head: nn.Linear | None = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.tie_weights()
+        # none, selective (recompute all but matmuls and attention) or full (recompute
+        # every block); parallel.py sets it.
+        self.activation_checkpoint = "none"
+        self.init_weights()
 
-    def reset_parameters(self) -> None:
+    def tie_weights(self) -> None:
+        """Input and output embeddings share one matrix (as in GPT-2): fewer parameters, and
+        rare tokens' input vectors learn from every output step. Called again after
+        anything that replaces parameters (`to_empty`, tensor parallelism), which unties them."""
+        if self.wte is not None and self.lm_head is not None:
+            self.lm_head.weight = self.wte.weight
+
+    def keep_stage(self, first_block: int, end_block: int) -> None:
+        """Become the pipeline stage of blocks [first_block, end_block): the first stage
+        keeps the embeddings, the last the final norm and the output projection (its own
+        copy of the token embedding: parallel.py keeps the two copies' gradients summed)."""
+        last = end_block == self.config.n_layer
+        for name in list(self.blocks):
+            if not first_block <= int(name) < end_block:
+                del self.blocks[name]
+        if first_block > 0:
+            if last:  # untie: the output projection stays, its weight a parameter of its own
+                self.lm_head.weight = nn.Parameter(self.lm_head.weight.detach())
+            self.wte = self.wpe = None
+        if not last:
+            self.ln_f = self.lm_head = None
+
+    def init_weights(self, seed: int | None = None) -> None:
         """GPT-2's initialisation; residual output projections are scaled down by
-        sqrt(2 * n_layer) so the residual stream's variance does not grow with depth."""
-        for name, module in self.named_modules():
-            if isinstance(module, nn.Linear):
-                std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith(".proj") else 0.02
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token ids [B, T] (T <= block_size) -> logits [B, T, vocab_size]."""
-        positions = torch.arange(idx.shape[1], device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(positions))
-        for block in self.blocks:
-            x = block(x)
+        With `seed`, each parameter is drawn whole from its own generator, seeded from the
+        seed and the parameter's name, and each rank keeps its part: a model sharded any
+        way (tensor, pipeline or FSDP) starts from the weights of the unsharded one, and
+        only one parameter is ever whole in memory. A pipeline stage's output projection is
+        drawn as the token embedding it stands for."""
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                draw = "wte.weight" if name == "lm_head.weight" else name
+                full = torch.empty(param.shape, device=param.device, dtype=param.dtype)
+                generator = None
+                if seed is not None:
+                    generator = torch.Generator(param.device).manual_seed(seed * 1_000_003 + zlib.crc32(draw.encode()))
+                if draw.endswith("bias"):
+                    full.zero_()
+                elif ".ln_" in f".{draw}" or draw.startswith("ln_f."):
+                    full.fill_(1.0)
+                else:
+                    std = 0.02 / math.sqrt(2 * self.config.n_layer) if draw.endswith(".proj.weight") else 0.02
+                    full.normal_(0.0, std, generator=generator)
+                if isinstance(param, DTensor):
+                    full = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+                param.copy_(full)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Token ids [B, T] (T <= block_size) -> logits [B, T, vocab_size]. A pipeline
+        stage without the embeddings takes the previous stage's hidden states [B, T, C], and
+        one without the output projection returns its own."""
+        if self.wte is not None:
+            positions = torch.arange(x.shape[1], device=x.device)
+            x = self.drop(self.wte(x) + self.wpe(positions))
+        for block in self.blocks.values():
+            x = self._run_block(block, x)
+        if self.lm_head is None:
+            return x
         return self.lm_head(self.ln_f(x))
+
+    def _run_block(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        if self.activation_checkpoint == "none" or not self.training:
+            return block(x)
+        from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+        if self.activation_checkpoint == "full":
+            return checkpoint(block, x, use_reentrant=False)
+        return checkpoint(block, x, use_reentrant=False,
+                          context_fn=lambda: create_selective_checkpoint_contexts(_keep_or_recompute))
 
     def num_params(self, exclude_position_embedding: bool = False) -> int:
         """Parameters, the shared embedding counted once."""
         total = sum(p.numel() for p in self.parameters())
-        return total - self.wpe.weight.numel() if exclude_position_embedding else total
+        return total - self.config.block_size * self.config.n_embd if exclude_position_embedding else total
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
         """Training FLOPs (forward + backward) per token, as in the PaLM paper's appendix B:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -32,7 +32,9 @@ from workloads.train import checkpoint as ckpt
 from workloads.train import dataset_version
 from workloads.train.data import ShardedTokens, generate_synthetic_shards, micro_batch_start
 from workloads.train.metrics import MetricsWriter, model_flops_utilisation, resolve_peak_tflops
-from workloads.train.model import GPT, PRESETS, GPTConfig
+from workloads.train import parallel as par
+from workloads.train.model import GPT, GPTConfig
+from workloads.train.shapes import PIPELINE_SCHEDULES, PRESETS, Layout, LayoutError, check_layout
 from workloads.tracking.client import TrackingError
 from workloads.tracking.store import StoreError
 
@@ -40,6 +42,11 @@ from workloads.tracking.store import StoreError
 # scheduler (no cleanup, no final checkpoint), which is what the resume tests need.
 SIMULATED_CRASH_EXIT = 86
 EXIT_BAD_INPUT = 2
+
+
+# Optimizer states keyed by parameter name, flat: the parts (pipeline stages) of a model
+# merge into one dict, and a checkpoint loads into any layout that has the same names.
+STATE_DICT_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 class ResumeRefused(Exception):
@@ -66,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     par = p.add_argument_group("parallelism and precision")
     par.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
                      help="ddp: replicate the model; fsdp: shard parameters, gradients and optimizer (FSDP2)")
+    par.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (with sequence parallelism); "
+                     "within a node")
+    par.add_argument("--pp", type=int, default=1, help="pipeline stages' ranks")
+    par.add_argument("--dp-replicate", type=int, default=1,
+                     help="replicas of the FSDP-sharded model (HSDP: shard within a node, replicate across)")
+    par.add_argument("--pp-schedule", choices=PIPELINE_SCHEDULES, default="1f1b",
+                     help="1f1b, or interleaved (two stages per rank: a smaller pipeline bubble)")
+    par.add_argument("--activation-checkpoint", choices=("none", "selective", "full"), default="none",
+                     help="recompute activations in the backward pass: selective keeps matmuls and attention")
     par.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16",
                      help="autocast dtype; fp16 adds a gradient scaler")
     par.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -152,7 +168,8 @@ def lr_schedule(warmup_steps: int, max_steps: int, min_ratio: float) -> Callable
 
 
 def make_optimizer(model: torch.nn.Module, args: argparse.Namespace, fused: bool) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not on biases or LayerNorm gains: nothing 1-D)."""
+    """AdamW for one model part; weight decay on matrices only (not on biases or LayerNorm
+    gains: nothing 1-D)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
@@ -166,34 +183,38 @@ def model_config(args: argparse.Namespace) -> GPTConfig:
     for name in ("vocab_size", "n_layer", "n_head", "n_embd", "block_size"):
         if getattr(args, name):
             overrides[name] = getattr(args, name)
-    config = PRESETS[args.model](**overrides)
+    try:
+        config = PRESETS[args.model](**overrides)
+    except ValueError as err:
+        raise LayoutError(f"--model {args.model}: {err}") from None
     if args.seq_len and args.seq_len > config.block_size:
-        raise SystemExit(f"--seq-len {args.seq_len} is above the model's block size {config.block_size}")
+        raise LayoutError(f"--seq-len {args.seq_len} is above the model's block size {config.block_size}")
     return config
 
 
-def wrap_model(model: GPT, args: argparse.Namespace, rt: Runtime) -> torch.nn.Module:
-    """The module the loop calls: DDP or FSDP2 around `model`, optionally compiled. `model`
-    itself stays the handle for state dicts (its keys carry no wrapper prefixes)."""
-    if args.strategy == "fsdp":
-        if not rt.distributed:
-            raise SystemExit("--strategy fsdp needs torchrun (a process group)")
-        from torch.distributed.fsdp import fully_shard
+def layout_of(args: argparse.Namespace) -> Layout:
+    return Layout(tp=args.tp, pp=args.pp, dp_replicate=args.dp_replicate, pp_schedule=args.pp_schedule)
 
-        # One FSDP unit per block: only one block's full parameters exist at a time. The
-        # root unit holds the embeddings and the (tied) output projection together.
-        for block in model.blocks:
-            if args.compile:
-                block.compile()
-            fully_shard(block)
-        fully_shard(model)
-        return model
-    module: torch.nn.Module = model
-    if rt.distributed:
-        module = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None)
-    if args.compile:
-        module = torch.compile(module)
-    return module
+
+def plan_accumulation(args: argparse.Namespace, world_size: int) -> int:
+    """Micro-batches per optimizer step on this world size: from --global-batch when given
+    (so a resized job keeps its batch), else --grad-accum. Raises LayoutError."""
+    config, layout = model_config(args), layout_of(args)
+    check_layout(layout, world_size, config, args.strategy, args.precision)
+    seq_len = args.seq_len or config.block_size
+    if layout.tp > 1 and seq_len % layout.tp:
+        raise LayoutError(f"--seq-len {seq_len} does not divide by tp {layout.tp}: sequence parallelism "
+                          "splits each sequence evenly")
+    grad_accum = args.grad_accum
+    if args.global_batch:
+        per_pass = args.micro_batch * layout.dp(world_size)
+        if args.global_batch % per_pass:
+            raise LayoutError(f"--global-batch {args.global_batch} is not a multiple of micro-batch x data-parallel "
+                              f"ranks ({args.micro_batch} x {layout.dp(world_size)}) at world size {world_size}; "
+                              f"use a multiple of {per_pass}")
+        grad_accum = args.global_batch // per_pass
+    check_layout(layout, world_size, config, args.strategy, args.precision, micro_batches=grad_accum)
+    return grad_accum
 
 
 @contextmanager
@@ -227,28 +248,25 @@ class Trainer:
     def __init__(self, args: argparse.Namespace, rt: Runtime) -> None:
         self.args, self.rt = args, rt
         self.config = model_config(args)
+        self.layout = layout_of(args)
         self.seq_len = args.seq_len or self.config.block_size
-        if args.global_batch:
-            per_pass = args.micro_batch * rt.world_size
-            if args.global_batch % per_pass:
-                raise SystemExit(f"--global-batch {args.global_batch} is not a multiple of micro-batch x world "
-                                 f"size ({args.micro_batch} x {rt.world_size})")
-            self.grad_accum = args.global_batch // per_pass
-        else:
-            self.grad_accum = args.grad_accum
-        self.global_batch = args.micro_batch * self.grad_accum * rt.world_size
-
-        torch.manual_seed(args.seed)  # identical initial weights on every rank
-        self.model = GPT(self.config).to(rt.device)
-        self.module = wrap_model(self.model, args, rt)
-        self.optimizer = make_optimizer(self.model, args, fused=rt.device.type == "cuda" and args.strategy == "ddp")
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lr_schedule(args.warmup_steps, args.max_steps, args.min_lr_ratio)
-        )
+        self.grad_accum = plan_accumulation(args, rt.world_size)
         self.dtype = PRECISIONS[args.precision]
+        self.parallel = par.build(self.config, self.layout, rt.world_size, rt.device, strategy=args.strategy,
+                                  dtype=self.dtype, activation_checkpoint=args.activation_checkpoint,
+                                  compile_model=args.compile, seed=args.seed, distributed=rt.distributed)
+        self.global_batch = args.micro_batch * self.grad_accum * self.parallel.dp_size
+        plain = args.strategy == "ddp" and self.layout.tp == 1
+        # One optimizer per model part (pipeline stage), as DCP's state-dict helpers expect.
+        self.optimizers = [make_optimizer(m, args, fused=rt.device.type == "cuda" and plain)
+                           for m in self.parallel.modules]
+        self.schedulers = [torch.optim.lr_scheduler.LambdaLR(
+            o, lr_schedule(args.warmup_steps, args.max_steps, args.min_lr_ratio)) for o in self.optimizers]
         self.scaler = self._grad_scaler()
-        # Dropout masks differ between ranks (different data) but each rank's stream is
-        # fixed by the seed, and saved in every checkpoint.
+        self.pipeline = self._pipeline_schedule() if self.parallel.pipelined else None
+        # Dropout masks differ between ranks (tensor-parallel ranks drop on their own sequence
+        # shards and heads) but each rank's stream is fixed by the seed, and saved in every
+        # checkpoint.
         torch.manual_seed(args.seed + 1 + rt.rank)
         self.step = 0
         self.samples_seen = 0
@@ -264,13 +282,36 @@ class Trainer:
             return ShardedGradScaler(self.rt.device.type, enabled=enabled)
         return torch.amp.GradScaler(self.rt.device.type, enabled=enabled)
 
+    def _pipeline_schedule(self) -> Any:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+
+        group = self.parallel.mesh["pp"].get_group()
+        stages = [PipelineStage(module, index, self.parallel.num_stages, self.rt.device, group=group)
+                  for module, index in zip(self.parallel.callables, self.parallel.stage_indices)]
+        # Each micro-batch's mean loss; the schedule divides the gradients by their number.
+        if self.layout.pp_schedule == "interleaved":
+            return ScheduleInterleaved1F1B(stages, n_microbatches=self.grad_accum, loss_fn=token_loss)
+        return Schedule1F1B(stages[0], n_microbatches=self.grad_accum, loss_fn=token_loss)
+
     # --- checkpoints ---------------------------------------------------------------
+    def _state_dicts(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Model and optimizer states of every part, keyed by the whole model's names. A
+        last pipeline stage's own copy of the token embedding keeps its optimizer state
+        under the embedding's name, as the unsharded model's tied matrix does."""
+        model_sd: dict[str, Any] = {}
+        optim_sd: dict[str, Any] = {}
+        for module, optimizer in zip(self.parallel.modules, self.optimizers):
+            m, o = get_state_dict(module, optimizer, options=STATE_DICT_OPTIONS)
+            model_sd.update(m)
+            optim_sd.update(_tied_names(module, o, to_checkpoint=True))
+        return model_sd, optim_sd
+
     def state(self) -> dict[str, Any]:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = self._state_dicts()
         return {
             "model": model_sd,
             "optim": optim_sd,
-            "scheduler": self.scheduler.state_dict(),
+            "scheduler": self.schedulers[0].state_dict(),
             "scaler": self.scaler.state_dict(),
             "progress": {"step": self.step, "samples_seen": self.samples_seen, "seed": self.args.seed},
             "rng": all_rng_states(self.rt),
@@ -278,8 +319,9 @@ class Trainer:
 
     def save(self) -> Path:
         run = {"model": self.config.to_dict(), "world_size": self.rt.world_size, "strategy": self.args.strategy,
-               "precision": self.args.precision, "seq_len": self.seq_len, "global_batch": self.global_batch,
-               "samples_seen": self.samples_seen, "dataset": self.dataset_id, "mlflow_run_id": self.run_id}
+               "layout": self.layout.describe(self.rt.world_size), "precision": self.args.precision,
+               "seq_len": self.seq_len, "global_batch": self.global_batch, "samples_seen": self.samples_seen,
+               "dataset": self.dataset_id, "mlflow_run_id": self.run_id}
         return ckpt.save(self.args.checkpoint_dir, self.step, self.state(), run, keep=self.args.keep_checkpoints)
 
     def check_resumable(self, path: Path) -> None:
@@ -301,8 +343,12 @@ class Trainer:
         self.check_resumable(path)
         state = self.state()
         ckpt.load(path, state)
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        for module, optimizer in zip(self.parallel.modules, self.optimizers):
+            set_state_dict(module, optimizer, model_state_dict=state["model"],
+                           optim_state_dict=_tied_names(module, state["optim"], to_checkpoint=False),
+                           options=STATE_DICT_OPTIONS)
+        for scheduler in self.schedulers:
+            scheduler.load_state_dict(state["scheduler"])
         if state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["progress"]["step"])
@@ -317,37 +363,114 @@ class Trainer:
             torch.manual_seed(self.args.seed + 1 + self.rt.rank + 1_000_003 * self.step)
 
     # --- one optimizer step ------------------------------------------------------
-    def train_step(self, data: ShardedTokens) -> tuple[float, float]:
-        rt, args = self.rt, self.args
-        autocast = (torch.autocast(rt.device.type, dtype=self.dtype) if self.dtype is not None else nullcontext())
-        loss_sum = torch.zeros((), device=rt.device)
+    def _micro_batch(self, data: ShardedTokens, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This data-parallel rank's micro-batch `micro` of the step (ranks that differ only
+        in their tensor or pipeline coordinate read the same samples)."""
+        first = micro_batch_start(self.samples_seen, micro, self.parallel.dp_rank, self.args.micro_batch,
+                                  self.parallel.dp_size)
+        batch = data.batch(first, self.args.micro_batch)
+        return batch.inputs.to(self.rt.device, non_blocking=True), batch.targets.to(self.rt.device, non_blocking=True)
+
+    def _autocast(self) -> Any:
+        # FSDP2 casts through its MixedPrecisionPolicy instead.
+        if self.dtype is None or self.args.strategy == "fsdp":
+            return nullcontext()
+        return torch.autocast(self.rt.device.type, dtype=self.dtype)
+
+    def _accumulate(self, data: ShardedTokens) -> torch.Tensor:
+        """Forward and backward over the step's micro-batches; the summed mean losses."""
+        loss_sum = torch.zeros((), device=self.rt.device)
+        module, model = self.parallel.callables[0], self.parallel.modules[0]
         for micro in range(self.grad_accum):
-            first = micro_batch_start(self.samples_seen, micro, rt.rank, args.micro_batch, rt.world_size)
-            batch = data.batch(first, args.micro_batch)
-            inputs = batch.inputs.to(rt.device, non_blocking=True)
-            targets = batch.targets.to(rt.device, non_blocking=True)
-            with gradient_sync(self.module, self.model, sync=micro == self.grad_accum - 1):
-                with autocast:
-                    logits = self.module(inputs)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+            inputs, targets = self._micro_batch(data, micro)
+            with gradient_sync(module, model, sync=micro == self.grad_accum - 1):
+                with self._autocast():
+                    logits = module(inputs)
+                loss = token_loss(logits, targets)
                 self.scaler.scale(loss / self.grad_accum).backward()
             loss_sum += loss.detach()
-        self.scaler.unscale_(self.optimizer)
-        max_norm = args.grad_clip if args.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor over the shards
-            grad_norm = grad_norm.full_tensor()
-        self.scaler.step(self.optimizer)
+        return loss_sum
+
+    def _pipeline(self, data: ShardedTokens) -> torch.Tensor:
+        """The step's micro-batches through the pipeline schedule: the first stage takes
+        the inputs, the last the targets; the summed mean losses (0 off the last stage)."""
+        pairs = [self._micro_batch(data, micro) for micro in range(self.grad_accum)]
+        inputs, targets = torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
+        losses: list[torch.Tensor] = []
+        first = 0 in self.parallel.stage_indices
+        with self._autocast():
+            if self.parallel.has_last_stage:
+                self.pipeline.step(*([inputs] if first else []), target=targets, losses=losses)
+            else:
+                self.pipeline.step(*([inputs] if first else []))
+        self._sum_tied_gradients()
+        return torch.stack(losses).sum().detach() if losses else torch.zeros((), device=self.rt.device)
+
+    def _sum_tied_gradients(self) -> None:
+        """The first stage's token embedding and the last stage's output projection are one
+        matrix in the model: each gets the sum of both gradients, so the copies stay equal."""
+        if self.parallel.tie_group is None:
+            return
+        for module in self.parallel.modules:
+            tied = module.wte.weight if module.wte is not None else (
+                module.lm_head.weight if module.lm_head is not None else None)
+            if tied is not None and tied.grad is not None:
+                grad = tied.grad.to_local() if hasattr(tied.grad, "to_local") else tied.grad
+                dist.all_reduce(grad, group=self.parallel.tie_group)
+
+    def _clip(self) -> torch.Tensor:
+        """The global gradient norm (over every shard and every stage), clipped to --grad-clip."""
+        grads = [p.grad for p in self.parallel.norm_parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads, 2.0)
+        if hasattr(norm, "full_tensor"):  # DTensor gradients: the norm over their shards
+            norm = norm.full_tensor()
+        if self.parallel.pipelined:
+            squared = norm.pow(2)
+            dist.all_reduce(squared, group=self.parallel.mesh["pp"].get_group())
+            norm = squared.sqrt()
+        if self.args.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.parallel.parameters(), self.args.grad_clip, norm)
+        return norm
+
+    def train_step(self, data: ShardedTokens) -> tuple[float, float]:
+        rt = self.rt
+        loss_sum = self._pipeline(data) if self.pipeline is not None else self._accumulate(data)
+        for optimizer in self.optimizers:
+            self.scaler.unscale_(optimizer)
+        grad_norm = self._clip()
+        for optimizer in self.optimizers:
+            self.scaler.step(optimizer)
         self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        for optimizer, scheduler in zip(self.optimizers, self.schedulers):
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
         self.step += 1
         self.samples_seen += self.global_batch
         loss = loss_sum / self.grad_accum
         if rt.distributed:
-            dist.all_reduce(loss)  # gloo has no AVG: sum, then divide
-            loss /= rt.world_size
+            # Every rank of a last stage holds a loss (its data-parallel rank's), other
+            # stages 0: sum, then divide by the ranks that hold one (gloo has no AVG).
+            dist.all_reduce(loss)
+            loss /= rt.world_size // self.layout.pp
         return float(loss), float(grad_norm)
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def _tied_names(module: torch.nn.Module, optim_sd: dict[str, Any], to_checkpoint: bool) -> dict[str, Any]:
+    """A last pipeline stage's output projection is the token embedding under another
+    name: its optimizer state is saved and loaded under the embedding's name."""
+    if getattr(module, "wte", None) is not None or getattr(module, "lm_head", None) is None:
+        return optim_sd
+    renamed = dict(optim_sd)
+    for section in ("state", "param_groups"):  # the flattened state dict's two kinds of key
+        own, tied = f"{section}.lm_head.weight.", f"{section}.wte.weight."
+        old, new = (own, tied) if to_checkpoint else (tied, own)
+        for key in [k for k in renamed if k.startswith(old)]:
+            renamed[new + key[len(old):]] = renamed.pop(key)
+    return renamed
 
 
 def prepare_data(args: argparse.Namespace, config: GPTConfig, rt: Runtime) -> None:
@@ -412,6 +535,11 @@ def upload_checkpoint(args: argparse.Namespace, trainer: Trainer, path: Path, tr
 
 
 def run(args: argparse.Namespace) -> int:
+    # A layout the world or the model cannot take stops before any process group forms.
+    if args.strategy == "fsdp" and "WORLD_SIZE" not in os.environ:
+        raise LayoutError("--strategy fsdp needs torchrun (a process group); start it with torchrun, even for one "
+                          "process")
+    plan_accumulation(args, int(os.environ.get("WORLD_SIZE", "1")))
     rt = init_runtime(args.device)
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
@@ -424,7 +552,9 @@ def run(args: argparse.Namespace) -> int:
     data = ShardedTokens(args.data, trainer.seq_len, args.seed)
     writer = MetricsWriter(args.metrics) if rt.is_main else None
     peak = resolve_peak_tflops(args.peak_tflops, args.gpu_model)
-    flops_per_token = trainer.model.flops_per_token(trainer.seq_len)
+    with torch.device("meta"):  # the whole model's counts, whatever part of it this rank holds
+        whole = GPT(trainer.config)
+    flops_per_token = whole.flops_per_token(trainer.seq_len)
 
     resume_from = None if args.no_resume or not args.checkpoint_dir else ckpt.latest_checkpoint(args.checkpoint_dir)
     if resume_from is not None:
@@ -433,7 +563,8 @@ def run(args: argparse.Namespace) -> int:
         start_tracking(tracker, trainer, version)
     if writer:
         writer.write("start", world_size=rt.world_size, device=str(rt.device), strategy=args.strategy,
-                     precision=args.precision, compile=args.compile, params=trainer.model.num_params(),
+                     layout=trainer.layout.describe(rt.world_size), activation_checkpoint=args.activation_checkpoint,
+                     precision=args.precision, compile=args.compile, params=whole.num_params(),
                      flops_per_token=flops_per_token, seq_len=trainer.seq_len, micro_batch=args.micro_batch,
                      grad_accum=trainer.grad_accum, global_batch=trainer.global_batch, peak_tflops=peak,
                      resumed_from=str(resume_from) if resume_from else None, step=trainer.step,
@@ -442,7 +573,7 @@ def run(args: argparse.Namespace) -> int:
     tokens_per_step = trainer.global_batch * trainer.seq_len
     while trainer.step < args.max_steps:
         started = time.perf_counter()
-        lr = trainer.scheduler.get_last_lr()[0]
+        lr = trainer.schedulers[0].get_last_lr()[0]
         loss, grad_norm = trainer.train_step(data)  # returns after the loss all-reduce: GPU work is done
         elapsed = time.perf_counter() - started
         if writer and (trainer.step % args.log_every == 0 or trainer.step == args.max_steps):
@@ -479,9 +610,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         return run(build_parser().parse_args(argv))
-    except (dataset_version.DatasetMismatch, ResumeRefused) as err:
-        print(f"train: error: {err}", file=sys.stderr, flush=True)
-        return EXIT_BAD_INPUT
-    except (TrackingError, StoreError) as err:
-        print(f"train: error: {err}", file=sys.stderr, flush=True)
+    except (dataset_version.DatasetMismatch, ResumeRefused, LayoutError, TrackingError, StoreError) as err:
+        # Every rank stops with the same reason: one of them says it.
+        if os.environ.get("RANK", "0") == "0":
+            print(f"train: error: {err}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
