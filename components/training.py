@@ -14,6 +14,7 @@ from components.training_spec import (
     gpu_check_daemonset,
     gpu_check_service_account,
     service_account,
+    training_config_maps,
     training_jobset,
 )
 
@@ -34,6 +35,7 @@ class TrainingJob(pulumi.ComponentResource):
 
     jobset: k8s.apiextensions.CustomResource
     collectives: k8s.apiextensions.CustomResource | None
+    config_maps: list[k8s.core.v1.ConfigMap]
     gpu_check: k8s.apps.v1.DaemonSet
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -65,10 +67,16 @@ class TrainingJob(pulumi.ComponentResource):
                 f"{name}-allreduce", api_version=check["apiVersion"], kind=check["kind"],
                 metadata=check["metadata"], spec=check["spec"], opts=run,
             )
+        # What the pods mount (horovod's hostfile and sshd_config) before the pods.
+        self.config_maps = [
+            k8s.core.v1.ConfigMap(f"{name}-{cm['metadata']['name'].removeprefix(plan.name + '-')}",
+                                  metadata=cm["metadata"], data=cm["data"], opts=after)
+            for cm in training_config_maps(plan)
+        ]
         job = training_jobset(plan)
         self.jobset = k8s.apiextensions.CustomResource(
             name, api_version=job["apiVersion"], kind=job["kind"], metadata=job["metadata"], spec=job["spec"],
-            opts=run,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *ready, *self.config_maps]),
         )
         self.register_outputs({
             "jobset": job["metadata"]["name"],

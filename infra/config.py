@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+                      model_validator)
 from pydantic.alias_generators import to_camel
 
 from components import lustre_spec
+from components.training_spec import FRAMEWORKS
 from infra import catalog
 from infra.versions import BUILT, IMAGES, KUBERNETES_VERSION
 
@@ -568,6 +570,24 @@ class FeaturesConfig(_Model):
         return self.late_after_minutes or 2 * self.materialize_every_minutes + 15
 
 
+class TrainingParallelConfig(_Model):
+    """How the trainer splits each model over the job's GPUs (workloads/train/shapes.py
+    Layout): the data-parallel ranks are what tp x pp leave of the world."""
+
+    tp: int = Field(default=1, ge=1)  # tensor-parallel ranks, within one node (NVLink)
+    pp: int = Field(default=1, ge=1)  # pipeline stages
+    dp_replicate: int = Field(default=1, ge=1)  # HSDP replicas (strategy fsdp)
+    pp_schedule: Literal["1f1b", "interleaved"] = "1f1b"
+
+
+# The platform trainer's own settings: a tenant's image reads none of them.
+TRAINER_KEYS = ("model", "strategy", "precision", "compile", "max_steps", "micro_batch", "global_batch",
+                "checkpoint_every", "data_path", "parallel", "activation_checkpoint")
+# `<repository>:<tag>@sha256:<digest>` in the environment's in-region registry.
+_USER_IMAGE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+                         r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}@sha256:[0-9a-f]{64}$")
+
+
 class TrainingConfig(_Model):
     """The training job a stack runs on a GPU pool (components/training.py), with the GPU
     node check on every node of the pool and, for multi-node EFA jobs, the all-reduce
@@ -579,10 +599,19 @@ class TrainingConfig(_Model):
     pool: str | None = None  # default: the first pool with role gpu
     nodes: int | None = Field(default=None, ge=1)  # default: the pool's minSize (at least 1)
     min_nodes: int | None = Field(default=None, ge=1)  # torchrun's elastic lower bound; default: nodes
-    model: Literal["gpt2-124m", "tiny"] = "gpt2-124m"
+    # torchrun: the platform's trainer. deepspeed, horovod, tensorflow: the tenant's image and
+    # command, launched the framework's way on the same pods.
+    framework: Literal["torchrun", "deepspeed", "horovod", "tensorflow"] = "torchrun"
+    # The tenant's training image (frameworks other than torchrun): a repository of the
+    # environment's in-region registry, pinned by digest, as every image the cluster pulls.
+    image: str | None = None
+    command: tuple[str, ...] | None = None  # what each worker runs (frameworks other than torchrun)
+    model: str = "gpt2-124m"  # a preset of workloads/train/shapes.py PRESETS
     strategy: Literal["ddp", "fsdp"] = "ddp"
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     compile: bool = True
+    parallel: TrainingParallelConfig = TrainingParallelConfig()
+    activation_checkpoint: Literal["none", "selective", "full"] = "none"
     max_steps: int = Field(default=500, ge=1)
     micro_batch: int = Field(default=16, ge=1)  # sequences per GPU per forward pass
     # Sequences per optimiser step, kept at every node count from minNodes to nodes by
@@ -594,6 +623,68 @@ class TrainingConfig(_Model):
     # The collective check fails below this all-reduce bus bandwidth; default: 3/4 of the
     # node's network line rate in GB/s (300 for p5, NVIDIA's gate for two p5 nodes).
     min_bus_bandwidth_gbps: float | None = Field(default=None, gt=0, alias="minBusBandwidthGBps")
+
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _known_framework(cls, value: Any) -> Any:
+        if _lower(value) == "mxnet":
+            raise ValueError(f"{value!r} is not supported: Apache MXNet was retired upstream (moved to the Apache "
+                             f"Attic in 2023); allowed: {', '.join(FRAMEWORKS)}")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _preset(cls, value: str) -> str:
+        from workloads.train.shapes import PRESETS
+
+        if value not in PRESETS:
+            raise ValueError(f"{value!r} is not a model preset; allowed: {', '.join(sorted(PRESETS))}")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _in_region_image(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        first = value.split("/", 1)[0]
+        if "/" in value and ("." in first or ":" in first or first == "localhost"):
+            raise ValueError(f"{value!r} names a registry ({first}); give the repository in the environment's "
+                             "in-region ECR, <repository>:<tag>@sha256:<digest>, after pushing or mirroring it there")
+        if not _USER_IMAGE.match(value):
+            raise ValueError(f"{value!r} is not <repository>:<tag>@sha256:<digest>; images are pulled by digest, "
+                             "e.g. research/horovod:0.28.1@sha256:<64 hex digits>")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _only_what_the_framework_reads(self, handler: Any, info: Any) -> Any:
+        """The descriptor carries these settings to the cluster layer, which validates them
+        again: the trainer's keys, unset with another framework, stay unset there."""
+        data = handler(self)
+        if self.framework != "torchrun" and isinstance(data, dict):
+            for key in TRAINER_KEYS:
+                data.pop(to_camel(key) if info.by_alias else key, None)
+        return data
+
+    @model_validator(mode="after")
+    def _framework_options(self) -> TrainingConfig:
+        """Each framework gets only the keys it uses: a key it would ignore is an error."""
+        if self.framework == "torchrun":
+            for key in ("image", "command"):
+                if getattr(self, key) is not None:
+                    raise _FieldError(key, "is for framework deepspeed, horovod or tensorflow (the tenant's own "
+                                      "image); torchrun runs the platform's trainer")
+            return self
+        for key in TRAINER_KEYS:
+            if key in self.model_fields_set:
+                raise _FieldError(to_camel(key), f"is a setting of the platform's trainer (framework torchrun); "
+                                  f"framework {self.framework} runs your image's command, so set it there")
+        for key in ("image", "command"):
+            if getattr(self, key) is None:
+                raise _FieldError(key, f"is required with framework {self.framework}: your training image and "
+                                  "the command each worker runs")
+        if not self.command:
+            raise _FieldError("command", "is empty; give the command each worker runs, e.g. [python, train.py]")
+        return self
 
 
 class InferenceLoadBalancerConfig(_Model):

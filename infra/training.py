@@ -21,7 +21,7 @@ from components.training_spec import TrainingPlan, s3_statements, training_args
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor
 from infra.training_plan import ResolvedTraining, resolve_training
-from infra.versions import image_uri
+from infra.versions import image_uri, registry_host
 
 # Synthetic shards when no data path is given: enough tokens that a smoke run of a few
 # hundred steps does not repeat its data much, small enough to write in seconds.
@@ -51,10 +51,16 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
     # The same global batch at every node count from min_nodes to nodes: a job that shrinks
     # raises its gradient accumulation instead of changing the optimisation (or stopping).
     global_batch = job.global_batch
+    if s.framework != "torchrun":
+        # The tenant's image from the environment's in-region registry, as every image here.
+        return replace(plan, framework=s.framework, command=tuple(s.command or ()),
+                       user_image=f"{registry_host(account_id, config.region)}/{s.image}")
+    p = s.parallel
     args = training_args(s.name, plan.work_dir, model=s.model, strategy=s.strategy, precision=s.precision,
                          compile=s.compile, max_steps=s.max_steps, micro_batch=s.micro_batch,
                          global_batch=global_batch, checkpoint_every=s.checkpoint_every, data_path=s.data_path,
-                         synthetic_tokens=SYNTHETIC_TOKENS)
+                         synthetic_tokens=SYNTHETIC_TOKENS, tp=p.tp, pp=p.pp, dp_replicate=p.dp_replicate,
+                         pp_schedule=p.pp_schedule, activation_checkpoint=s.activation_checkpoint)
     return replace(plan, train_args=args)
 
 
@@ -69,7 +75,7 @@ def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor, plan: Tr
         ("MLPLAT_TRACKING_SECRET_ARN", descriptor.tracking.tenant_secret_arns[plan.namespace]),
         ("MLPLAT_EXPERIMENT", f"{plan.namespace}/{plan.name}"),
         ("MLPLAT_CHECKPOINT_UPLOAD", f"s3://{descriptor.buckets['checkpoints']}/runs"),
-        ("MLPLAT_IMAGE", plan.image),
+        ("MLPLAT_IMAGE", plan.user_image or plan.image),  # the image that trains
         ("AWS_REGION", config.region),
     )
 

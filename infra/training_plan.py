@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.training_spec import EFA_RESOURCE, GPU_RESOURCE, default_min_busbw_gbps, pod_resources
+from workloads.train.shapes import PRESETS, Layout, LayoutError, check_layout
 
 
 class TrainingConfigError(ValueError):
@@ -127,28 +128,98 @@ def resolve_training(config: Any) -> ResolvedTraining | None:
                 f"{tenant.name!r} can be admitted ({ceiling[resource]:g}{unit}, quotas.{_QUOTA_KEYS[resource]} with "
                 "its cohort); lower nodes or raise the quota"
             )
-    global_batch = plan_global_batch(settings.global_batch, settings.micro_batch, pool.instance.gpus, min_nodes, nodes)
+    if settings.framework == "torchrun":
+        global_batch = plan_layout(settings, pool, min_nodes, nodes)
+    else:
+        global_batch = 0  # the tenant's command plans its own batch
+        if min_nodes != nodes:
+            raise TrainingConfigError(
+                "minNodes", f"framework {settings.framework} runs on a fixed number of nodes "
+                f"({_FIXED_WORLD[settings.framework]}); leave minNodes unset or equal to nodes ({nodes})")
     threshold = settings.min_bus_bandwidth_gbps or default_min_busbw_gbps(pool.instance)
     return ResolvedTraining(settings, pool, tenant, nodes, min_nodes, lustre, threshold,
                             collective_check=pool.efa and nodes >= 2, global_batch=global_batch)
 
 
-def plan_global_batch(asked: int | None, micro_batch: int, gpus_per_node: int, min_nodes: int, nodes: int) -> int:
-    """The global batch an elastic job keeps at every node count it may run at: each count
-    n must divide it into whole passes of micro_batch x n x gpus_per_node sequences (the
-    trainer's gradient accumulation is the quotient). Unset, it is the smallest such batch
-    (micro_batch x GPUs per node x the least common multiple of the counts); given, every
-    count that cannot keep it is named."""
+# Why the tenant's frameworks are not elastic.
+_FIXED_WORLD = {
+    "deepspeed": "DeepSpeed checks its batch size against the world size it starts with",
+    "horovod": "mpirun starts every rank from one hostfile",
+    "tensorflow": "every worker's TF_CONFIG lists the whole cluster",
+}
+
+
+def layout_of(settings: Any) -> Layout:
+    p = settings.parallel
+    return Layout(tp=p.tp, pp=p.pp, dp_replicate=p.dp_replicate, pp_schedule=p.pp_schedule)
+
+
+def plan_layout(settings: Any, pool: Any, min_nodes: int, nodes: int) -> int:
+    """The global batch of the platform's trainer, after checking its parallel layout at
+    every node count the job may run at, as the trainer itself will (shapes.check_layout):
+    a layout that only fits some counts would crash the job when it shrinks. Raises
+    TrainingConfigError naming the count."""
+    layout = layout_of(settings)
+    gpus = max(1, pool.instance.gpus)
+    config = PRESETS[settings.model]()
+    if layout.pp == 1 and layout.pp_schedule != "1f1b":
+        raise TrainingConfigError("parallel.ppSchedule", f"{layout.pp_schedule} is a pipeline schedule; it needs "
+                                  "pp > 1, or leave ppSchedule at 1f1b")
+    if gpus % layout.tp:
+        raise TrainingConfigError(
+            "parallel.tp", f"{layout.tp} does not divide the {gpus} GPUs of a {pool.instance_type} node; a "
+            "tensor-parallel group must sit within one node (it all-reduces every layer over NVLink), so choose "
+            f"a tp that divides {gpus}")
+    # What no node count changes (the model's shape, the precision) is named without one.
+    _check(layout, layout.tp * layout.pp * layout.dp_replicate, config, settings, None)
     counts = range(min_nodes, nodes + 1)
-    per_node = micro_batch * max(1, gpus_per_node)
-    smallest = per_node * math.lcm(*counts)
+    for n in counts:
+        _check(layout, n * gpus, config, settings, n)
+    global_batch = plan_global_batch(settings.global_batch, settings.micro_batch, gpus, min_nodes, nodes,
+                                     tp=layout.tp, pp=layout.pp)
+    for n in counts:
+        passes = settings.micro_batch * data_parallel_ranks(n, gpus, layout.tp, layout.pp)
+        _check(layout, n * gpus, config, settings, n, micro_batches=global_batch // passes)
+    return global_batch
+
+
+def _check(layout: Layout, world: int, config: Any, settings: Any, nodes: int | None,
+           micro_batches: int | None = None) -> None:
+    try:
+        check_layout(layout, world, config, strategy=settings.strategy, precision=settings.precision,
+                     micro_batches=micro_batches)
+    except LayoutError as err:
+        where = f"at {nodes} node(s) ({world} GPUs): " if nodes is not None else ""
+        raise TrainingConfigError("parallel", f"{where}{err}") from None
+
+
+def data_parallel_ranks(nodes: int, gpus_per_node: int, tp: int = 1, pp: int = 1) -> int:
+    """Ranks that read different samples: what tensor and pipeline parallelism leave of the
+    world (HSDP's replicas and shards both count). The layout check has made sure tp x pp
+    divides the world at every count."""
+    return nodes * gpus_per_node // (tp * pp)
+
+
+def plan_global_batch(asked: int | None, micro_batch: int, gpus_per_node: int, min_nodes: int, nodes: int,
+                      tp: int = 1, pp: int = 1) -> int:
+    """The global batch an elastic job keeps at every node count it may run at: at each
+    count n it must divide into whole passes of micro_batch x the data-parallel ranks at n
+    (n x gpus_per_node / (tp x pp)); the trainer's gradient accumulation is the quotient.
+    Unset, it is the smallest such batch (micro_batch x the least common multiple of the
+    counts' data-parallel ranks), times pp with pipeline stages, so every count's
+    accumulation is a multiple of pp and fills the pipeline; given, every count that cannot
+    keep it is named."""
+    counts = range(min_nodes, nodes + 1)
+    passes = {n: micro_batch * max(1, data_parallel_ranks(n, max(1, gpus_per_node), tp, pp)) for n in counts}
+    smallest = math.lcm(*passes.values()) * pp
     if asked is None:
         return smallest
-    broken = [n for n in counts if asked % (per_node * n)]
+    broken = [n for n in counts if asked % passes[n]]
     if broken:
         listed = ", ".join(str(n) for n in broken)
+        sizes = ", ".join(f"{micro_batch} x {passes[n] // micro_batch} = {passes[n]} at {n} nodes" for n in broken)
         raise TrainingConfigError(
             "globalBatch", f"{asked} sequences cannot be kept at {listed} node(s): at each count n from minNodes to "
-            f"nodes it must divide into passes of microBatch x GPUs x n ({per_node} x n); use a multiple of "
+            f"nodes it must divide into passes of microBatch x data-parallel ranks ({sizes}); use a multiple of "
             f"{smallest}, or narrow minNodes..nodes")
     return asked
