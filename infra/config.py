@@ -8,9 +8,11 @@ Every error is one line that names the key, the bad value and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -1180,13 +1182,52 @@ def _key_path(loc: tuple[Any, ...], cluster_layer: bool = False) -> str:
     return path
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config model a key path leads into (None where it leads out of the models)."""
+    mapping = False
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int) or mapping:  # a list index, or a name under a mapping
+            mapping = False
+            continue
+        field = next((f for name, f in model.model_fields.items() if part in (name, f.alias)), None)
+        if field is None:
+            return None
+        mapping = typing.get_origin(field.annotation) in (dict, Mapping)
+        model = _inner_model(field.annotation)
+    return model
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (found := _inner_model(arg)) is not None:
+            return found
+    return None
+
+
+def _unknown_key(root: type[BaseModel], loc: tuple[Any, ...], cluster: bool) -> str:
+    """'unknown key', with the closest key the model at that place knows (or the keys it
+    knows, when none is close)."""
+    model = _model_at(root, loc[:-1])
+    known = sorted(f.alias or name for name, f in model.model_fields.items()) if model else []
+    # A top-level key is written with its namespace in the stack file (mlplat:, aws:region).
+    spell = (lambda key: _key_path((key,), cluster)) if len(loc) == 1 else str
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key; did you mean `{spell(close[0])}`?"
+    return f"unknown key; the keys here are {', '.join(map(spell, known))}" if known else "unknown key; remove it"
+
+
+def _describe(error: Mapping[str, Any], root: type[BaseModel], cluster: bool = False) -> str:
     """One readable phrase for one pydantic error."""
     kind = error["type"]
     ctx = error.get("ctx") or {}
     value = error.get("input")
     if kind == "extra_forbidden":
-        return "unknown key; remove it or check its spelling"
+        return _unknown_key(root, tuple(error["loc"]), cluster)
     if kind == "missing":
         return "is required but missing"
     if kind == "literal_error":
@@ -1227,7 +1268,10 @@ def parse_layer_config(raw: Mapping[str, Any], source: str, *, from_stack_file: 
         else:
             reads = (f"{PROJECT}:* keys (the cluster layer has no AWS provider)" if cluster else
                      f"{AWS_REGION_KEY}, {DISABLE_DEFAULT_PROVIDERS_KEY} and {PROJECT}:* keys only")
-            raise ConfigError(f"{source}: {key}: unknown key; this project reads {reads}")
+            known = [DISABLE_DEFAULT_PROVIDERS_KEY] + ([] if cluster else [AWS_REGION_KEY])
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            raise ConfigError(f"{source}: {key}: unknown key; {hint}this project reads {reads}")
     if from_stack_file and DISABLE_DEFAULT_PROVIDERS_KEY not in raw:
         raise ConfigError(
             f"{source}: {DISABLE_DEFAULT_PROVIDERS_KEY}: is required; set it to [\"*\"] so every "
@@ -1239,13 +1283,15 @@ def parse_layer_config(raw: Mapping[str, Any], source: str, *, from_stack_file: 
     except _KeyError as err:  # raised directly by a model validator on the root
         raise ConfigError(f"{source}: {err.key}: {err}") from None
     except ValidationError as err:
-        first = err.errors(include_url=False)[0]
+        errors = err.errors(include_url=False)
+        # A misspelt key also makes the key it stands for missing: name the misspelling.
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         original = (first.get("ctx") or {}).get("error")
         if isinstance(original, _KeyError):
             raise ConfigError(f"{source}: {original.key}: {original}") from None
         if isinstance(original, _FieldError):
             raise ConfigError(f"{source}: {_key_path((*first['loc'], original.field), cluster)}: {original}") from None
-        raise ConfigError(f"{source}: {_key_path(first['loc'], cluster)}: {_describe(first)}") from None
+        raise ConfigError(f"{source}: {_key_path(first['loc'], cluster)}: {_describe(first, model, cluster)}") from None
 
 
 def _maybe_json(value: Any) -> Any:
@@ -1277,18 +1323,34 @@ def available_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
 def read_stack_file(path: Path) -> dict[str, Any]:
     """The raw `config:` mapping of a stack file, or a ConfigError naming the file."""
     try:
-        document = yaml.safe_load(path.read_text())
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such stack file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a stack file; name a Pulumi.<stack>.yaml file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: cannot be read (permission denied); make it readable by this user") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: is not UTF-8 text (byte {err.start} is {err.object[err.start]:#04x}); a stack "
+                          "file is YAML in UTF-8, so save it as UTF-8, or check it is the file you meant") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror or err}); check the path") from None
+    except yaml.reader.ReaderError as err:  # a character YAML never allows: NUL, most control bytes
+        code = err.character if isinstance(err.character, int) else ord(err.character)
+        raise ConfigError(f"{path}: is not text (character #x{code:04x} at byte {err.position}); a stack file "
+                          "is YAML in UTF-8, so check it is the file you meant") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}:{where} is not valid YAML: {getattr(err, 'problem', err)}") from None
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError(f"{path}: expected a mapping with a `config:` section")
-    unknown = set(document) - {"config", "secretsprovider", "encryptedkey", "encryptionsalt"}
+    top = ("config", "secretsprovider", "encryptedkey", "encryptionsalt")
+    unknown = sorted(map(str, set(document) - set(top)))
     if unknown:
-        raise ConfigError(f"{path}: {sorted(unknown)[0]}: unknown top-level key; only `config:` is read")
+        close = difflib.get_close_matches(unknown[0], top, n=1, cutoff=0.6)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        raise ConfigError(f"{path}: {unknown[0]}: unknown top-level key; {hint}only `config:` is read")
     return document.get("config") or {}
 
 

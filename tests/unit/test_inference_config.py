@@ -179,7 +179,7 @@ def test_serving_needs_the_prometheus_stack():
 
 def test_unknown_key_is_named():
     assert refused("smb", maxBatchSise=8) == (
-        "stacks/Pulumi.smb.yaml: mlplat:inference.maxBatchSise: unknown key; remove it or check its spelling")
+        "stacks/Pulumi.smb.yaml: mlplat:inference.maxBatchSise: unknown key; did you mean `maxBatchSize`?")
 
 
 # Pure specs.

@@ -96,8 +96,8 @@ def test_no_tenant_for_the_pool():
 
 
 def test_unknown_training_key():
-    assert error("prod", {"node": 2}) == ("stacks/Pulumi.prod.yaml: mlplat:training.node: unknown key; remove it or "
-                                          "check its spelling")
+    assert error("prod", {"node": 2}) == ("stacks/Pulumi.prod.yaml: mlplat:training.node: unknown key; did you mean "
+                                          "`nodes`?")
 
 
 # --- elastic batch planning --------------------------------------------------------------
