@@ -102,8 +102,9 @@ test: setup services
 	$(BIN)/python -m pytest
 
 # Checks of what will be applied: every chart rendered and judged as the API server and the
-# registry will (tests/rendered), the manifests, checkov, and the GitHub workflows (schema,
-# zizmor). `make test` runs them too.
+# registry will (tests/rendered), the manifests, checkov, the GitHub workflows (schema,
+# zizmor), and the security scan (pip-audit on what setup installed, bandit on our Python;
+# tests/checks/security.py). `make test` runs them too.
 check: setup
 	$(BIN)/python -m pytest tests/rendered tests/checks tests/manifests
 

@@ -137,10 +137,13 @@ def start(settings: ServerSettings, env: Mapping[str, str] | None = None, mlflow
           log: Any = None) -> subprocess.Popen:
     """The auth database, the auth config, then the server process (not waited for)."""
     ensure_auth_database(settings.database)
-    CONFIG_DIR.mkdir(parents=True, exist_ok=True)
+    CONFIG_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
     config = CONFIG_DIR / "basic_auth.ini"
-    config.write_text(auth_config(settings))
-    config.chmod(0o600)
+    # It holds the admin password: created owner-only, never readable by others for a moment.
+    descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(descriptor, 0o600)  # a file left by an earlier start keeps its old mode otherwise
+    with os.fdopen(descriptor, "w") as out:
+        out.write(auth_config(settings))
     return subprocess.Popen(server_command(settings, mlflow),
                             env={**(env if env is not None else os.environ), "MLFLOW_AUTH_CONFIG_PATH": str(config),
                                  "MLFLOW_FLASK_SERVER_SECRET_KEY": settings.secret_key},

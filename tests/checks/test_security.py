@@ -1,0 +1,239 @@
+"""The security scan (tests/checks/security.py): the real pip-audit and bandit find nothing
+that tests/checks/security_accepted.yaml does not accept; a planted finding, an expired
+acceptance and a stale one fail; a malformed accepted-findings file and an advisory
+service that can't be reached are one line and exit 2."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.checks import security
+from tests.checks.security import Acceptance, Finding, ScanError, affects, judge, load_accepted
+
+REPO = Path(__file__).resolve().parents[2]
+TODAY = dt.date.today()
+
+# Two findings bandit must report, one of them behind a `# nosec` that must not hide it.
+PLANTED_CODE = """\
+import subprocess
+
+import yaml
+
+
+def run(command):
+    subprocess.call(command, shell=True)  # nosec - a comment must not accept a finding
+    return yaml.load(command)
+"""
+# Jinja2 2.10: CVE-2019-10906 (PYSEC-2019-217, a sandbox escape, fixed in 2.10.1), in the
+# committed snapshot and in OSV.
+PLANTED_PIN = "jinja2==2.10\n"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.checks.security", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def project() -> security.Verdict:
+    return security.scan()
+
+
+@pytest.fixture()
+def planted(tmp_path: Path) -> tuple[Path, Path]:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "planted.py").write_text(PLANTED_CODE)
+    pins = tmp_path / "requirements.txt"
+    pins.write_text(PLANTED_PIN)
+    return code, pins
+
+
+# --- the project itself ---------------------------------------------------------------------
+
+def test_the_project_has_no_unaccepted_findings(project):
+    assert not project.failed, security.as_text(project)
+
+
+def test_both_tools_really_ran_over_the_project(project):
+    assert set(project.sources) == {"pip-audit", "bandit"}
+    assert "PyPA advisory database at" in project.sources["pip-audit"]
+    for venv in security.AUDITED_VENVS:
+        assert venv in project.sources["pip-audit"]
+    assert int(project.sources["bandit"].split()[0]) > 100
+    # Accepted findings of both tools were found this run (none is accepted unseen).
+    assert {f.tool for f, _ in project.accepted} == {"pip-audit", "bandit"}
+    assert not any(f.path.startswith(("tests/", ".venv")) for f, _ in project.accepted if f.tool == "bandit")
+
+
+def test_the_real_accepted_findings_file_loads():
+    entries = load_accepted()
+    assert {e.tool for e in entries} == {"pip-audit", "bandit"}
+    assert all(len(e.reason) > 60 for e in entries)
+
+
+# --- planted findings -----------------------------------------------------------------------
+
+def test_a_planted_finding_in_our_code_fails(planted):
+    code, _ = planted
+    verdict = security.scan(code=[code], tools=("bandit",))
+    new = {(f.rule, f.where.rsplit("/", 1)[-1]) for f, _ in verdict.new}
+    assert {("B602", "planted.py:7"), ("B506", "planted.py:8")} <= new
+    assert verdict.failed
+
+
+def test_a_planted_vulnerable_pin_fails(planted):
+    _, pins = planted
+    verdict = security.scan(requirements=pins, venvs=[], tools=("pip-audit",))
+    [finding] = [f for f, _ in verdict.new if "CVE-2019-10906" in f.ids]
+    assert finding.package.lower() == "jinja2" and finding.where.startswith("jinja2==2.10")
+    assert "2.10.1" in finding.fix
+    assert verdict.failed
+
+
+def test_the_command_lists_new_findings_as_json_and_markdown_and_exits_1(planted, tmp_path):
+    code, pins = planted
+    done = run_cli("--requirements", str(pins), "--code", str(code), "--json", str(tmp_path / "s.json"),
+                   "--markdown", str(tmp_path / "s.md"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert {"B602", "B506", "PYSEC-2019-217"} <= {f["rule"] for f in report["new"]}
+    markdown = (tmp_path / "s.md").read_text()
+    assert markdown.startswith("### Security scan: ") and "new findings" in markdown.splitlines()[0]
+    assert "CVE-2019-10906" in markdown and "B602" in markdown and "planted.py:7" in markdown
+    assert "PyPA advisory database" in done.stdout
+
+
+def test_an_accepted_finding_passes_until_its_acceptance_expires(planted, tmp_path):
+    code, pins = planted
+    accepted = tmp_path / "accepted.yaml"
+    accepted.write_text(f"""
+pip-audit:
+  - package: Jinja2
+    id: CVE-2019-10906
+    reason: planted for the test, a sandbox escape nothing here reaches
+    expires: {TODAY.isoformat()}
+bandit:
+  - test: B602
+    paths: ["{code}/*.py"]
+    reason: planted for the test, the shell call of the planted file
+    expires: {TODAY.isoformat()}
+""")
+    verdict = security.scan(accepted_path=accepted, requirements=pins, venvs=[], code=[code])
+    assert "CVE-2019-10906" in {i for f, _ in verdict.accepted for i in f.ids}
+    assert "B602" in {f.rule for f, _ in verdict.accepted}
+    assert "B602" not in {f.rule for f, _ in verdict.new}
+
+    expired = security.scan(accepted_path=accepted, requirements=pins, venvs=[], code=[code],
+                            today=TODAY + dt.timedelta(days=1))
+    lapsed = {f.rule: a for f, a in expired.new if a is not None}
+    assert {"PYSEC-2019-217", "B602"} <= set(lapsed)
+    assert lapsed["B602"].expires == TODAY
+    assert expired.failed and "its acceptance expired on" in security.as_markdown(expired)
+
+
+FINDING = Finding("bandit", "B603", "infra/skopeo.py:152", "subprocess call", path="infra/skopeo.py")
+
+
+def test_an_acceptance_matches_its_test_and_paths_only():
+    entry = Acceptance("bandit", "B603", ("infra/*.py",), "a reason of some words", TODAY)
+    assert entry.matches(FINDING)
+    assert not entry.matches(Finding("bandit", "B602", "infra/skopeo.py:1", "", path="infra/skopeo.py"))
+    assert not entry.matches(Finding("bandit", "B603", "bench/x.py:1", "", path="bench/x.py"))
+
+
+def test_a_bandit_acceptance_that_matches_nothing_fails_and_an_advisory_one_is_noted():
+    stale = Acceptance("bandit", "B101", ("infra/gone.py",), "a reason of some words", TODAY)
+    advisory = Acceptance("pip-audit", "CVE-2000-1", ("gone",), "a reason of some words", TODAY)
+    verdict = judge([FINDING], [stale, advisory], TODAY)
+    assert verdict.stale == [stale] and verdict.unmatched_advisories == [advisory]
+    assert [f for f, _ in verdict.new] == [FINDING] and verdict.failed
+    assert "no longer found" in security.as_markdown(verdict)
+
+
+# --- bad input: one line, exit 2 -------------------------------------------------------------
+
+MALFORMED = {
+    "not YAML": ("bandit: [\n", "not valid YAML at line"),
+    "a list": ("- test: B101\n", "must be a mapping with the keys pip-audit and bandit"),
+    "an unknown section": ("safety: []\n", "unknown key 'safety'"),
+    "no reason": ("bandit:\n  - {test: B101, paths: [a.py], expires: 2030-01-01}\n", "bandit[0]: reason is missing"),
+    "a reason too short": ("bandit:\n  - {test: B101, paths: [a.py], reason: fine, expires: 2030-01-01}\n",
+                           "reason must say why"),
+    "a bad date": ("bandit:\n  - {test: B101, paths: [a.py], reason: a reason of five words, expires: 2030-13-01}\n",
+                   "expires '2030-13-01' is not a date"),
+    "no expiry": ("pip-audit:\n  - {package: pip, id: CVE-2023-5752, reason: a reason of five words}\n",
+                  "pip-audit[0]: expires is missing"),
+    "a misspelt key": ("bandit:\n  - {test: B101, path: [a.py], reason: a reason of five words, expires: 2030-01-01}\n",
+                       "unknown key 'path'"),
+    "not a test id": ("bandit:\n  - {test: assert, paths: [a.py], reason: a reason of five words, "
+                      "expires: 2030-01-01}\n", "is not a bandit test id"),
+    "paths not a list": ("bandit:\n  - {test: B101, paths: a.py, reason: a reason of five words, "
+                         "expires: 2030-01-01}\n", "paths must be a list"),
+    "binary": (b"\xff\xfe\x00bandit", "not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_accepted_findings_file_is_one_line(case, tmp_path):
+    text, expected = MALFORMED[case]
+    path = tmp_path / "accepted.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ScanError) as raised:
+        load_accepted(path)
+    message = str(raised.value)
+    assert expected in message and "\n" not in message and str(path) in message
+
+
+def test_the_command_says_a_malformed_file_in_one_line_and_exits_2(tmp_path):
+    path = tmp_path / "accepted.yaml"
+    path.write_text("bandit:\n  - {test: B101, paths: [a.py], reason: a reason of five words, expires: soon}\n")
+    done = run_cli("--accepted", str(path), "--markdown", str(tmp_path / "s.md"))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "expires 'soon' is not a date" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert (tmp_path / "s.md").read_text().startswith("### Security scan: could not run")
+
+
+def test_an_advisory_service_that_cannot_be_reached_is_one_line_and_exit_2(planted, tmp_path):
+    _, pins = planted
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1/query"
+    done = run_cli("--advisories", "osv", "--osv-url", url, "--requirements", str(pins), "--code", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and f"{url} could not be reached" in done.stderr, done.stderr
+
+
+# --- the snapshot answers as OSV does ---------------------------------------------------------
+
+def v(text: str):
+    from packaging.version import Version
+
+    return Version(text)
+
+
+def test_osv_ranges_and_versions():
+    fixed = {"ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "2.10.1"},
+                                                          {"introduced": "3.0"}, {"fixed": "3.1.4"}]}]}
+    assert affects(fixed, v("2.10")) and affects(fixed, v("3.1.3"))
+    assert not affects(fixed, v("2.10.1")) and not affects(fixed, v("2.11")) and not affects(fixed, v("3.1.4"))
+    last = {"ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "1.0"}, {"last_affected": "1.4"}]}]}
+    assert affects(last, v("1.4")) and not affects(last, v("1.4.1")) and not affects(last, v("0.9"))
+    listed = {"ranges": [{"type": "GIT", "events": [{"introduced": "abc123"}]}], "versions": ["1.2", "not a version"]}
+    assert affects(listed, v("1.2")) and not affects(listed, v("1.3"))
+
+
+def test_the_snapshot_finds_by_normalised_name_and_names_its_source():
+    snapshot = security.AdvisorySnapshot()
+    assert "CVE-2019-10906" in {alias for a in snapshot.query("Jinja2", "2.10") for alias in a.get("aliases", [])}
+    assert "CVE-2019-10906" not in {alias for a in snapshot.query("jinja2", "3.1.6") for alias in a.get("aliases", [])}
+    assert len(snapshot.source["commit"]) == 40 and snapshot.source["license"].startswith("CC-BY-4.0")
+    assert f"({snapshot.source['date']}, " in snapshot.describe()
