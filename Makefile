@@ -32,10 +32,15 @@ FEATURES_PINS  := feast[redis,aws]==0.66.0 s3fs==2026.9.0 mlflow-skinny==3.17.2
 MLSERVER_VENV  := .venv-mlserver
 MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
 MLSERVER_PINS  := mlserver==1.7.1 onnxruntime==1.31.1 uvloop==0.21.0
+# DeepSpeed for `make smoke` only: the deepspeed framework preset's rendered command, run
+# with a real DeepSpeed on CPU (tests/frameworks/smoke_deepspeed.py).
+DEEPSPEED_VENV  := .venv-deepspeed
+DEEPSPEED_STAMP := $(DEEPSPEED_VENV)/.installed
+DEEPSPEED_PINS  := torch==2.13.0 deepspeed==0.19.8
 # The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
 IAM_STAMP     := tests/iam/node_modules/.installed
 
-.PHONY: setup setup-core services preview test check bench up clean
+.PHONY: setup setup-core services preview test check bench smoke up clean
 
 # The program, the preview and the policy pack: enough for `make preview`.
 setup-core: $(CORE_STAMP)
@@ -107,6 +112,15 @@ test: setup services
 # tests/checks/security.py). `make test` runs them too.
 check: setup
 	$(BIN)/python -m pytest tests/rendered tests/checks tests/manifests
+
+# The other frameworks' presets with the frameworks themselves, where they install on CPU:
+# DeepSpeed (about 1 GB and 80 s on its first start, so not part of `make test`).
+smoke: setup $(DEEPSPEED_STAMP)
+	$(BIN)/python tests/frameworks/smoke_deepspeed.py --venv $(DEEPSPEED_VENV)
+$(DEEPSPEED_STAMP):
+	@test -x $(DEEPSPEED_VENV)/bin/python || $(PYTHON) -m venv $(DEEPSPEED_VENV)
+	$(DEEPSPEED_VENV)/bin/pip install --quiet --disable-pip-version-check $(DEEPSPEED_PINS)
+	@touch $@
 
 # Every benchmark, then one table in the README and the plots in docs/bench/.
 bench: setup services $(MLSERVER_STAMP)

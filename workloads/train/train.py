@@ -354,7 +354,8 @@ class Trainer:
         self.step = int(state["progress"]["step"])
         self.samples_seen = int(state["progress"]["samples_seen"])
         self.run_id = ckpt.read_config(path).get("mlflow_run_id") or ""
-        states = torch.load(io.BytesIO(state["rng"]), weights_only=False)
+        # Tensors only: a tampered checkpoint cannot run code here.
+        states = torch.load(io.BytesIO(state["rng"]), weights_only=True)
         if len(states) == self.rt.world_size:
             ckpt.set_rng_states(states[self.rt.rank])
         else:
