@@ -70,6 +70,18 @@ def preview_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
     return rows, _save(fig, "preview.png", _machine(data))
 
 
+def preview_diff_rows(data: dict[str, Any]) -> list[list[str]]:
+    """`mlplat preview --against` on two prod previews: what the diff adds to a preview."""
+    rows = []
+    for key, what in (("realistic", data.get("change", "a change")), ("worst", "every string input changed")):
+        result = data[key]
+        layers = ", ".join(f"{stack} {row['total_s']:.2f} s ({row['changes']} changes)"
+                           for stack, row in result["stacks"].items())
+        rows.append([f"preview diff (--against), prod both layers, {what}; read, diff and render, in process",
+                     f"{result['both_layers_s']:.2f} s ({layers})", f"< {data['target_s']:.0f} s"])
+    return rows
+
+
 def policy_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
     rows = []
     for row in data["rows"]:
@@ -149,6 +161,8 @@ def table() -> str:
     sections: list[tuple[list[list[str]], str, str]] = []
     if (data := load("preview")) is not None:
         sections.append((*preview_rows(data), _machine(data)))
+    if (data := load("preview-diff")) is not None:
+        sections.append((preview_diff_rows(data), "", _machine(data)))
     if (data := load("test-time")) is not None:
         rows = [[f"test suite, this change against {data['base'][:8]} (pytest, warm render cache)",
                  f"{data['base_s']:.0f} s -> {data['head_s']:.0f} s ({data['added_s']:+.0f} s)", "render check <= +60 s"]]

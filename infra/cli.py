@@ -2,10 +2,15 @@
 
     mlplat preview --stack NAME [--json PATH] [--markdown PATH] [--manifests DIR]
     mlplat preview --env ENV [--out DIR]      (both layers: ENV, then ENV-cluster)
+    mlplat preview --stack NAME --against BASE.json [--diff-markdown PATH] [--diff-json PATH]
+    mlplat preview --env ENV --against BASE_DIR [--out DIR]   (BASE_DIR/<stack>.json per layer)
     mlplat charts list | pull [--to DIR]
 
 Exit codes: 0 no mandatory violation, 1 at least one (or an error the real engine would
-raise), 2 bad input (unknown stack, invalid config), 3 the preview itself failed.
+raise), 2 bad input (unknown stack, invalid config, a base report that is unreadable, of
+another stack or of another report version), 3 the preview itself failed. With `--against
+... --detailed-exitcode`, 0 means no mandatory violation and no change against the base, 4
+no mandatory violation and changes (1, 2 and 3 keep their meaning; 1 wins over 4).
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import time
 from pathlib import Path
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+# `--detailed-exitcode`: passed, and the head differs from the base. Not 2, as terraform's
+# -detailed-exitcode has it: 2 is bad input everywhere in mlplat.
+EXIT_CHANGES = 4
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,6 +55,19 @@ def _parser() -> argparse.ArgumentParser:
     preview.add_argument("--program", type=Path, metavar="FILE",
                          help="run this file's program(config) instead of the platform (for fixture programs)")
     preview.add_argument("--quiet", action="store_true", help="print only the verdict")
+    preview.add_argument("--against", type=Path, metavar="BASE",
+                         help="compare with the base's preview: its JSON report (--stack), or the folder `--out` "
+                              "wrote for it (--env, or --stack: <BASE>/<stack>.json); prints what changes instead "
+                              "of the plan")
+    preview.add_argument("--diff-markdown", type=Path, metavar="PATH",
+                         help="with --against: write the diff as Markdown (a pull request comment) here; with "
+                              "--out it goes to DIR/<stack>.diff.md")
+    preview.add_argument("--diff-json", type=Path, metavar="PATH",
+                         help="with --against: write the diff as JSON (every change) here; with --out it goes to "
+                              "DIR/<stack>.diff.json")
+    preview.add_argument("--detailed-exitcode", action="store_true",
+                         help="with --against: exit 0 when nothing changes, 4 when something does (1 still means "
+                              "a mandatory violation, 2 bad input)")
     diagram = sub.add_parser("diagram", help="write the architecture picture (Mermaid) from a stack's component tree")
     diagram.add_argument("--stack", default="prod", help="stack to draw (default prod)")
     diagram.add_argument("--output", type=Path, metavar="PATH", help="write here instead of stdout")
@@ -207,10 +228,31 @@ def _preview(args: argparse.Namespace) -> int:
             print(f"[{time.perf_counter() - started:5.1f}s] {message}", file=sys.stderr, flush=True)
 
     if args.env and (args.json or args.markdown or args.manifests or args.program or args.stacks_dir
-                     or args.policy_config):
+                     or args.policy_config or args.diff_markdown or args.diff_json):
         print("mlplat: error: --env previews the environment's two stacks from stacks/; use --out DIR for their "
               "reports, or --stack NAME for one stack's options", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if not args.against and (args.diff_markdown or args.diff_json or args.detailed_exitcode):
+        print("mlplat: error: --diff-markdown, --diff-json and --detailed-exitcode compare with a base: add "
+              "--against BASE.json (the base commit's `mlplat preview --json` report)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    # The base is read and checked before anything runs or is written.
+    bases: dict[str, dict] = {}
+    if args.against:
+        from infra.config import CLUSTER_SUFFIX
+        from infra.preview.diff import BaseReportError, read_base_report
+
+        stacks = [args.env, f"{args.env}{CLUSTER_SUFFIX}"] if args.env else [args.stack]
+        if args.env and not args.against.is_dir():
+            print(f"mlplat: error: --against {args.against}: with --env, name the folder that `mlplat preview --env "
+                  f"{args.env} --out DIR` wrote on the base commit (it holds {stacks[0]}.json and {stacks[1]}.json)",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
+        try:
+            bases = {stack: read_base_report(args.against, stack) for stack in stacks}
+        except BaseReportError as err:
+            print(f"mlplat: error: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     try:
         if args.env:
             results = run_environment(args.env, progress=progress)
@@ -232,6 +274,7 @@ def _preview(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         raise
 
+    changed = False
     for result in results:
         out = args.out
         json_path = out / f"{result.stack}.json" if out else args.json
@@ -246,9 +289,35 @@ def _preview(args: argparse.Namespace) -> int:
             progress(f"wrote {count} Kubernetes objects of {result.stack} to {manifests}")
         if len(results) > 1:
             print(f"== {result.stack} ==")
-        print(verdict_text(result) if args.quiet else plan_text(result))
+        if bases:
+            changed = _compare(result, bases[result.stack], args) or changed
+        else:
+            print(verdict_text(result) if args.quiet else plan_text(result))
         progress(f"{result.stack} done in {result.seconds:.1f}s")
-    return max(result.exit_code for result in results)
+    code = max(result.exit_code for result in results)
+    return EXIT_CHANGES if args.detailed_exitcode and code == EXIT_OK and changed else code
+
+
+def _compare(result, base: dict, args: argparse.Namespace) -> bool:
+    """Print (and write) what changes from the base's report to this preview's; whether
+    anything does."""
+    import json
+
+    from infra.preview.diff import as_read, diff_json, diff_markdown, diff_reports, diff_text
+    from infra.preview.report import verdict_text
+
+    diff = diff_reports(base, as_read(result.report))  # the head as its JSON report reads, as the base does
+    print(diff.summary() if args.quiet else diff_text(diff))
+    print(verdict_text(result).splitlines()[0] if args.quiet else verdict_text(result))
+    markdown = args.out / f"{result.stack}.diff.md" if args.out else args.diff_markdown
+    data = args.out / f"{result.stack}.diff.json" if args.out else args.diff_json
+    if markdown:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(diff_markdown(diff) + "\n")
+    if data:
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.write_text(json.dumps(diff_json(diff), separators=(",", ":")) + "\n")
+    return diff.changed
 
 
 def _user_error(err: BaseException) -> str | None:

@@ -21,6 +21,11 @@ from infra.preview.pools import node_pool_lines
 from infra.preview.storage_report import storage_inventory, storage_markdown
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+# The JSON report's format. Raise it when a field a reader relies on (`mlplat preview
+# --against` reads `stack`, `resources[].urn/type/name/parent/inputs/protect/
+# retainOnDelete/region/provider/evidence`, `violations`, `policies`, `engineErrors` and
+# `summary.passed`) changes meaning or goes; adding a field keeps it.
+REPORT_VERSION = 1
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 
 
@@ -82,10 +87,30 @@ def policy_evidence(verdict: Verdict) -> list[dict[str, Any]]:
     return rows
 
 
+def resource_evidence(verdict: Verdict) -> dict[str, dict[str, list[str]]]:
+    """Per resource URN, the rules that judged it: passed and failed (a resource no rule
+    judged has no entry)."""
+    judged: dict[str, tuple[set[str], set[str]]] = {}
+    for policy, urns in verdict.checked.items():
+        for urn in urns:
+            judged.setdefault(urn, (set(), set()))[0].add(policy)
+    for policy, urns in verdict.failed.items():
+        for urn in urns:
+            if urn:
+                judged.setdefault(urn, (set(), set()))[1].add(policy)
+    return {urn: {"passed": sorted(checked - failed), "failed": sorted(failed)}
+            for urn, (checked, failed) in judged.items()}
+
+
+_NOT_JUDGED: dict[str, list[str]] = {"passed": [], "failed": []}
+
+
 def to_json(result: PreviewResult) -> dict[str, Any]:
     by_urn = result.by_urn
     types = Counter(r.type for r in result.registrations)
+    evidence = resource_evidence(result.verdict)
     return {
+        "reportVersion": REPORT_VERSION,
         "stack": result.stack,
         "region": result.region,
         "resources": [
@@ -99,6 +124,7 @@ def to_json(result: PreviewResult) -> dict[str, Any]:
                 "protect": r.protect,
                 "retainOnDelete": r.retain_on_delete,
                 "inputs": r.inputs(mask_secrets=True),
+                "evidence": evidence.get(r.urn, _NOT_JUDGED),
             }
             for r in result.registrations
         ],

@@ -139,3 +139,114 @@ def test_the_runner_label_names_the_project_the_cloud_layer_creates():
 
     label = runs_on_label("mlplat-${{ inputs.environment }}")
     assert IN_VPC.match(label), label
+
+
+# --- the pull request's preview: the base commit against the head ------------------------
+
+def _offline_steps() -> list[dict]:
+    import yaml
+
+    return yaml.safe_load((REPO / ".github" / "workflows" / "preview.yml").read_text())["jobs"]["offline"]["steps"]
+
+
+def _step(steps: list[dict], name: str) -> dict:
+    return next(step for step in steps if step.get("name", "").startswith(name))
+
+
+def test_the_pull_request_preview_compares_the_base_commit_with_the_head_offline():
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "preview.yml").read_text())
+    job = workflow["jobs"]["offline"]
+    steps = job["steps"]
+    # Offline: no secret, no cloud identity, a token that can only read.
+    assert "secrets." not in yaml.safe_dump(job) and "permissions" not in job
+    assert workflow["permissions"] == {"contents": "read"}
+    checkouts = [i for i, step in enumerate(steps) if str(step.get("uses", "")).startswith("actions/checkout@")]
+    [base] = [i for i in checkouts if steps[i]["with"].get("ref") == "${{ github.event.pull_request.base.sha }}"]
+    assert steps[base]["with"]["path"] == "base" and steps[base]["with"]["persist-credentials"] is False
+    tests = steps.index(_step(steps, "Tests"))
+    assert tests < base  # the tests never see the base's files
+    base_preview = _step(steps, "Preview both layers of every environment at the base")
+    assert base_preview["working-directory"] == "base" and steps.index(base_preview) > base
+    assert "-m infra.cli preview --env" in base_preview["run"] and "--out ../out/base" in base_preview["run"]
+    head = _step(steps, "Preview both layers of every environment at the head")
+    assert steps.index(head) > steps.index(base_preview)
+    assert "--against out/base --detailed-exitcode" in head["run"]
+    upload = _step(steps, "Keep the reports")
+    assert "out/comment.md" in upload["with"]["path"] and upload["if"] == "always()"
+
+
+STUB_MLPLAT = """#!/bin/bash
+# preview --env ENV --quiet --out out [--against out/base --detailed-exitcode]
+env="$3"; against=0
+for arg in "$@"; do [ "$arg" = --against ] && against=1; done
+echo "$env $against" >> calls.log
+code_name="CODE_${env}_${against}"; code="${!code_name:-0}"
+if [ "$code" = 2 ]; then echo "mlplat: error: base report out/base/$env.json has no reportVersion" >&2; exit 2; fi
+for stack in "$env" "$env-cluster"; do
+  echo "report of $stack" > "out/$stack.md"
+  if [ "$against" = 1 ]; then echo "### diff of $stack" > "out/$stack.diff.md"; fi
+done
+exit "$code"
+"""
+
+
+def _run_head_step(tmp_path: Path, **codes: int) -> tuple[subprocess.CompletedProcess, str, list[str]]:
+    """The head step's script as GitHub runs it (bash -e), with a stand-in mlplat that
+    writes reports and diffs and exits with CODE_<env>_<0|1 with --against>."""
+    import os
+
+    script = _step(_offline_steps(), "Preview both layers of every environment at the head")["run"]
+    stub = tmp_path / ".venv" / "bin" / "mlplat"
+    stub.parent.mkdir(parents=True)
+    stub.write_text(STUB_MLPLAT)
+    stub.chmod(0o755)
+    summary = tmp_path / "summary.md"
+    env = {**os.environ, "PR_NUMBER": "42", "BASE_SHA": "0123456789abcdef0123", "GITHUB_STEP_SUMMARY": str(summary),
+           **{name: str(code) for name, code in codes.items()}}
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    comment = (tmp_path / "out" / "comment.md").read_text() if (tmp_path / "out" / "comment.md").exists() else ""
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    return done, comment, calls
+
+
+def test_the_comment_is_the_diff_of_every_stack_summary_first(tmp_path):
+    done, comment, calls = _run_head_step(tmp_path, CODE_dev_1=4, CODE_prod_1=0)
+    assert done.returncode == 0, done.stderr  # 4: changes, not a failure
+    assert calls == ["dev 1", "staging 1", "prod 1", "smb 1"]
+    assert comment.startswith("## Offline preview: what this pull request changes\n\n")
+    assert "at the base 0123456789ab and at the head" in comment
+    stacks = [line.removeprefix("### diff of ") for line in comment.splitlines() if line.startswith("### ")]
+    assert stacks == ["dev", "dev-cluster", "staging", "staging-cluster", "prod", "prod-cluster", "smb", "smb-cluster"]
+    assert "report of" not in comment  # the whole reports stay in the artifact
+    assert (tmp_path / "out" / "pr-number").read_text() == "42\n"
+    assert (tmp_path / "summary.md").read_text() == comment
+
+
+def test_a_base_that_cannot_be_compared_falls_back_to_the_head_report_and_a_block_fails(tmp_path):
+    done, comment, calls = _run_head_step(tmp_path, CODE_staging_1=2, CODE_smb_1=1)
+    assert done.returncode == 1  # smb's head is blocked
+    assert calls == ["dev 1", "staging 1", "staging 0", "prod 1", "smb 1"]
+    section = comment[comment.index("### `staging`"):comment.index("### diff of prod")]
+    assert "### `staging`: no diff against the base" in section
+    assert "mlplat: error: base report out/base/staging.json has no reportVersion" in section
+    assert "<details><summary>The head's whole report</summary>" in section and "report of staging" in section
+    assert "### diff of smb" in comment  # still commented on
+
+
+def test_the_comment_workflow_runs_nothing_from_the_artifact():
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "preview-comment.yml").read_text())
+    [job] = workflow["jobs"].values()
+    assert job["permissions"] == {"actions": "read", "pull-requests": "write"}
+    steps = job["steps"]
+    assert not any(str(s.get("uses", "")).startswith("actions/checkout@") for s in steps)
+    [post] = [s for s in steps if "run" in s]
+    script = post["run"]
+    # The artifact is read as text only: a PR number stripped to digits, and the body.
+    assert "tr -cd '0-9' < report/pr-number" in script and '--body-file "$body"' in script
+    for executes in ("bash report", "sh report", "source report", ". report", "python", "chmod"):
+        assert executes not in script

@@ -1,0 +1,151 @@
+"""The preview diff's speed: `mlplat preview --against` on two previews of prod.
+
+Previews prod's two layers twice, for real (the program under mocks, the policy pack, the
+charts rendered): as the stack file is (the base), and with the inference pool moved from
+g6e.2xlarge to g6e.4xlarge (the head: launch template, node group, Kueue flavors and
+queue, the GPU charts' DaemonSets and the Triton Deployment change). Each report is
+written as `mlplat preview --json` writes it. Then, per run and for both layers together,
+what `--against` adds to a preview:
+- reading and checking the base's report file (`read_base_report`), and the head's
+  report as the CLI sees it (a JSON round trip of the in-memory report);
+- the diff (`diff_reports`);
+- the three renderings (terminal text, Markdown comment, JSON).
+Also a worst case: the head with every string input of every resource changed.
+
+Median of --repeat runs, in this process (the CLI runs the diff inside the preview's
+process). Target: under 1 s for both layers. Results go to bench/results/preview-diff.json.
+
+    .venv/bin/python bench/preview_diff.py [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.machine import cpu_flags, describe, finish, record  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "preview-diff.json"
+TARGET_S = 1.0
+OLD, NEW = "g6e.2xlarge", "g6e.4xlarge"
+MEASURED = ("in process, median of runs: read and check the base's JSON report, the head's report as the CLI "
+            "sees it, diff_reports, and the text, Markdown and JSON renderings; both layers of prod previewed "
+            "for real (mocks, policy pack, Helm) to make the two reports")
+
+
+def previews(folder: Path) -> dict[str, dict[str, Path]]:
+    """base/<stack>.json and head/<stack>.json for prod and prod-cluster."""
+    from infra.config import load_stack
+    from infra.preview.engine import run_environment
+    from infra.preview.report import write_json
+
+    stacks = folder / "stacks"
+    stacks.mkdir()
+    text = (REPO / "stacks" / "Pulumi.prod.yaml").read_text()
+    if OLD not in text:
+        raise SystemExit(f"bench/preview_diff.py: stacks/Pulumi.prod.yaml no longer runs {OLD}; pick another change")
+    (stacks / "Pulumi.prod.yaml").write_text(text.replace(OLD, NEW))
+    paths: dict[str, dict[str, Path]] = {"base": {}, "head": {}}
+    for side, config in (("base", None), ("head", load_stack("prod", stacks))):
+        for result in run_environment("prod", config=config):
+            path = folder / side / f"{result.stack}.json"
+            write_json(result, path)
+            paths[side][result.stack] = path
+    return paths
+
+
+def changed_everywhere(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with every string input of every resource changed."""
+
+    def touch(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: touch(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [touch(v) for v in value]
+        return value + "-x" if isinstance(value, str) else value
+
+    return {**report, "resources": [{**r, "inputs": touch(r["inputs"])} for r in report["resources"]]}
+
+
+def one_run(base_path: Path, head_report: dict[str, Any], stack: str) -> dict[str, float]:
+    from infra.preview.diff import as_read, diff_json, diff_markdown, diff_reports, diff_text, read_base_report
+
+    started = time.perf_counter()
+    base = read_base_report(base_path, stack)
+    head = as_read(head_report)
+    loaded = time.perf_counter()
+    diff = diff_reports(base, head)
+    diffed = time.perf_counter()
+    diff_text(diff)
+    diff_markdown(diff)
+    json.dumps(diff_json(diff), separators=(",", ":"))
+    rendered = time.perf_counter()
+    return {"read_s": loaded - started, "diff_s": diffed - loaded, "render_s": rendered - diffed,
+            "total_s": rendered - started, "changes": len(diff.resources) + len(diff.objects)}
+
+
+def measure(paths: dict[str, dict[str, Path]], heads: dict[str, dict[str, Any]], repeat: int) -> dict[str, Any]:
+    per_stack: dict[str, Any] = {}
+    totals = []
+    for _ in range(repeat):
+        total = 0.0
+        for stack, base_path in paths["base"].items():
+            run = one_run(base_path, heads[stack], stack)
+            per_stack.setdefault(stack, []).append(run)
+            total += run["total_s"]
+        totals.append(total)
+    rows = {}
+    for stack, runs in per_stack.items():
+        rows[stack] = {key: round(statistics.median(r[key] for r in runs), 4)
+                       for key in ("read_s", "diff_s", "render_s", "total_s")}
+        rows[stack]["changes"] = runs[0]["changes"]
+        rows[stack]["resources"] = len(heads[stack]["resources"])
+        rows[stack]["report_bytes"] = paths["base"][stack].stat().st_size
+    return {"both_layers_s": round(statistics.median(totals), 4), "runs_s": [round(t, 4) for t in totals],
+            "stacks": rows}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    machine = record()
+    print(f"Preview diff benchmark on {describe(machine)}, {date.today()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        paths = previews(Path(tmp))
+        print(f"  four real previews (prod and prod-cluster, base and head) in {time.perf_counter() - started:.1f} s")
+        heads = {stack: json.loads(path.read_text()) for stack, path in paths["head"].items()}
+        realistic = measure(paths, heads, args.repeat)
+        worst = measure(paths, {stack: changed_everywhere(h) for stack, h in heads.items()}, args.repeat)
+    machine = finish(machine)
+    for name, result in (("realistic", realistic), ("every input changed", worst)):
+        print(f"  {name}: both layers {result['both_layers_s']:.3f} s (target < {TARGET_S:.0f} s)")
+        for stack, row in result["stacks"].items():
+            print(f"    {stack}: {row['resources']} resources, {row['report_bytes'] / 1e6:.1f} MB report, "
+                  f"{row['changes']} changes: read {row['read_s']:.3f} s, diff {row['diff_s']:.3f} s, "
+                  f"render {row['render_s']:.3f} s")
+    print(f"  {describe(machine)}; measured: {MEASURED}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "machine": describe(machine), "cpu": machine, "cpu_flags": sorted(cpu_flags()), "date": str(date.today()),
+        "measured": MEASURED, "change": f"prod's inference pool {OLD} -> {NEW}", "repeat": args.repeat,
+        "target_s": TARGET_S, "realistic": realistic, "worst": worst,
+        "target_met": realistic["both_layers_s"] < TARGET_S and worst["both_layers_s"] < TARGET_S,
+    }, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

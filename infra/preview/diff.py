@@ -1,0 +1,682 @@
+"""What a change does, from two offline previews: the base's JSON report against the head's.
+
+`mlplat preview --stack <s> --against <base.json>` prints it, and writes it as Markdown
+for a pull request's comment and as JSON. It is a pure function of the two reports
+(`diff_reports`), so it runs on recorded reports in tests and benchmarks:
+- resources added, removed and changed, by URN, with the input paths that changed (the
+  reports mask secrets, so a changed secret value shows nowhere; a value that became a
+  secret shows as `[secret]`);
+- policy verdicts that flipped (a rule that passed now fails, or the other way), violations
+  new and resolved, the evidence counts that moved, and each added resource's evidence;
+- Kubernetes objects whose manifests changed, by kind, namespace and name, those rendered
+  from Helm charts included (every chart object is its own resource in the report).
+
+Resources are matched by URN, as the engine matches them: a renamed or re-parented
+resource is one removed and one added (unless an alias moves it, which the report does not
+show).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import html
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from infra.preview.report import CHART_TYPE, HELM_RELEASE, REPORT_VERSION
+
+ADDED, REMOVED, CHANGED = "added", "removed", "changed"
+_SIGN = {ADDED: "+", REMOVED: "-", CHANGED: "~"}
+# What one resource record holds besides its inputs that a change can move.
+_OPTIONS = ("protect", "retainOnDelete", "region", "provider", "parent")
+# Limits of the Markdown and of the terminal text; the JSON diff has every change. A PR
+# comment holds at most 65,536 characters: eight stacks' sections (both layers of four
+# environments) fit in one.
+MARKDOWN_BUDGET = 7_000  # characters per stack
+MARKDOWN_PATHS = 8  # per resource
+FLIP_VIOLATIONS = 10  # per flipped rule
+TEXT_PATHS = 40  # per resource, in the terminal
+
+
+class BaseReportError(ValueError):
+    """The base report cannot be compared: one line for the user, exit code 2."""
+
+
+class _Absent:
+    """A path that one side does not have."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT: Any = _Absent()
+
+
+def _without_gc(function):
+    """Run with the cyclic garbage collector paused: a diff allocates tens of thousands of
+    small objects and no cycles, and each collection would walk both reports' millions of
+    objects again (half the time of a large diff)."""
+
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    return paused
+
+
+@_without_gc
+def read_base_report(path: Path, stack: str) -> dict[str, Any]:
+    """The base's JSON report for `stack`, or a BaseReportError saying what is wrong with
+    the file and how to get a good one."""
+    how = (f"pass the JSON report of the base's preview (`mlplat preview --stack {stack} --json PATH`, or "
+           f"`--env ENV --out DIR`, run on the base commit)")
+    if path.is_dir():
+        path = path / f"{stack}.json"
+        if not path.exists():
+            raise BaseReportError(f"base report folder {path.parent} holds no {path.name}; {how}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise BaseReportError(f"base report {path}: no such file; {how}") from None
+    except OSError as err:
+        raise BaseReportError(f"base report {path}: cannot read it ({err.strerror or err}); {how}") from None
+    except UnicodeDecodeError:
+        raise BaseReportError(f"base report {path} is not JSON (not UTF-8 text); {how}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BaseReportError(f"base report {path} is not JSON (line {err.lineno}, column {err.colno}: "
+                              f"{err.msg}); {how}") from None
+    return check_base_report(data, stack, str(path))
+
+
+@_without_gc
+def as_read(report: dict[str, Any]) -> dict[str, Any]:
+    """An in-memory report as a reader of its JSON file gets it (lists, not tuples; string
+    keys), so it compares with a base read from a file."""
+    return json.loads(json.dumps(report, separators=(",", ":")))
+
+
+def check_base_report(data: Any, stack: str, where: str = "(in memory)") -> dict[str, Any]:
+    """`data` if it is a report this diff reads, of `stack`; else a BaseReportError."""
+    again = f"preview the base commit again with this mlplat (`mlplat preview --stack {stack} --json PATH`)"
+    if not isinstance(data, dict) or not isinstance(data.get("resources"), list) or "stack" not in data:
+        raise BaseReportError(f"base report {where} is not an mlplat preview report (no `stack` and `resources`); "
+                              f"{again}")
+    version = data.get("reportVersion")
+    if version == REPORT_VERSION and not _well_formed(data):
+        raise BaseReportError(f"base report {where} is a damaged report (a resource without urn, type, name or "
+                              f"inputs, or a malformed violation or policy row); {again}")
+    if version != REPORT_VERSION:
+        said = "has no reportVersion (an mlplat before report versions wrote it)" if version is None else \
+            f"is report version {version!r}"
+        raise BaseReportError(f"base report {where} {said}, and this mlplat reads version {REPORT_VERSION}; "
+                              f"{again}")
+    if data["stack"] != stack:
+        raise BaseReportError(f"base report {where} is the preview of stack {data['stack']!r}, not {stack!r}; pass "
+                              f"the base's report of {stack} (`--out DIR` writes DIR/{stack}.json)")
+    return data
+
+
+def _well_formed(data: dict[str, Any]) -> bool:
+    resources_ok = all(isinstance(r, dict) and isinstance(r.get("urn"), str) and isinstance(r.get("type"), str)
+                       and isinstance(r.get("name"), str) and isinstance(r.get("inputs", {}), dict)
+                       and isinstance(r.get("evidence", {}), dict) for r in data["resources"])
+    violations_ok = isinstance(data.get("violations", []), list) and all(
+        isinstance(v, dict) and isinstance(v.get("policy"), str) and isinstance(v.get("message"), str)
+        for v in data.get("violations", []))
+    policies_ok = isinstance(data.get("policies", []), list) and all(
+        isinstance(row, dict) and isinstance(row.get("policy"), str)
+        and all(isinstance(row.get(k), int) for k in ("checked", "passed", "failed"))
+        for row in data.get("policies", []))
+    return resources_ok and violations_ok and policies_ok and isinstance(data.get("summary", {}), dict)
+
+
+# --- input paths ---------------------------------------------------------------------------
+
+
+class PathChange(NamedTuple):  # a tuple: a big diff makes tens of thousands
+    path: str
+    before: Any
+    after: Any
+
+
+def _key(path: str, key: str) -> str:
+    if key.isidentifier():
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _named(items: list[Any]) -> dict[str, Any] | None:
+    """A list of objects with unique string `name`s, by name (containers, env, ports)."""
+    if not items or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items):
+        return None
+    by_name = {i["name"]: i for i in items}
+    return by_name if len(by_name) == len(items) else None
+
+
+def changed_paths(before: Any, after: Any, path: str = "") -> list[PathChange]:
+    """Every leaf path whose value differs, ABSENT on the side that lacks it. Lists of named
+    objects are matched by name where the two sides share a name (so an inserted item is one
+    change, not a shift of every index); other lists by index."""
+    out: list[PathChange] = []
+    _walk(before, after, path, out)
+    return out
+
+
+def _identical(before: Any, after: Any) -> bool:
+    """The same JSON. Python's == calls 1, 1.0 and True equal: Pulumi's wire has one number
+    type (1 and 1.0 are the same value), but true is not 1. Containers that are == and
+    serialize alike are identical; others are walked (a key order differs, or a true became
+    1 somewhere inside)."""
+    if before != after:
+        return False
+    if isinstance(before, (dict, list)):
+        return _dump(before) == _dump(after)
+    return isinstance(before, bool) == isinstance(after, bool)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _walk(before: Any, after: Any, path: str, out: list[PathChange]) -> None:
+    if _identical(before, after):
+        return
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in [*before, *(k for k in after if k not in before)]:
+            sub = _key(path, str(key))
+            if key not in after:
+                out.append(PathChange(sub, before[key], ABSENT))
+            elif key not in before:
+                out.append(PathChange(sub, ABSENT, after[key]))
+            else:
+                _walk(before[key], after[key], sub, out)
+        return
+    if isinstance(before, list) and isinstance(after, list):
+        old, new = _named(before), _named(after)
+        if old is not None and new is not None and old.keys() & new.keys():
+            for name in [*old, *(n for n in new if n not in old)]:
+                sub = f"{path}[name={name}]"
+                if name not in new:
+                    out.append(PathChange(sub, old[name], ABSENT))
+                elif name not in old:
+                    out.append(PathChange(sub, ABSENT, new[name]))
+                else:
+                    _walk(old[name], new[name], sub, out)
+            return
+        for i in range(max(len(before), len(after))):
+            sub = f"{path}[{i}]"
+            if i >= len(after):
+                out.append(PathChange(sub, before[i], ABSENT))
+            elif i >= len(before):
+                out.append(PathChange(sub, ABSENT, after[i]))
+            else:
+                _walk(before[i], after[i], sub, out)
+        return
+    if before == after and isinstance(before, bool) == isinstance(after, bool):
+        return  # containers alike but for key order, or 1 against 1.0
+    out.append(PathChange(path or "(whole value)", before, after))
+
+
+# --- the diff --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    action: str  # added | removed | changed
+    urn: str
+    type: str
+    name: str
+    paths: tuple[PathChange, ...] = ()  # inputs that changed (changed resources)
+    options: tuple[PathChange, ...] = ()  # protect, retainOnDelete, region, provider, parent
+    evidence: dict[str, list[str]] = field(default_factory=dict)  # head's (added) or base's (removed)
+    evidence_before: dict[str, list[str]] | None = None  # changed resources whose evidence moved
+    # Kubernetes objects: `Kind namespace/name`, and the Helm release that renders it.
+    object: str | None = None
+    release: str | None = None
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    policy: str
+    level: str
+    before: dict[str, Any] | None  # the base's evidence row; None: the rule is new
+    after: dict[str, Any] | None  # None: the rule is gone
+
+    @property
+    def status_before(self) -> str:
+        return _status(self.before)
+
+    @property
+    def status_after(self) -> str:
+        return _status(self.after)
+
+    @property
+    def flipped(self) -> bool:
+        return self.status_before != self.status_after
+
+
+def _status(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "absent"
+    if row.get("level") == "disabled":
+        return "disabled"
+    if row["failed"]:
+        return "failed"
+    return "passed" if row["checked"] else "not applicable"
+
+
+@dataclass
+class ReportDiff:
+    stack: str
+    region: str
+    base_region: str
+    passed_before: bool
+    passed_after: bool
+    resources: list[ResourceChange]  # everything but Kubernetes objects
+    objects: list[ResourceChange]  # Kubernetes objects, the charts' included
+    policies: list[PolicyChange]  # rules whose verdict, level or evidence counts moved
+    violations_new: list[dict[str, Any]]
+    violations_resolved: list[dict[str, Any]]
+    engine_errors_new: list[str]
+    engine_errors_resolved: list[str]
+
+    @property
+    def flips(self) -> list[PolicyChange]:
+        return [p for p in self.policies if p.flipped or p.before is None or p.after is None
+                or p.before.get("level") != p.after.get("level")]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.resources or self.objects or self.policies or self.violations_new
+                    or self.violations_resolved or self.engine_errors_new or self.engine_errors_resolved
+                    or self.region != self.base_region or self.passed_before != self.passed_after)
+
+    def counts(self) -> Counter:
+        return Counter(c.action for c in [*self.resources, *self.objects])
+
+    def summary(self) -> str:
+        """The one line that goes first."""
+        verdict = _verdict(self.passed_after)
+        if self.passed_before != self.passed_after:
+            verdict = f"{_verdict(self.passed_before)} -> {verdict}"
+        if not self.changed:
+            return f"{self.stack}: no changes; verdict {verdict}"
+        counts = self.counts()
+        objects = len(self.objects)
+        parts = [f"{counts[ADDED]} to add, {counts[CHANGED]} to change, {counts[REMOVED]} to remove"
+                 + (f" ({objects} of them Kubernetes objects)" if objects else "")]
+        flips = self.flips
+        if flips:
+            parts.append(f"{len(flips)} policy verdict{'s' if len(flips) != 1 else ''} flipped")
+        if self.violations_new or self.violations_resolved:
+            parts.append(f"violations {len(self.violations_new)} new, {len(self.violations_resolved)} resolved")
+        if self.engine_errors_new or self.engine_errors_resolved:
+            parts.append(f"engine errors {len(self.engine_errors_new)} new, "
+                         f"{len(self.engine_errors_resolved)} resolved")
+        if self.region != self.base_region:
+            parts.append(f"region {self.base_region} -> {self.region}")
+        return f"{self.stack}: " + "; ".join(parts) + f"; verdict {verdict}"
+
+
+def _verdict(passed: bool) -> str:
+    return "passed" if passed else "BLOCKED"
+
+
+def _is_object(resource: dict[str, Any]) -> bool:
+    inputs = resource.get("inputs") or {}
+    return (resource["type"].startswith("kubernetes:") and resource["type"] not in (CHART_TYPE, HELM_RELEASE)
+            and not resource["type"].startswith("pulumi:") and "kind" in inputs and "apiVersion" in inputs)
+
+
+def _object_label(inputs: dict[str, Any]) -> str:
+    meta = inputs.get("metadata") or {}
+    name = meta.get("name") or "(unnamed)"
+    namespace = meta.get("namespace")
+    return f"{inputs.get('kind')} {namespace}/{name}" if namespace else f"{inputs.get('kind')} {name}"
+
+
+def _violation_key(v: dict[str, Any]) -> tuple[str, str, str]:
+    return (v["policy"], v.get("urn") or "", v["message"])
+
+
+@_without_gc
+def diff_reports(base: dict[str, Any], head: dict[str, Any]) -> ReportDiff:
+    """What changes from the base's preview to the head's (both JSON reports, as written
+    by `mlplat preview --json` and read back)."""
+    before = {r["urn"]: r for r in base["resources"]}
+    after = {r["urn"]: r for r in head["resources"]}
+    releases = {r["urn"]: r["name"] for side in (before, after) for r in side.values() if r["type"] == CHART_TYPE}
+
+    resources: list[ResourceChange] = []
+    objects: list[ResourceChange] = []
+
+    def add(change: ResourceChange, record: dict[str, Any]) -> None:
+        if _is_object(record):
+            change = replace(change, object=_object_label(record["inputs"]),
+                             release=releases.get(record.get("parent") or ""))
+            objects.append(change)
+        else:
+            resources.append(change)
+
+    for urn, old in before.items():
+        new = after.get(urn)
+        if new is None:
+            add(ResourceChange(REMOVED, urn, old["type"], old["name"], evidence=old.get("evidence") or {}), old)
+        elif not _identical(old, new):
+            paths = tuple(changed_paths(old.get("inputs"), new.get("inputs")))
+            options = tuple(PathChange(o, old.get(o, ABSENT), new.get(o, ABSENT)) for o in _OPTIONS
+                            if old.get(o, ABSENT) != new.get(o, ABSENT))
+            moved = old.get("evidence") != new.get("evidence")
+            if paths or options or moved or old["type"] != new["type"]:
+                add(ResourceChange(CHANGED, urn, new["type"], new["name"], paths=paths, options=options,
+                                   evidence=new.get("evidence") or {},
+                                   evidence_before=(old.get("evidence") or {}) if moved else None), new)
+    for urn, new in after.items():
+        if urn not in before:
+            add(ResourceChange(ADDED, urn, new["type"], new["name"], evidence=new.get("evidence") or {}), new)
+
+    # Registration order varies between runs of one program: list by URN (resources), by
+    # release and object (Kubernetes objects), so two runs print the same diff.
+    resources.sort(key=lambda c: c.urn)
+    objects.sort(key=lambda c: (c.release or "", c.object or "", c.urn))
+
+    rows_before = {row["policy"]: row for row in base.get("policies") or []}
+    rows_after = {row["policy"]: row for row in head.get("policies") or []}
+    counted = ("level", "checked", "passed", "failed")
+    policies = []
+    for name in [*rows_before, *(n for n in rows_after if n not in rows_before)]:
+        old_row, new_row = rows_before.get(name), rows_after.get(name)
+        if old_row is None or new_row is None or any(old_row.get(k) != new_row.get(k) for k in counted):
+            policies.append(PolicyChange(name, (new_row or old_row or {}).get("level", "?"), old_row, new_row))
+    # Flips first, then the rest as the pack lists them.
+    policies.sort(key=lambda p: not (p.flipped or p.before is None or p.after is None))
+
+    old_violations = {_violation_key(v): v for v in base.get("violations") or []}
+    new_violations = {_violation_key(v): v for v in head.get("violations") or []}
+    old_errors, new_errors = base.get("engineErrors") or [], head.get("engineErrors") or []
+    return ReportDiff(
+        stack=head["stack"],
+        region=head.get("region", "?"),
+        base_region=base.get("region", "?"),
+        passed_before=bool((base.get("summary") or {}).get("passed")),
+        passed_after=bool((head.get("summary") or {}).get("passed")),
+        resources=resources,
+        objects=objects,
+        policies=policies,
+        violations_new=[v for k, v in new_violations.items() if k not in old_violations],
+        violations_resolved=[v for k, v in old_violations.items() if k not in new_violations],
+        engine_errors_new=[e for e in new_errors if e not in set(old_errors)],
+        engine_errors_resolved=[e for e in old_errors if e not in set(new_errors)],
+    )
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def _value(value: Any, limit: int = 80) -> str:
+    if value is ABSENT:
+        return "(absent)"
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _pair(change: PathChange, limit: int = 80) -> tuple[str, str]:
+    """Before and after, short; two long strings are cut where they start to differ."""
+    before, after = _value(change.before, 10**9), _value(change.after, 10**9)
+    if max(len(before), len(after)) > limit and isinstance(change.before, str) and isinstance(change.after, str):
+        common = len(os.path.commonprefix([before, after]))
+        if common > 24:
+            before, after = "…" + before[common - 16:], "…" + after[common - 16:]
+    cut = lambda text: text if len(text) <= limit else text[: limit - 1] + "…"  # noqa: E731
+    return cut(before), cut(after)
+
+
+def _evidence_line(evidence: dict[str, list[str]]) -> str:
+    passed, failed = evidence.get("passed") or [], evidence.get("failed") or []
+    if not passed and not failed:
+        return "judged by no rule"
+    judged = len(passed) + len(failed)
+    line = f"judged by {judged} rule{'s' if judged != 1 else ''}: {len(passed)} passed"
+    if failed:
+        line += f", {len(failed)} FAILED ({', '.join(failed)})"
+    return line
+
+
+def _evidence_moved(change: ResourceChange) -> str:
+    old, new = change.evidence_before or {}, change.evidence
+    old_failed, new_failed = set(old.get("failed") or []), set(new.get("failed") or [])
+    old_all = old_failed | set(old.get("passed") or [])
+    new_all = new_failed | set(new.get("passed") or [])
+    parts = [f"now fails {', '.join(sorted(new_failed - old_failed))}" if new_failed - old_failed else "",
+             f"now passes {', '.join(sorted(old_failed - new_failed))}" if old_failed - new_failed else "",
+             f"newly judged by {', '.join(sorted(new_all - old_all))}" if new_all - old_all else "",
+             f"no longer judged by {', '.join(sorted(old_all - new_all))}" if old_all - new_all else ""]
+    return "; ".join(p for p in parts if p)
+
+
+def _message(violation: dict[str, Any]) -> str:
+    """A violation's message on one line (the pack's are the rule's description, then what
+    is wrong with this resource)."""
+    return " ".join(line.strip() for line in str(violation["message"]).splitlines() if line.strip())
+
+
+def _policy_line(p: PolicyChange) -> str:
+    def counts(row: dict[str, Any] | None) -> str:
+        return "-" if row is None else f"{row['checked']}/{row['passed']}/{row['failed']}"
+
+    move = f"{p.status_before} -> {p.status_after.upper() if p.status_after == 'failed' else p.status_after}"
+    if p.before and p.after and p.before.get("level") != p.after.get("level"):
+        move += f", level {p.before.get('level')} -> {p.after.get('level')}"
+    return f"{p.policy} ({p.level}): {move}; checked/passed/failed {counts(p.before)} -> {counts(p.after)}"
+
+
+@_without_gc
+def diff_text(diff: ReportDiff) -> str:
+    """The diff for a terminal: the summary line first."""
+    lines = [diff.summary()]
+    if not diff.changed:
+        return lines[0]
+    flips = diff.flips
+    if flips:
+        lines += ["", "Policy verdicts that flipped:"]
+        for p in flips:
+            lines.append(f"  {_policy_line(p)}")
+            for v in diff.violations_new:
+                if v["policy"] == p.policy:
+                    lines.append(f"    + {_message(v)}" + (f"\n      {v['urn']}" if v.get("urn") else ""))
+            for v in diff.violations_resolved:
+                if v["policy"] == p.policy:
+                    lines.append(f"    - resolved: {_message(v)}")
+    flipped = {p.policy for p in flips}
+    others = [v for v in diff.violations_new if v["policy"] not in flipped]
+    resolved = [v for v in diff.violations_resolved if v["policy"] not in flipped]
+    if others or resolved:
+        lines += ["", "Violations:"]
+        lines += [f"  + {v['policy']} ({v['level']}): {_message(v)}" for v in others]
+        lines += [f"  - resolved {v['policy']} ({v['level']}): {_message(v)}" for v in resolved]
+    if diff.engine_errors_new or diff.engine_errors_resolved:
+        lines += ["", "Engine errors:"]
+        lines += [f"  + {e}" for e in diff.engine_errors_new] + [f"  - resolved: {e}" for e in
+                                                                 diff.engine_errors_resolved]
+    for title, changes in (("Resources", diff.resources), ("Kubernetes objects", diff.objects)):
+        if not changes:
+            continue
+        lines += ["", f"{title}:"]
+        for c in changes:
+            head = f"{c.object}" + (f" (release {c.release})" if c.release else "") if c.object else \
+                f"{c.type} {c.name}"
+            lines.append(f"  {_SIGN[c.action]} {head}")
+            lines.append(f"      {c.urn}")
+            shown = _shown(c)
+            for p, option in shown[:TEXT_PATHS]:
+                lines.append(f"      {p.path}{option}: {' -> '.join(_pair(p))}")
+            if len(shown) > TEXT_PATHS:
+                lines.append(f"      ... {len(shown) - TEXT_PATHS} more paths (--diff-json lists every one)")
+            if c.action == ADDED:
+                lines.append(f"      {_evidence_line(c.evidence)}")
+            elif c.evidence_before is not None and _evidence_moved(c):
+                lines.append(f"      evidence: {_evidence_moved(c)}")
+    counted = [p for p in diff.policies if p.policy not in flipped]
+    if counted:
+        lines += ["", "Policy evidence (checked/passed/failed):"]
+        lines += [f"  {_policy_line(p)}" for p in counted]
+    return "\n".join(lines)
+
+
+def _shown(change: ResourceChange) -> list[tuple[PathChange, str]]:
+    """The input paths, then the resource options (marked), that changed."""
+    return [(p, "") for p in change.paths] + [(p, " (option)") for p in change.options]
+
+
+def _code(text: Any) -> str:
+    """Inline code that no value can break out of (a value may come from a fork's PR)."""
+    return f"<code>{html.escape(str(text), quote=False)}</code>"
+
+
+@_without_gc
+def diff_markdown(diff: ReportDiff, budget: int = MARKDOWN_BUDGET) -> str:
+    """The pull request comment's section for one stack: the summary, the verdict flips,
+    then the details folded, within about `budget` characters (the JSON diff has the rest)."""
+    icon = "✅" if diff.passed_after else "❌"
+    summary = html.escape(diff.summary().replace(" -> ", " → "), quote=False)
+    out = [f"### {icon} `{diff.stack}` ({diff.region})", "", f"**{summary}**", ""]
+    if not diff.changed:
+        return "\n".join(out)
+    flips = diff.flips
+    if flips:
+        out += ["**Policy verdicts that flipped**", ""]
+        for p in flips:
+            mark = "❌" if p.status_after == "failed" else "✅" if p.status_after == "passed" else "➖"
+            out.append(f"- {mark} {_code(_policy_line(p).replace(' -> ', ' → '))}")
+            lines = [f"  - new: {html.escape(_message(v), quote=False)}" + (f" ({_code(v['urn'])})" if v.get("urn")
+                                                                           else "")
+                     for v in diff.violations_new if v["policy"] == p.policy]
+            lines += [f"  - resolved: {html.escape(_message(v), quote=False)}"
+                      for v in diff.violations_resolved if v["policy"] == p.policy]
+            out += lines[:FLIP_VIOLATIONS]
+            if len(lines) > FLIP_VIOLATIONS:
+                out.append(f"  - … {len(lines) - FLIP_VIOLATIONS} more ({_ELSEWHERE})")
+        out.append("")
+    flipped = {p.policy for p in flips}
+    others = [v for v in diff.violations_new if v["policy"] not in flipped]
+    resolved = [v for v in diff.violations_resolved if v["policy"] not in flipped]
+    sections: list[tuple[str, list[list[str]]]] = []
+    if others or resolved:
+        sections.append((f"Violations: {len(others)} new, {len(resolved)} resolved",
+                         [[f"- new `{v['policy']}` ({v['level']}): {html.escape(_message(v), quote=False)}"]
+                          for v in others]
+                         + [[f"- resolved `{v['policy']}` ({v['level']}): {html.escape(_message(v), quote=False)}"]
+                            for v in resolved]))
+    if diff.engine_errors_new or diff.engine_errors_resolved:
+        sections.append((f"Engine errors: {len(diff.engine_errors_new)} new, {len(diff.engine_errors_resolved)} "
+                         "resolved",
+                         [[f"- new: {_code(e)}"] for e in diff.engine_errors_new]
+                         + [[f"- resolved: {_code(e)}"] for e in diff.engine_errors_resolved]))
+    for title, changes in (("Resources", diff.resources), ("Kubernetes objects", diff.objects)):
+        if changes:
+            counts = Counter(c.action for c in changes)
+            sections.append((f"{title}: {counts[ADDED]} added, {counts[CHANGED]} changed, {counts[REMOVED]} removed",
+                             [_markdown_entry(c) for c in changes]))
+    counted = [p for p in diff.policies if p.policy not in flipped]
+    evidence: list[str] = []
+    if counted:
+        rows = ["| rule | level | checked | passed | failed |", "|---|---|---:|---:|---:|"]
+        for p in counted:
+            b, a = p.before or {}, p.after or {}
+            rows.append(f"| `{p.policy}` | {p.level} | " + " | ".join(
+                f"{b.get(k, '-')} → {a.get(k, '-')}" if b.get(k) != a.get(k) else f"{a.get(k, '-')}"
+                for k in ("checked", "passed", "failed")) + " |")
+        evidence = _folded(f"Policy evidence: {len(counted)} rules' counts moved", rows)
+    # What is left of the budget goes to the sections in order; the evidence table (one
+    # row per rule at most) always fits.
+    left = budget - len("\n".join(out)) - len("\n".join(evidence))
+    for title, entries in sections:
+        body: list[str] = []
+        shown = 0
+        for entry in entries:
+            size = sum(len(line) + 1 for line in entry)
+            if size > left:
+                break
+            body += entry
+            left -= size
+            shown += 1
+        if shown < len(entries):
+            body.append(f"- … {len(entries) - shown} more not shown here ({_ELSEWHERE})")
+            left = 0
+        out += _folded(title, body)
+    return "\n".join(out + evidence)
+
+
+_ELSEWHERE = "the JSON diff lists every change: `--diff-json`, or `<stack>.diff.json` in CI's preview-report artifact"
+
+
+def _markdown_entry(c: ResourceChange) -> list[str]:
+    if c.object:
+        lines = [f"- **{_SIGN[c.action]}** {_code(c.object)}" + (f" in release `{c.release}`" if c.release else "")
+                 + f" <sub>{_code(c.urn)}</sub>"]
+    else:
+        lines = [f"- **{_SIGN[c.action]}** `{c.name}` <sub>{_code(c.type)} {_code(c.urn)}</sub>"]
+    shown = _shown(c)
+    for p, option in shown[:MARKDOWN_PATHS]:
+        before, after = _pair(p)
+        lines.append(f"  - {_code(p.path)}{option}: {_code(before)} → {_code(after)}")
+    if len(shown) > MARKDOWN_PATHS:
+        lines.append(f"  - … {len(shown) - MARKDOWN_PATHS} more paths")
+    if c.action == ADDED:
+        lines.append(f"  - {_evidence_line(c.evidence)}")
+    elif c.evidence_before is not None and _evidence_moved(c):
+        lines.append(f"  - evidence: {_evidence_moved(c)}")
+    return lines
+
+
+def _folded(summary: str, body: list[str]) -> list[str]:
+    return [f"<details><summary>{html.escape(summary, quote=False)}</summary>", "", *body, "", "</details>", ""]
+
+
+@_without_gc
+def diff_json(diff: ReportDiff) -> dict[str, Any]:
+    """The diff for tools; values as in the reports (secrets masked)."""
+
+    def paths(items: tuple[PathChange, ...]) -> list[dict[str, Any]]:
+        return [{"path": p.path, **({"before": p.before} if p.before is not ABSENT else {}),
+                 **({"after": p.after} if p.after is not ABSENT else {})} for p in items]
+
+    def change(c: ResourceChange) -> dict[str, Any]:
+        row: dict[str, Any] = {"action": c.action, "urn": c.urn, "type": c.type, "name": c.name}
+        if c.object:
+            row.update(object=c.object, release=c.release)
+        if c.paths:
+            row["paths"] = paths(c.paths)
+        if c.options:
+            row["options"] = paths(c.options)
+        row["evidence"] = c.evidence
+        if c.evidence_before is not None:
+            row["evidenceBefore"] = c.evidence_before
+        return row
+
+    return {
+        "reportVersion": REPORT_VERSION,
+        "stack": diff.stack,
+        "summary": diff.summary(),
+        "changed": diff.changed,
+        "passed": {"before": diff.passed_before, "after": diff.passed_after},
+        "resources": [change(c) for c in diff.resources],
+        "kubernetesObjects": [change(c) for c in diff.objects],
+        "policies": [{"policy": p.policy, "level": p.level, "before": p.before, "after": p.after,
+                      "flipped": p in diff.flips} for p in diff.policies],
+        "violations": {"new": diff.violations_new, "resolved": diff.violations_resolved},
+        "engineErrors": {"new": diff.engine_errors_new, "resolved": diff.engine_errors_resolved},
+    }
