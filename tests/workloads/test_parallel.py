@@ -23,7 +23,6 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from infra.training_plan import plan_global_batch
 from tests.workloads.launch import events, losses, python_module, torchrun
 from tests.workloads.test_train_distributed import ok
-from workloads.train.data import generate_synthetic_shards
 from workloads.train.shapes import PRESETS
 from workloads.train.train import SIMULATED_CRASH_EXIT
 from workloads.train.train import main as train_main
@@ -34,13 +33,6 @@ TRAIN = "workloads.train"
 # Float sums in another order (sharded matmuls, reduce-scatters) drift apart slowly; measured
 # on this model over 20 steps: tp 2.5e-6, pp 2e-7 relative.
 LOSS_TOLERANCE = 1e-5
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("shards")
-    generate_synthetic_shards(directory, num_shards=4, tokens_per_shard=25000, vocab_size=256, seed=0)
-    return directory
 
 
 def flags(shards, run_dir, *extra):

@@ -18,19 +18,11 @@ import torch
 from tests.workloads.launch import events, losses, python_module, torchrun
 from tests.workloads.test_train_single import WEIGHT_TOLERANCE
 from workloads.train.checkpoint import load_for_inference
-from workloads.train.data import generate_synthetic_shards
 from workloads.train.train import SIMULATED_CRASH_EXIT
 
 pytestmark = pytest.mark.slow
 
 TRAIN = "workloads.train"
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("shards")
-    generate_synthetic_shards(directory, num_shards=4, tokens_per_shard=25000, vocab_size=256, seed=0)
-    return directory
 
 
 def common(shards, run_dir, *extra):
