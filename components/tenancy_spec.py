@@ -81,6 +81,18 @@ SYSTEM_NAMESPACES: dict[str, SystemNamespace] = {ns.name: ns for ns in (
         "manager) need hostPath mounts and privileged containers to manage the GPUs.",
     ),
     SystemNamespace(
+        "mlplat-system", "restricted",
+        "A customer's cluster: the platform's own record of the customer's infrastructure (the "
+        "mlplat-platform ConfigMap: object store, its encryption at rest, registry). No pods run here.",
+    ),
+    SystemNamespace(
+        "nvidia-network-operator", "privileged",
+        "A customer's RDMA fabric: the Network Operator's DOCA (MOFED) driver container loads kernel "
+        "modules on the host (privileged, hostPath /lib/modules and /run/mellanox) and its RDMA shared "
+        "device plugin writes to the kubelet's device-plugin directory (hostPath) and reads /dev/infiniband. "
+        "On a customer's bare-metal nodes the GPU Operator's driver and toolkit run in gpu-operator.",
+    ),
+    SystemNamespace(
         MONITORING_NAMESPACE, "privileged",
         "The node exporter uses hostNetwork, hostPID and hostPath /proc and /sys; the DCGM exporter "
         "runs as root and reads the kubelet pod-resources socket (hostPath) to name the pod per GPU.",

@@ -48,6 +48,9 @@ class InstanceType:
     gpu: Gpu | None = None
     gpus: int = 0
     network_burst: bool = False
+    # A customer's node class: its InfiniBand or RoCE HCAs (0 on every EC2 type, whose
+    # fabric is EFA), so GPU jobs on it run the collective check as EFA pools do.
+    rdma_hcas: int = 0
     # Every type in this catalog is x86_64; a Graviton type would say arm64. Images are
     # mirrored with every platform the node pools run (infra/mirror.py).
     architecture: str = "amd64"
@@ -70,7 +73,12 @@ class InstanceType:
 
     @property
     def gpudirect_rdma(self) -> bool:
-        return self.gpu is not None and self.gpu.gpudirect_rdma and self.has_efa
+        return self.gpu is not None and self.gpu.gpudirect_rdma and (self.has_efa or self.rdma_hcas > 0)
+
+    @property
+    def customer_node_class(self) -> bool:
+        """A customer's own node class (register_node_class), not an EC2 type."""
+        return self.name not in EC2_TYPES
 
     @property
     def reservation_advised(self) -> bool:
@@ -196,3 +204,38 @@ def unknown_type_message(name: str) -> str:
 
 def efa_types() -> list[InstanceType]:
     return [it for it in CATALOG.values() if it.has_efa]
+
+
+# --- A customer's own nodes --------------------------------------------------------
+# On a customer's cluster the nodes are no EC2 type: each group of identical nodes is a
+# node class that its descriptor describes (infra/descriptor.py: CPUs, memory, GPUs and
+# their model, the fabric's line rate). The descriptor registers its classes here before
+# the environment's settings are validated, so everything that reads the catalog (quotas,
+# the training job's pods and its bandwidth gate, the queues' flavors) reads a node class
+# as it reads an instance type.
+
+GPUS: dict[str, Gpu] = {g.model: g for g in (A10G, L4, L40S, A100_40, A100_80, H100, H200, B200)}
+EC2_TYPES: frozenset[str] = frozenset(CATALOG)
+
+
+class NodeClassError(ValueError):
+    """A node class that cannot be registered: an EC2 type's name, or a second, different
+    description of a class already registered."""
+
+
+def register_node_class(node_class: InstanceType) -> InstanceType:
+    """Add a customer's node class to the catalog (idempotent for the same facts)."""
+    name = node_class.name.strip().lower()
+    if name in EC2_TYPES:
+        raise NodeClassError(f"{node_class.name!r} is an EC2 instance type; name the customer's node class "
+                             "differently (the value its nodes carry in node.kubernetes.io/instance-type)")
+    existing = CATALOG.get(name)
+    if existing is not None and existing != node_class:
+        raise NodeClassError(f"node class {name!r} is described twice, differently; give each group of "
+                             "different nodes its own instanceType")
+    CATALOG[name] = node_class
+    return node_class
+
+
+def gpu_model_message(model: str) -> str:
+    return f"{model!r} is not a GPU model the catalog knows; known: {', '.join(sorted(GPUS))}"

@@ -16,13 +16,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.inference import InferenceService
-from components.specs.cluster import default_storage_class, kubeconfig
+from components.addons.objects import create
+from components.specs.cluster import PLATFORM_NAMESPACE, default_storage_class, kubeconfig, platform_config_map
+from components.tenancy_spec import SYSTEM_NAMESPACES, system_namespace
 from components.features import FeatureProject
 from components.tracking import TrackingServer
 from components.training import TrainingJob
-from infra.cluster_services import ClusterServices, build_cluster_services
+from infra.cluster_services import ClusterServices, build_cluster_services, build_customer_services
 from infra.config import PROJECT, ClusterLayerConfig, ConfigError, PlatformConfig, settings_from_descriptor
-from infra.descriptor import OUTPUT, ClusterDescriptor, from_stack_reference, parse_descriptor
+from infra.descriptor import (OUTPUT, ClusterDescriptor, CustomerClusterDescriptor, customer_settings,
+                              from_stack_reference, parse_descriptor)
 from infra.inference import build_inference
 from infra.features import build_feature_projects
 from infra.tracking import build_tracking_server
@@ -37,10 +40,10 @@ STORAGE_CLASS_NAME = "core-addons-gp3-encrypted"
 
 @dataclass(frozen=True)
 class ClusterLayer:
-    descriptor: ClusterDescriptor
+    descriptor: ClusterDescriptor | CustomerClusterDescriptor
     config: PlatformConfig  # the environment's settings, from the descriptor
     k8s_provider: k8s.Provider
-    storage_class: k8s.storage.v1.StorageClass
+    storage_class: k8s.storage.v1.StorageClass | None  # None: a customer's cluster has its own
     services: ClusterServices
     training: TrainingJob | None = None
     inference: InferenceService | None = None
@@ -48,7 +51,8 @@ class ClusterLayer:
     features: tuple[FeatureProject, ...] = ()  # one per tenant with a project
 
 
-def read_descriptor(layer: ClusterLayerConfig, stack: str) -> tuple[ClusterDescriptor, PlatformConfig]:
+def read_descriptor(layer: ClusterLayerConfig,
+                    stack: str) -> tuple[ClusterDescriptor | CustomerClusterDescriptor, PlatformConfig]:
     """The descriptor and the settings it carries, checked against this layer: a missing
     field, or a cloud layer of another environment or region, is a ConfigError (one line,
     exit 2) before anything is registered."""
@@ -62,7 +66,11 @@ def read_descriptor(layer: ClusterLayerConfig, stack: str) -> tuple[ClusterDescr
         source, data = f"{PROJECT}:descriptor", layer.descriptor
     descriptor = parse_descriptor(data, layer=stack, source=source, environment=layer.environment,
                                   region=layer.region)
-    config = settings_from_descriptor(descriptor.settings, f"cluster layer {stack}: {source}: settings")
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        settings = customer_settings(descriptor, f"cluster layer {stack}: {source}")
+        config = settings_from_descriptor(settings, f"cluster layer {stack}: {source}: settings", customer_site=True)
+    else:
+        config = settings_from_descriptor(descriptor.settings, f"cluster layer {stack}: {source}: settings")
     if config.environment != layer.environment or config.region != layer.region:
         raise ConfigError(f"cluster layer {stack}: {source}: settings describe {config.environment} in "
                           f"{config.region}, but the descriptor {descriptor.environment} in {descriptor.region}")
@@ -87,6 +95,8 @@ def check_supply(layer: ClusterLayerConfig, stack: str) -> None:
 def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
     check_supply(layer, pulumi.get_stack())
     descriptor, config = read_descriptor(layer, pulumi.get_stack())
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        return build_customer_cluster_layer(layer, descriptor, config)
     provider = k8s.Provider(
         PROVIDER_NAME,
         # The same kubeconfig the cloud layer's cluster would give: tokens from
@@ -115,3 +125,52 @@ def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
     pulumi.export("cluster", descriptor.cluster_name)
     return ClusterLayer(descriptor, config, provider, storage_class, services, training, inference, tracking,
                         tuple(features))
+
+
+def build_customer_cluster_layer(layer: ClusterLayerConfig, descriptor: CustomerClusterDescriptor,
+                                 config: PlatformConfig) -> ClusterLayer:
+    """The same layer on a cluster the customer runs, on any conformant Kubernetes: the
+    provider from the descriptor's kubeconfig context (the kubeconfig of whoever runs the
+    deploy, inside the customer's network), the customer's own storage classes, and no AWS
+    resource, provider or invoke at all."""
+    provider = k8s.Provider(PROVIDER_NAME, context=descriptor.cluster.context, enable_server_side_apply=True)
+    platform_record(descriptor, provider)
+    services = build_customer_services(config, descriptor, provider)
+    training = build_training(config, descriptor, services, provider, layer.platform_images)
+    pulumi.export("environment", config.environment)
+    pulumi.export("cluster", descriptor.cluster.context)
+    return ClusterLayer(descriptor, config, provider, None, services, training)
+
+
+def platform_facts(descriptor: CustomerClusterDescriptor) -> dict[str, str]:
+    """What the descriptor says about the customer's infrastructure, as the platform
+    ConfigMap records it: flat keys, nothing secret."""
+    store = descriptor.object_storage
+    facts = {
+        "cluster.context": descriptor.cluster.context,
+        "cluster.kubernetesVersion": descriptor.cluster.kubernetes_version,
+        "registry.host": descriptor.registry.host,
+        "objectStore.endpoint": store.endpoint,
+        "objectStore.region": store.region,
+        "objectStore.encryptionAtRest": store.encryption_at_rest,
+        **{f"objectStore.buckets.{c}": b for c, b in store.buckets.items()},
+        "storageClasses.default": descriptor.storage_classes.default,
+    }
+    if descriptor.storage_classes.shared:
+        facts["storageClasses.shared"] = descriptor.storage_classes.shared
+    for group in descriptor.nodes:
+        facts[f"nodes.{group.name}"] = (f"{group.count} x {group.instance_type}"
+                                        + (f", {group.gpus} x {group.gpu_model}" if group.gpus else ""))
+        if group.fabric is not None:
+            f = group.fabric
+            facts[f"nodes.{group.name}.fabric"] = f"{f.kind}, {len(f.hcas)} x {f.port_rate_gbps} Gb/s ({','.join(f.hcas)})"
+    return facts
+
+
+def platform_record(descriptor: CustomerClusterDescriptor, provider: k8s.Provider) -> pulumi.Resource:
+    """The mlplat-system namespace and its ConfigMap of the descriptor's facts, where the
+    policy pack reads the object store's encryption at rest and people read the rest."""
+    opts = pulumi.ResourceOptions(provider=provider)
+    namespace = create(system_namespace(SYSTEM_NAMESPACES[PLATFORM_NAMESPACE]), opts)
+    return create(platform_config_map(platform_facts(descriptor)),
+                  pulumi.ResourceOptions(provider=provider, depends_on=[namespace]))

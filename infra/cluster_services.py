@@ -4,20 +4,20 @@ entries are the cloud layer's (`tenant_access`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.addons import AddonsArgs, ClusterAddons, LustreVolume
+from components.addons import AddonsArgs, ClusterAddons, LustreVolume, SharedScratch
 from components.addons.alerts import AlertThresholds
 from components.addons.plan import addon_context, chart_mirror, gpu_pools
 from components.specs.cluster import default_storage_class
 from components.tenancy import Tenancy, TenancyArgs, TenantAccess, TenantAccessArgs
 from components.tenancy_spec import tenants_from_config
 from infra.config import PlatformConfig
-from infra.descriptor import ClusterDescriptor
+from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
 
 # The encrypted default StorageClass the cluster layer creates (gp3, volumes key).
 STORAGE_CLASS = default_storage_class("")["metadata"]["name"]
@@ -84,3 +84,45 @@ def lustre_volume(config: PlatformConfig, descriptor: ClusterDescriptor) -> Lust
         return None
     fs = descriptor.lustre
     return LustreVolume(fs.file_system_id, fs.dns_name, fs.mount_name, config.storage.lustre.storage_capacity_gib)
+
+
+def build_customer_services(
+    config: PlatformConfig,
+    descriptor: CustomerClusterDescriptor,
+    k8s_provider: k8s.Provider,
+) -> ClusterServices:
+    """Tenancy and add-ons on a cluster the customer runs: the same tenants and queues,
+    telemetry on its default storage class, every image and chart from its registry; the
+    GPU Operator with the driver and the container toolkit (bare metal), the Network
+    Operator for its RDMA fabric; each tenant's shared scratch on its ReadWriteMany class.
+    None of the AWS-only add-ons (EFA device plugin, FSx CSI driver, EBS, the load balancer
+    controller, Pod Identity): its nodes have none of what they serve."""
+    providers = {"kubernetes": k8s_provider}
+    tenants = tenants_from_config(config.tenants)
+    tenancy = Tenancy(
+        "tenancy",
+        # Tenants' pods reach the object store (HTTPS) and nothing else outside the cluster.
+        TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.object_storage.cidrs)),
+        opts=pulumi.ResourceOptions(providers=providers),
+    )
+    telemetry = config.addons.telemetry
+    fabrics = tuple((g.name, g.fabric.node_fabric()) for g in descriptor.nodes if g.fabric is not None)
+    context = replace(addon_context(config, "", descriptor.storage_classes.default),
+                      registry=descriptor.registry_host, bare_metal=True, fabrics=fabrics)
+    labelled = {g.instance_type: tuple(sorted(g.labels.items())) for g in descriptor.nodes}
+    pools = tuple(replace(p, node_labels=labelled.get(p.instance_type, ())) for p in gpu_pools(config.node_pools))
+    shared = descriptor.storage_classes.shared
+    addons = ClusterAddons(
+        "addons",
+        AddonsArgs(
+            context=context,
+            pools=pools,
+            tenants=tenants,
+            tenant_namespaces=tenancy.namespaces,
+            chart_mirror=descriptor.chart_mirror,
+            thresholds=AlertThresholds(telemetry.gpu_temperature_celsius, telemetry.gpu_idle_percent),
+            shared_scratch=SharedScratch(shared, descriptor.storage_classes.scratch_gib) if shared else None,
+        ),
+        opts=pulumi.ResourceOptions(providers=providers),
+    )
+    return ClusterServices(tenancy, addons)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_serializer, model_validator)
 from pydantic.alias_generators import to_camel
 
 from components import lustre_spec
@@ -865,7 +865,15 @@ class InferenceConfig(_Model):
         return value
 
 
-Environment = Literal["dev", "staging", "prod", "smb"]
+Environment = Literal["dev", "staging", "prod", "smb", "onprem"]
+# Validation context of the settings of a cluster the customer runs (infra/descriptor.py
+# customer_settings): the checks of what only the cloud layer builds (zones, the EKS
+# administrators, Lustre's placement) do not apply there.
+CUSTOMER_SITE = "customer_site"
+
+
+def _customer_site(info: ValidationInfo) -> bool:
+    return bool((info.context or {}).get(CUSTOMER_SITE))
 LAYER_KEY = f"{PROJECT}:layer"
 CLUSTER_SUFFIX = "-cluster"  # prod's cluster layer is the stack prod-cluster
 
@@ -922,7 +930,9 @@ class PlatformConfig(_Model):
         return self.network.zone_ids or REGION_ZONE_IDS.get(self.region, ())
 
     @model_validator(mode="after")
-    def _zones_known(self) -> PlatformConfig:
+    def _zones_known(self, info: ValidationInfo) -> PlatformConfig:
+        if _customer_site(info):
+            return self
         if not self.zone_ids:
             raise _KeyError(
                 f"{PROJECT}:network.zoneIds",
@@ -958,7 +968,9 @@ class PlatformConfig(_Model):
         return None
 
     @model_validator(mode="after")
-    def _administrators(self) -> PlatformConfig:
+    def _administrators(self, info: ValidationInfo) -> PlatformConfig:
+        if _customer_site(info):
+            return self  # no EKS access entries: the customer's cluster has its own administrators
         for key, role in (("deployerRole", self.cluster.deployer_role), ("breakGlassRole", self.cluster.break_glass_role)):
             if role is None:
                 raise _KeyError(f"{PROJECT}:cluster.{key}", "is not set; name the role (in the deploying account) "
@@ -1035,7 +1047,9 @@ class PlatformConfig(_Model):
                 if wanted is None or t.name in wanted}
 
     @model_validator(mode="after")
-    def _lustre_placed(self) -> PlatformConfig:
+    def _lustre_placed(self, info: ValidationInfo) -> PlatformConfig:
+        if _customer_site(info):
+            return self  # the shared scratch is the customer's ReadWriteMany storage class
         if self.storage.lustre.enabled and self.lustre_zone_id is None:
             raise _KeyError(
                 f"{PROJECT}:storage.lustre.enabled",
@@ -1239,21 +1253,23 @@ def _describe(error: Mapping[str, Any], root: type[BaseModel], cluster: bool = F
     return f"{value!r}: {error['msg']}"
 
 
-def parse_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool = False) -> PlatformConfig:
+def parse_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool = False,
+                 context: Mapping[str, Any] | None = None) -> PlatformConfig:
     """Validate a flat `namespace:key -> value` mapping into a PlatformConfig (an
     environment's settings, as its cloud layer reads them).
 
     `source` names where the values came from, for the error line. Values may be native
     (from YAML) or JSON strings (how the engine hands structured config to a program).
     """
-    config = parse_layer_config(raw, source, from_stack_file=from_stack_file)
+    config = parse_layer_config(raw, source, from_stack_file=from_stack_file, context=context)
     if isinstance(config, ClusterLayerConfig):
         raise ConfigError(f"{source}: {LAYER_KEY}: is a cluster layer, whose settings come from its descriptor; "
                           "name the environment's cloud layer stack instead")
     return config
 
 
-def parse_layer_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool = False) -> LayerConfig:
+def parse_layer_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool = False,
+                       context: Mapping[str, Any] | None = None) -> LayerConfig:
     """A stack's config, as the layer its `mlplat:layer` names (cloud when unset)."""
     cluster = _maybe_json(raw.get(LAYER_KEY)) == "cluster"
     fields: dict[str, Any] = {}
@@ -1279,7 +1295,7 @@ def parse_layer_config(raw: Mapping[str, Any], source: str, *, from_stack_file: 
         )
     model: type[_Model] = ClusterLayerConfig if cluster else PlatformConfig
     try:
-        return model.model_validate(fields)  # type: ignore[return-value]
+        return model.model_validate(fields, context=dict(context or {}))  # type: ignore[return-value]
     except _KeyError as err:  # raised directly by a model validator on the root
         raise ConfigError(f"{source}: {err.key}: {err}") from None
     except ValidationError as err:
@@ -1380,12 +1396,13 @@ def _existing_stack_file(stack: str, stacks_dir: Path) -> Path:
     return path
 
 
-def settings_from_descriptor(settings: Mapping[str, Any], source: str) -> PlatformConfig:
+def settings_from_descriptor(settings: Mapping[str, Any], source: str, *, customer_site: bool = False) -> PlatformConfig:
     """The environment's settings as a descriptor carries them (PlatformConfig fields,
-    camelCase), validated as the cloud layer validated them."""
+    camelCase), validated as the cloud layer validated them (on a customer's cluster,
+    without the checks of what only the cloud layer builds)."""
     flat = {(AWS_REGION_KEY if key == "region" else f"{PROJECT}:{key}"): _whole_numbers(value)
             for key, value in settings.items()}
-    return parse_config(flat, source)
+    return parse_config(flat, source, context={CUSTOMER_SITE: True} if customer_site else None)
 
 
 def _whole_numbers(value: Any) -> Any:

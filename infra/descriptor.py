@@ -11,12 +11,17 @@ the field and the layer, before anything is created.
 
 from __future__ import annotations
 
-from typing import Any
+import ipaddress
+import json
+import re
+from typing import Any, Literal
 
 import pulumi
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from infra.config import ConfigError, _Model
+from components.fabric_spec import FABRICS, RDMA_SHARED_RESOURCE, NodeFabric, fabric_problem
+from infra.config import PROJECT, REPO_ROOT, ConfigError, _Model
+from infra.versions import CHARTS_PREFIX, KUBERNETES_VERSION, NODE_OS
 
 OUTPUT = "clusterDescriptor"
 
@@ -78,28 +83,465 @@ class ClusterDescriptor(_Descriptor):
     settings: dict[str, Any] = Field(min_length=1)
 
 
-def parse_descriptor(data: Any, *, layer: str, source: str, environment: str, region: str) -> ClusterDescriptor:
+# --- A cluster the customer runs ----------------------------------------------------
+#
+# The customer's own in-country cluster (on-premises, or at another in-country provider):
+# any conformant Kubernetes, reached through a kubeconfig context, with the customer's
+# S3-compatible object store, container and chart registry, storage classes, GPU nodes on
+# InfiniBand or RoCE, and PostgreSQL and Redis. The stack config states it once, in
+# `mlplat:descriptor` (docs/onprem.md); nothing in it is secret: credentials stay in
+# Kubernetes Secrets the customer makes, which the descriptor only names.
+
+_HOST = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+(:[0-9]{1,5})?$"
+_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS label: Secret, StorageClass names
+_LABEL_VALUE = r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$"
+# The data classes of the cloud layer's buckets that the cluster layer reads and writes.
+CUSTOMER_BUCKETS = ("datasets", "models", "checkpoints")
+# The label every group's nodes carry: the pool they belong to (EKS node groups set it on AWS).
+POOL_LABEL = "mlplat.io/pool"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+class _Strict(_Model):
+    """The customer writes these by hand: an unknown key is a mistake, never ignored."""
+
+
+def _cidrs(value: tuple[str, ...]) -> tuple[str, ...]:
+    for cidr in value:
+        try:
+            network = ipaddress.ip_network(cidr)
+        except ValueError:
+            raise ValueError(f"{cidr!r} is not a CIDR, e.g. 10.20.0.0/24") from None
+        if network.prefixlen == 0:
+            raise ValueError(f"{cidr!r} is every address; list the service's own networks")
+    return value
+
+
+class SecretKeyRef(_Strict):
+    """A key of a Kubernetes Secret the customer makes (never its value)."""
+
+    name: str = Field(pattern=_NAME)
+    key: str = Field(pattern=r"^[-._a-zA-Z0-9]+$")
+
+
+class CustomerCluster(_Strict):
+    context: str = Field(min_length=1)  # the kubeconfig context `pulumi up` uses
+    kubernetes_version: str = Field(pattern=r"^1\.[0-9]{2}$")
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _checked_version(cls, value: str) -> str:
+        if value != KUBERNETES_VERSION:
+            raise ValueError(f"{value!r}: the platform's manifests are rendered and validated against Kubernetes "
+                             f"{KUBERNETES_VERSION} (infra/versions.py KUBERNETES_VERSION); run a "
+                             f"{KUBERNETES_VERSION} cluster, or validate the platform against {value} first")
+        return value
+
+
+class CustomerRegistry(_Strict):
+    # The container and chart registry `mlplat mirror` copies every image and chart into
+    # (e.g. Harbor): <host>/mlplat/<environment>/mirror/<name>, .../charts/<chart>.
+    host: str = Field(pattern=_HOST)
+
+
+class ObjectStorage(_Strict):
+    # An S3-compatible endpoint (Ceph RGW, MinIO), over TLS only.
+    endpoint: str
+    # The region the store signs requests for (Ceph RGW's zonegroup, MinIO's region).
+    region: str = Field(min_length=1)
+    # PEM of the CA that signed the endpoint's certificate; pods verify against it.
+    ca_bundle: str
+    buckets: dict[str, str]  # data class -> bucket name
+    # How the store encrypts at rest (its own encryption: no KMS key of ours exists here),
+    # stated so the policy pack and the security team see it, e.g. "Ceph RGW SSE-S3 with
+    # keys in HashiCorp Vault".
+    encryption_at_rest: str = Field(min_length=10)
+    # Where the endpoint's addresses are: pods that reach it get egress to these on 443.
+    cidrs: tuple[str, ...] = Field(min_length=1)
+    # The Secret (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) each namespace that reads or
+    # writes the store holds, with that namespace's own rights.
+    credentials_secret: str = Field(default="object-store", pattern=_NAME)
+
+    _networks = field_validator("cidrs")(_cidrs)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _tls(cls, value: str) -> str:
+        if value.lower().startswith("http://"):
+            raise ValueError(f"{value!r} has no TLS; the object store must be reached over https:// (its CA goes "
+                             "in objectStorage.caBundle)")
+        if not re.match(r"^https://[a-z0-9.-]+(:[0-9]{1,5})?/?$", value):
+            raise ValueError(f"{value!r} is not an https:// endpoint (https://<host>[:<port>])")
+        return value.rstrip("/")
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _pem(cls, value: str) -> str:
+        if "-----BEGIN CERTIFICATE-----" not in value or "-----END CERTIFICATE-----" not in value:
+            raise ValueError("is not a PEM certificate bundle (-----BEGIN CERTIFICATE----- ...)")
+        return value
+
+    @field_validator("buckets")
+    @classmethod
+    def _buckets(cls, value: dict[str, str]) -> dict[str, str]:
+        missing = [c for c in CUSTOMER_BUCKETS if c not in value]
+        if missing:
+            raise ValueError(f"lacks {', '.join(missing)}; name a bucket for each of {', '.join(CUSTOMER_BUCKETS)}")
+        for data_class, bucket in value.items():
+            if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
+                raise ValueError(f"{data_class}: {bucket!r} is not a bucket name")
+        return value
+
+    @property
+    def host(self) -> str:
+        return self.endpoint.removeprefix("https://").split(":")[0]
+
+
+class StorageClasses(_Strict):
+    default: str = Field(pattern=_NAME)  # ReadWriteOnce volumes: Prometheus, Alertmanager
+    # ReadWriteMany (CephFS, NFS, a parallel file system): each tenant's shared scratch,
+    # where multi-node training keeps its checkpoints. None: single-node training only.
+    shared: str | None = Field(default=None, pattern=_NAME)
+    scratch_gib: int = Field(default=1024, ge=1, alias="scratchGiB")  # each tenant's claim
+
+
+class Fabric(_Strict):
+    """A GPU node's RDMA fabric (components/fabric_spec.py NodeFabric)."""
+
+    kind: str
+    hcas: tuple[str, ...] = Field(min_length=1)  # mlx5_0, ... as the kernel names them
+    port_rate_gbps: int = Field(alias="portRateGbps")
+    rdma_resource: str = Field(default=RDMA_SHARED_RESOURCE, pattern=r"^[a-z0-9.-]+/[a-z0-9_.-]+$")
+    gid_index: int | None = Field(default=None, ge=0)
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        problem = fabric_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("hcas")
+    @classmethod
+    def _hcas(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for hca in value:
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", hca):
+                raise ValueError(f"{hca!r} is not an RDMA device name as the kernel gives it (e.g. mlx5_0)")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{list(value)}: an HCA is listed twice")
+        return value
+
+    @model_validator(mode="after")
+    def _rate_and_gid(self) -> Fabric:
+        from infra.config import _FieldError
+
+        rates = FABRICS[self.kind].port_rates_gbps
+        if self.port_rate_gbps not in rates:
+            raise _FieldError("portRateGbps", f"{self.port_rate_gbps} is not a {self.kind} port rate; allowed: "
+                              f"{', '.join(map(str, rates))}")
+        if self.kind == "roce" and self.gid_index is None:
+            raise _FieldError("gidIndex", "is required on RoCE (the GID index of RoCE v2, NCCL_IB_GID_INDEX; "
+                              "`show_gids` lists it)")
+        if self.kind != "roce" and self.gid_index is not None:
+            raise _FieldError("gidIndex", f"is for RoCE only; {self.kind} addresses ports by LID")
+        return self
+
+    def node_fabric(self) -> NodeFabric:
+        return NodeFabric(kind=self.kind, hcas=tuple(self.hcas), port_rate_gbps=self.port_rate_gbps,
+                          rdma_resource=self.rdma_resource, gid_index=self.gid_index)
+
+
+class NodeGroup(_Strict):
+    """A group of identical nodes. The platform selects them as it does EKS's nodes: by
+    `mlplat.io/pool: <name>` and `node.kubernetes.io/instance-type: <instanceType>`, which
+    EKS sets and a customer sets on its own nodes (kubelet --node-labels, or kubectl
+    label); `labels` are further labels they carry that GPU jobs must also match."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")
+    role: Literal["system", "cpu", "gpu", "inference"]
+    count: int = Field(ge=1)
+    instance_type: str = Field(pattern=_LABEL_VALUE, max_length=63)  # the node class
+    labels: dict[str, str] = {}
+    cpus: int = Field(ge=1)
+    memory_gib: int = Field(ge=1, alias="memoryGiB")
+    gpus: int = Field(default=0, ge=0)
+    gpu_model: str | None = None  # a GPU model of infra/catalog.py GPUS (h100, ...)
+    os: str | None = None  # the nodes' OS: the plan's driver builds are for infra.versions.NODE_OS
+    fabric: Fabric | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            if key in (POOL_LABEL, INSTANCE_TYPE_LABEL):
+                raise ValueError(f"{key}: is set from the group's {'name' if key == POOL_LABEL else 'instanceType'}; "
+                                 "leave it out of labels")
+            if not re.fullmatch(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", key) or \
+                    not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", label):
+                raise ValueError(f"{key}: {label!r} is not a Kubernetes label")
+        return value
+
+    @model_validator(mode="after")
+    def _gpus(self) -> NodeGroup:
+        from infra.catalog import GPUS, gpu_model_message
+        from infra.config import _FieldError
+
+        if self.role in ("gpu", "inference") and not self.gpus:
+            raise _FieldError("gpus", f"is 0 but the group's role is {self.role!r}; state the GPUs per node")
+        if self.gpus:
+            if self.gpu_model is None:
+                raise _FieldError("gpuModel", "is required with gpus (e.g. h100)")
+            if self.gpu_model not in GPUS:
+                raise _FieldError("gpuModel", gpu_model_message(self.gpu_model))
+            if self.os != NODE_OS:
+                raise _FieldError("os", f"{self.os!r}: the GPU and DOCA driver builds the platform mirrors are for "
+                                  f"{NODE_OS} (infra/versions.py NODE_OS); GPU nodes must run it")
+        if self.fabric is not None and not self.gpus:
+            raise _FieldError("fabric", "is for GPU nodes; the fabric carries their collectives")
+        if self.role == "gpu" and self.fabric is None and self.count > 1:
+            raise _FieldError("fabric", "is required for a gpu group of several nodes (their collectives need "
+                              "InfiniBand or RoCE); state kind, hcas and portRateGbps")
+        return self
+
+    @property
+    def selector(self) -> dict[str, str]:
+        """Every label that picks exactly this group's nodes."""
+        return {POOL_LABEL: self.name, INSTANCE_TYPE_LABEL: self.instance_type, **self.labels}
+
+    def node_class(self):
+        """The group's nodes as the instance catalog describes a node (infra/catalog.py)."""
+        from infra.catalog import GPUS, InstanceType
+
+        fabric = self.fabric
+        return InstanceType(
+            name=self.instance_type, vcpus=self.cpus, memory_gib=self.memory_gib,
+            network_gbps=float(fabric.port_rate_gbps * len(fabric.hcas)) if fabric else 0.0,
+            network_cards=len(fabric.hcas) if fabric else 1, efa_interfaces=0,
+            gpu=GPUS[self.gpu_model] if self.gpu_model else None, gpus=self.gpus,
+            rdma_hcas=len(fabric.hcas) if fabric else 0)
+
+
+class PostgresService(_Strict):
+    # The DSN (postgresql://user:password@host:5432/mlflow?sslmode=verify-full) in a Secret of
+    # the tracking server's namespace: never in the stack config or Pulumi's state.
+    dsn_secret: SecretKeyRef
+    cidrs: tuple[str, ...] = Field(min_length=1)
+
+    _networks = field_validator("cidrs")(_cidrs)
+
+
+class RedisService(_Strict):
+    endpoint: str = Field(pattern=r"^[a-z0-9.-]+:[0-9]{1,5}$")  # host:port, TLS
+    # The password of each feature project's user, in a Secret of its tenant's namespace.
+    password_secret: SecretKeyRef
+    cidrs: tuple[str, ...] = Field(min_length=1)
+
+    _networks = field_validator("cidrs")(_cidrs)
+
+    @property
+    def host(self) -> str:
+        return self.endpoint.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1])
+
+
+class BackingServices(_Strict):
+    postgres: PostgresService | None = None  # MLflow's database; None: no tracking server
+    redis: RedisService | None = None  # Feast's online store; None: no feature store
+
+
+class CustomerClusterDescriptor(_Strict):
+    """A cluster the customer runs, as its cluster layer's stack config states it."""
+
+    environment: str = Field(min_length=1)
+    region: str = Field(pattern=r"^[a-z][a-z0-9-]{1,30}$")  # the in-country site, e.g. ae-auh-dc1
+    cluster: CustomerCluster
+    registry: CustomerRegistry
+    object_storage: ObjectStorage
+    storage_classes: StorageClasses
+    nodes: tuple[NodeGroup, ...] = Field(min_length=1)
+    services: BackingServices = BackingServices()
+    # The environment's Kubernetes-half settings (PlatformConfig fields, camelCase):
+    # tenants, training, tracking, features, inference, addons, owner, costCenter, ...
+    settings: dict[str, Any] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _groups(self) -> CustomerClusterDescriptor:
+        names = [g.name for g in self.nodes]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"node group {name!r} is named twice; names must be unique")
+        classes: dict[str, NodeGroup] = {}
+        for group in self.nodes:
+            other = classes.setdefault(group.instance_type, group)
+            if other.node_class() != group.node_class() or other.fabric != group.fabric:
+                raise ValueError(f"groups {other.name!r} and {group.name!r} share instanceType "
+                                 f"{group.instance_type!r} but not their facts; give each kind of node its own")
+        if not any(g.role in ("system", "cpu") for g in self.nodes):
+            raise ValueError("no system or cpu group: the platform's services need nodes without GPUs")
+        return self
+
+    # What the cluster layer reads the same way from either descriptor.
+    @property
+    def registry_host(self) -> str:
+        return self.registry.host
+
+    @property
+    def buckets(self) -> dict[str, str]:
+        return dict(self.object_storage.buckets)
+
+    @property
+    def chart_mirror(self) -> str:
+        return f"oci://{self.registry.host}/{CHARTS_PREFIX.format(environment=self.environment)}"
+
+    def group(self, name: str) -> NodeGroup:
+        return next(g for g in self.nodes if g.name == name)
+
+    @property
+    def fabrics(self) -> dict[str, NodeFabric]:
+        """Each GPU group's fabric, by group name."""
+        return {g.name: g.fabric.node_fabric() for g in self.nodes if g.fabric is not None}
+
+
+def policy_config(environment: str) -> dict[str, Any]:
+    path = REPO_ROOT / "policies" / "config" / f"{environment}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"policies/config/{environment}.json: missing; the environment's policy config names the "
+                          "registries its images may come from") from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"policies/config/{environment}.json: cannot be read ({err})") from None
+
+
+REGISTRY_RULE = "k8s-images-from-allowed-registries"
+
+
+def check_registry_allowed(descriptor: CustomerClusterDescriptor, where: str) -> None:
+    """The registry must be one the environment's policy config allows: the pack would
+    refuse every image from another, after the fact."""
+    allowed = list((policy_config(descriptor.environment).get(REGISTRY_RULE) or {}).get("allowedRegistries") or [])
+    host = descriptor.registry.host
+    for pattern in allowed:
+        host_pattern = pattern.partition("/")[0].lower()
+        if re.fullmatch(re.escape(host_pattern).replace(r"\*", r"[^./]+"), host):
+            return
+    raise ConfigError(f"{where}: `registry.host`: {host} is not in the registry allow-list of "
+                      f"policies/config/{descriptor.environment}.json ({REGISTRY_RULE}: "
+                      f"{', '.join(allowed) or 'none'}); mirror into an allowed registry, or have the allow-list "
+                      "name it")
+
+
+def parse_descriptor(data: Any, *, layer: str, source: str, environment: str,
+                     region: str) -> ClusterDescriptor | CustomerClusterDescriptor:
     """The descriptor, checked against the layer that reads it: same environment, same
-    region. `source` says where it came from (a StackReference or a config key)."""
+    region. `source` says where it came from (a StackReference or a config key). A
+    descriptor with a `cluster` section describes a cluster the customer runs
+    (CustomerClusterDescriptor); the cloud layer's names its EKS cluster instead."""
     where = f"cluster layer {layer}: {source}"
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected the cloud layer's `{OUTPUT}` object, got {type(data).__name__}")
+    customer = isinstance(data.get("cluster"), dict)
+    model: type[_Model] = CustomerClusterDescriptor if customer else ClusterDescriptor
     try:
-        descriptor = ClusterDescriptor.model_validate(data)
+        descriptor = model.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "descriptor"
+        first = err.errors(include_url=False)[0]
+        field = _field_path(first["loc"]) or "descriptor"
         if first["type"] == "missing":
-            raise ConfigError(f"{where} lacks `{field}`; re-run the cloud layer's `pulumi up` so it exports it, "
-                              "or set it in the descriptor") from None
-        raise ConfigError(f"{where}: `{field}`: {first['msg']}") from None
+            hint = ("set it in the descriptor (docs/onprem.md lists every field)" if customer else
+                    "re-run the cloud layer's `pulumi up` so it exports it, or set it in the descriptor")
+            raise ConfigError(f"{where} lacks `{field}`; {hint}") from None
+        if first["type"] == "extra_forbidden":
+            raise ConfigError(f"{where}: `{field}`: unknown key; docs/onprem.md lists the descriptor's fields") from None
+        from infra.config import _FieldError
+
+        error = (first.get("ctx") or {}).get("error")
+        if isinstance(error, _FieldError):
+            field = _field_path((*first["loc"], error.field))
+        raise ConfigError(f"{where}: `{field}`: {error or first['msg']}") from None
     if descriptor.region != region:
         raise ConfigError(f"{where} describes region {descriptor.region}, but this layer deploys to {region}; "
                           "point it at the cloud layer of its own region")
     if descriptor.environment != environment:
         raise ConfigError(f"{where} describes environment {descriptor.environment!r}, but this layer is "
                           f"{environment!r}; point it at the cloud layer of its own environment")
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        check_registry_allowed(descriptor, where)
     return descriptor
+
+
+# Settings a customer's cluster states elsewhere in its descriptor, or that only the cloud
+# layer reads, with where they go instead.
+_NOT_CUSTOMER_SETTINGS = {
+    "region": "the descriptor's `region` is the site",
+    "environment": "the descriptor's `environment` names it",
+    "residency": "the cluster is in-country by construction; its `region` is the site",
+    "nodePools": "the descriptor's `nodes` describe the customer's nodes",
+    "storage": "the descriptor's `objectStorage` and `storageClasses` describe the customer's storage",
+    "network": "the customer's networks are the `cidrs` of objectStorage and services",
+    "cluster": "the descriptor's `cluster` names the kubeconfig context",
+    "deployRunner": "the cluster layer is applied from inside the customer's network",
+    "layer": "the stack's mlplat:layer says it",
+}
+
+
+def customer_settings(descriptor: CustomerClusterDescriptor, where: str) -> dict[str, Any]:
+    """The environment's settings (PlatformConfig fields, camelCase) for a cluster the
+    customer runs: the descriptor's `settings` plus what its other sections say (the site,
+    the node groups as pools of their node classes, a shared scratch where a ReadWriteMany
+    class is named). Registers the node classes in the instance catalog first."""
+    from infra.catalog import NodeClassError, register_node_class
+
+    settings = dict(descriptor.settings)
+    for key in settings:
+        if key in _NOT_CUSTOMER_SETTINGS:
+            raise ConfigError(f"{where}: `settings.{key}`: is not set on a customer's cluster; "
+                              f"{_NOT_CUSTOMER_SETTINGS[key]}")
+    addons = dict(settings.get("addons") or {})
+    if "chartMirror" in addons:
+        raise ConfigError(f"{where}: `settings.addons.chartMirror`: is not set on a customer's cluster; charts come "
+                          f"from registry.host ({descriptor.chart_mirror})")
+    mode = addons.setdefault("devicePluginMode", "gpu-operator")
+    if mode != "gpu-operator" and any(g.gpus for g in descriptor.nodes):
+        raise ConfigError(f"{where}: `settings.addons.devicePluginMode`: {mode!r}: bare-metal GPU nodes need the "
+                          "driver and the container toolkit, which only the GPU Operator installs; use gpu-operator "
+                          "or leave it unset")
+    for key, service, needs in (("tracking", descriptor.services.postgres, "services.postgres (MLflow's database)"),
+                                ("features", descriptor.services.redis, "services.redis (Feast's online store)")):
+        section = dict(settings.get(key) or {})
+        if section.setdefault("enabled", service is not None) and service is None:
+            raise ConfigError(f"{where}: `settings.{key}.enabled`: is true but the descriptor names no {needs}; "
+                              f"add it, or set settings.{key}.enabled: false")
+        settings[key] = section
+    for index, group in enumerate(descriptor.nodes):
+        try:
+            register_node_class(group.node_class())
+        except NodeClassError as err:
+            raise ConfigError(f"{where}: `nodes[{index}].instanceType`: {err}") from None
+    return {
+        **settings,
+        "addons": addons,
+        "region": descriptor.region,
+        "environment": descriptor.environment,
+        "residency": {"allowedRegions": [descriptor.region]},
+        "nodePools": [{"name": g.name, "role": g.role, "instanceType": g.instance_type, "minSize": g.count,
+                       "maxSize": g.count} for g in descriptor.nodes],
+        # Multi-node training keeps its checkpoints on a shared file system: here, each
+        # tenant's claim of the ReadWriteMany class.
+        "storage": {"lustre": {"enabled": descriptor.storage_classes.shared is not None}},
+    }
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    """('nodes', 1, 'fabric', 'kind') -> 'nodes[1].fabric.kind'."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
 
 
 def cluster_descriptor_output(*, environment: str, region: str, account_id: str, cluster: Any, vpc_cidr: str,

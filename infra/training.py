@@ -5,7 +5,7 @@ infra/training_plan.py) turned into its Pod Identity role in the cloud layer and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import pulumi
@@ -13,26 +13,40 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.addons.queues import LOCAL_QUEUE
-from components.addons.volumes import SCRATCH_CLAIM
+from components.addons.volumes import SCRATCH_CLAIM, SHARED_SCRATCH_CLAIM
+from components.fabric_spec import NodeFabric
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.training import TrainingJob, TrainingJobArgs
 from components.tracking_spec import SERVER_URI, tenant_statements
 from components.training_spec import TrainingPlan, s3_statements, training_args
 from infra.config import PlatformConfig
-from infra.descriptor import ClusterDescriptor
+from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
 from infra.training_plan import ResolvedTraining, resolve_training
-from infra.versions import image_uri, registry_host
+from infra.versions import image_ref, registry_host
 
 # Synthetic shards when no data path is given: enough tokens that a smoke run of a few
 # hundred steps does not repeat its data much, small enough to write in seconds.
 SYNTHETIC_TOKENS = 20_000_000
 
 
+def with_fabric(plan: TrainingPlan, fabric: NodeFabric | None) -> TrainingPlan:
+    """The plan on a customer's RDMA fabric: its JobSets request the fabric's RDMA resource
+    and carry NCCL's InfiniBand (or RoCE) settings (components/training_spec.py)."""
+    if fabric is None or "fabric" not in {f.name for f in fields(TrainingPlan)}:
+        return plan
+    return replace(plan, fabric=fabric)  # type: ignore[call-arg]
+
+
 def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str,
-                  built: Mapping[str, str]) -> TrainingPlan:
-    """`built`: the platform images' digests as CI recorded them (mlplat:platformImages)."""
+                  built: Mapping[str, str], *, registry: str = "", fabric: NodeFabric | None = None,
+                  scratch_claim: str = SCRATCH_CLAIM) -> TrainingPlan:
+    """`built`: the platform images' digests as CI recorded them (mlplat:platformImages).
+    `registry`: the environment's registry host (default: the account's in-region ECR);
+    `fabric`: the pool's RDMA fabric on a customer's cluster; `scratch_claim`: each
+    tenant's shared scratch claim (Lustre on AWS)."""
     s = job.settings
     instance = job.instance
+    host = registry or registry_host(account_id, config.region)
     plan = TrainingPlan(
         name=s.name,
         namespace=job.tenant.name,
@@ -42,19 +56,20 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
         efa=job.pool.efa,
         nodes=job.nodes,
         min_nodes=job.min_nodes,
-        image=image_uri("training", account_id, config.region, config.environment, built),
-        checks_image=image_uri("checks", account_id, config.region, config.environment, built),
+        image=image_ref("training", host, config.environment, built),
+        checks_image=image_ref("checks", host, config.environment, built),
         service_account=s.name,
-        lustre_claim=SCRATCH_CLAIM if job.lustre else None,
+        lustre_claim=scratch_claim if job.lustre else None,
         min_busbw_gbps=job.min_busbw_gbps,
     )
     # The same global batch at every node count from min_nodes to nodes: a job that shrinks
     # raises its gradient accumulation instead of changing the optimisation (or stopping).
     global_batch = job.global_batch
+    plan = with_fabric(plan, fabric)
     if s.framework != "torchrun":
         # The tenant's image from the environment's in-region registry, as every image here.
         return replace(plan, framework=s.framework, command=tuple(s.command or ()),
-                       user_image=f"{registry_host(account_id, config.region)}/{s.image}")
+                       user_image=f"{host}/{s.image}")
     p = s.parallel
     args = training_args(s.name, plan.work_dir, model=s.model, strategy=s.strategy, precision=s.precision,
                          compile=s.compile, max_steps=s.max_steps, micro_batch=s.micro_batch,
@@ -64,9 +79,12 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
     return replace(plan, train_args=args)
 
 
-def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor, plan: TrainingPlan) -> tuple[tuple[str, str], ...]:
+def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
+                 plan: TrainingPlan) -> tuple[tuple[str, str], ...]:
     """The trainer's MLflow run as its tenant's user (the password read from the tenant's
     secret with the job's own role), and the checkpoints bucket rank 0 copies to."""
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        return ()  # TODO(onprem): the tracking server on a customer's cluster
     if descriptor.tracking is None or not config.tracking.enabled:
         return ()
     return (
@@ -118,7 +136,7 @@ def training_identity(
 
 def build_training(
     config: PlatformConfig,
-    descriptor: ClusterDescriptor,
+    descriptor: ClusterDescriptor | CustomerClusterDescriptor,
     services: Any,  # infra.cluster_services.ClusterServices
     k8s_provider: k8s.Provider,
     built: Mapping[str, str],
@@ -127,7 +145,11 @@ def build_training(
     job = resolve_training(config)
     if job is None:
         return None
-    plan = training_plan(config, job, descriptor.account_id, built)
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        plan = training_plan(config, job, "", built, registry=descriptor.registry_host,
+                             fabric=descriptor.fabrics.get(job.pool.name), scratch_claim=SHARED_SCRATCH_CLAIM)
+    else:
+        plan = training_plan(config, job, descriptor.account_id, built, registry=descriptor.registry_host)
     plan = replace(plan, tracking_env=tracking_env(config, descriptor, plan))
     namespace = services.tenancy.namespaces.get(plan.namespace)
     return TrainingJob(

@@ -111,10 +111,10 @@ def resolve_training(config: Any) -> ResolvedTraining | None:
         raise TrainingConfigError("minNodes", f"{min_nodes} is above nodes {nodes}; set minNodes <= nodes")
     lustre = config.storage.lustre.enabled
     if nodes > 1 and not lustre:
-        raise TrainingConfigError(
-            "nodes", f"{nodes} nodes need a shared file system for checkpoints; set storage.lustre.enabled: true "
-            "or run on 1 node"
-        )
+        fix = ("name a ReadWriteMany class in the descriptor's storageClasses.shared"
+               if pool.instance.customer_node_class else "set storage.lustre.enabled: true")
+        raise TrainingConfigError("nodes", f"{nodes} nodes need a shared file system for checkpoints; {fix} "
+                                  "or run on 1 node")
     if settings.data_path is not None and not settings.data_path.startswith("/"):
         raise TrainingConfigError("dataPath", f"{settings.data_path!r} is not an absolute path, e.g. /fsx/datasets/tokens")
 
@@ -138,7 +138,8 @@ def resolve_training(config: Any) -> ResolvedTraining | None:
                 f"({_FIXED_WORLD[settings.framework]}); leave minNodes unset or equal to nodes ({nodes})")
     threshold = settings.min_bus_bandwidth_gbps or default_min_busbw_gbps(pool.instance)
     return ResolvedTraining(settings, pool, tenant, nodes, min_nodes, lustre, threshold,
-                            collective_check=pool.efa and nodes >= 2, global_batch=global_batch)
+                            collective_check=(pool.efa or pool.instance.rdma_hcas > 0) and nodes >= 2,
+                            global_batch=global_batch)
 
 
 # Why the tenant's frameworks are not elastic.

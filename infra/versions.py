@@ -127,6 +127,12 @@ class Image:
         return f"{source}:{self.tag}"
 
 
+# The operating system of a customer's bare-metal GPU nodes that the plan's driver builds
+# (GPU driver, DOCA driver) are for: both operators append it to a version without a digest.
+NODE_OS = "ubuntu24.04"
+GPU_DRIVER_VERSION = "580.126.20"  # the GPU Operator v26.3.3 chart's default driver
+DOCA_DRIVER_VERSION = "doca3.4.1-26.04-1.1.0.0-1"  # Network Operator v26.4.1's DOCA driver
+
 # The platform's own images share the project's version.
 PLATFORM_IMAGE_TAG = "0.1.0"
 # What the offline preview, which builds nothing, references the platform's own images by:
@@ -166,6 +172,29 @@ IMAGES: dict[str, Image] = {
               differs_from_chart=f"{_GIT_TREE} (appVersion main-latest in git, v26.3.3 when published)"),
         Image("k8s-mig-manager", "nvcr.io/nvidia/cloud-native/k8s-mig-manager", "v0.14.2",
               "sha256:313586bfa5c07601a83f310dd700db0007d489df2ad42bb52c611802cbb7a278"),
+        # On a customer's bare-metal nodes the GPU Operator also installs the driver and the
+        # container toolkit (components/addons/values.py gpu_operator_values). The driver's tag
+        # names the node OS: the operator appends `-<os>` to a version without a digest, so
+        # the plan carries the build for NODE_OS, and a pinned reference (which the operator
+        # takes as it is) names it whole. Toolkit and driver manager: NVIDIA's certified
+        # bundle of v26.3.3.
+        Image("nvidia-driver", "nvcr.io/nvidia/driver", f"{GPU_DRIVER_VERSION}-{NODE_OS}",
+              differs_from_chart=f"the chart names the driver version ({GPU_DRIVER_VERSION}) and the operator "
+              f"appends the node's OS; the mirror copies that build for {NODE_OS}"),
+        Image("container-toolkit", "nvcr.io/nvidia/k8s/container-toolkit", "v1.19.1",
+              "sha256:c927adbc9b7755c5cb90022fdcc5c1295f5fe5fe1f38200a2dc65e85632b029c"),
+        Image("k8s-driver-manager", "nvcr.io/nvidia/cloud-native/k8s-driver-manager", "v0.11.0",
+              "sha256:8aec215a8b159b0162b55e688065efd58ebfa848ebc999c1797221686ff1243d"),
+        # NVIDIA Network Operator v26.4.1 (chart network-operator 26.4.1) and the operands its
+        # NicClusterPolicy runs (hack/release.yaml at the tag): the DOCA (MOFED) driver, whose
+        # tag names the node OS and architecture as the driver's does, and the RDMA shared
+        # device plugin.
+        Image("network-operator", "nvcr.io/nvidia/cloud-native/network-operator", "v26.4.1"),
+        Image("network-operator-init-container", "nvcr.io/nvidia/mellanox/network-operator-init-container",
+              "network-operator-v26.4.1"),
+        Image("doca-driver", "nvcr.io/nvidia/mellanox/doca-driver", f"{DOCA_DRIVER_VERSION}-{NODE_OS}-amd64"),
+        Image("k8s-rdma-shared-dev-plugin", "nvcr.io/nvidia/mellanox/k8s-rdma-shared-dev-plugin",
+              "network-operator-v26.4.1"),
         # The GPU Operator's NFD (its bundled NFD chart 0.18.3).
         Image("node-feature-discovery", "registry.k8s.io/nfd/node-feature-discovery", "v0.18.3",
               "sha256:f9ef2ebee55141a1758d3c0a87bb701f5db2adf6856f7218b11bc2bac7b63862"),
@@ -263,12 +292,20 @@ def registry_host(account: str, region: str) -> str:
 
 
 def image_uri(name: str, account: str, region: str, environment: str, built: Mapping[str, str] | None = None) -> str:
-    """`<host>/mlplat/<environment>/mirror/<name>:<tag>@<digest>`; platform images
+    """`<host>/mlplat/<environment>/mirror/<name>:<tag>@<digest>` in the account's
+    in-region ECR (`image_ref` with its host)."""
+    return image_ref(name, registry_host(account, region), environment, built)
+
+
+def image_ref(name: str, registry: str, environment: str, built: Mapping[str, str] | None = None) -> str:
+    """`<registry>/mlplat/<environment>/mirror/<name>:<tag>@<digest>`; platform images
     `.../mlplat/<environment>/<name>:<tag>@<digest>` with the `tag@digest` CI recorded in
-    `built`. A mirror not yet pinned is named by its tag alone: previews show it, and
-    `mlplat mirror` and `pulumi up` refuse it (infra/cluster_layer.py check_supply)."""
+    `built`. The registry is the environment's in-region ECR, or the in-country registry a
+    customer's cluster names in its descriptor (`mlplat mirror` fills either). A mirror not
+    yet pinned is named by its tag alone: previews show it, and `mlplat mirror` and
+    `pulumi up` refuse it (infra/cluster_layer.py check_supply)."""
     image = IMAGES[name]
-    repository = f"{registry_host(account, region)}/{image.repository(environment)}"
+    repository = f"{registry}/{image.repository(environment)}"
     if image.built_here:
         recorded = (built or {}).get(name, "")
         if not BUILT.match(recorded):
@@ -331,6 +368,9 @@ CHARTS: dict[str, Chart] = {
         # Not pinned yet: their registries were not reachable when they were added.
         Chart("gateway-helm", "oci://docker.io/envoyproxy", "v1.9.0"),
         Chart("argo-rollouts", "https://argoproj.github.io/argo-helm", "2.41.0"),
+        # A customer's InfiniBand or RoCE fabric: the DOCA driver, the RDMA shared device
+        # plugin and GPUDirect RDMA (nvidia-peermem, through the GPU Operator's driver).
+        Chart("network-operator", "https://helm.ngc.nvidia.com/nvidia", "26.4.1"),
     )
 }
 

@@ -24,10 +24,10 @@ from components.addons.scheduling import Scheduling, SchedulingArgs
 from components.addons.storage_drivers import StorageDrivers, StorageDriversArgs
 from components.addons.telemetry import GpuTelemetry, GpuTelemetryArgs
 from components.addons.values import NAMESPACES, AddonContext
-from components.addons.volumes import LustreVolume
+from components.addons.volumes import LustreVolume, SharedScratch, shared_scratch_claim
 from components.tenancy_spec import SYSTEM_NAMESPACES, Tenant, system_namespace
 
-__all__ = ["AddonsArgs", "ClusterAddons", "LustreVolume"]
+__all__ = ["AddonsArgs", "ClusterAddons", "LustreVolume", "SharedScratch"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class AddonsArgs:
     chart_mirror: str = field(kw_only=True)  # the in-region chart repository (oci://...)
     thresholds: AlertThresholds = field(default_factory=AlertThresholds)
     lustre: LustreVolume | None = None
+    # A customer's cluster: each tenant's claim of its ReadWriteMany class.
+    shared_scratch: SharedScratch | None = None
     depends_on: tuple[pulumi.Resource, ...] = ()  # node pools, the EBS CSI add-on, the StorageClass
 
 
@@ -72,10 +74,12 @@ class ClusterAddons(pulumi.ComponentResource):
             plugins = DevicePlugins(f"{name}-device-plugins", DevicePluginsArgs(
                 context=ctx, chart_mirror=args.chart_mirror,
                 # The GPU Operator creates a ServiceMonitor for its DCGM exporter.
-                depends_on=after("nvidia-device-plugin", "gpu-operator", "aws-efa-k8s-device-plugin",
+                depends_on=after("nvidia-device-plugin", "gpu-operator", "aws-efa-k8s-device-plugin", "network-operator",
                                  extra=crds if ctx.device_plugin_mode == "gpu-operator" else None),
             ), opts=pulumi.ResourceOptions(parent=self))
             self.workload_dependencies += plugins.releases
+            if plugins.nic_cluster_policy is not None:
+                self.workload_dependencies.append(plugins.nic_cluster_policy)
 
         scheduling = Scheduling(f"{name}-scheduling", SchedulingArgs(
             context=ctx, capacities=tuple(flavor_capacities(args.pools, ctx.time_slicing_replicas)),
@@ -93,4 +97,10 @@ class ClusterAddons(pulumi.ComponentResource):
             self.workload_dependencies += storage.claims.values()
             if storage.tenant_directories is not None:
                 self.workload_dependencies.append(storage.tenant_directories)
+        if args.shared_scratch is not None:
+            for namespace, ns_resource in args.tenant_namespaces.items():
+                # Retained: a tenant dropped from the config keeps its checkpoints.
+                self.workload_dependencies.append(create(
+                    shared_scratch_claim(namespace, args.shared_scratch),
+                    pulumi.ResourceOptions(parent=self, depends_on=[*base, ns_resource], retain_on_delete=True)))
         self.register_outputs({"namespaces": list(namespaces)})

@@ -63,6 +63,8 @@ def system_namespaces_needed(ctx: AddonContext, lustre: bool) -> list[str]:
         charts.append("kube-prometheus-stack")
     if ctx.gpu_instance_types:
         charts.append("gpu-operator" if ctx.device_plugin_mode == "gpu-operator" else "nvidia-device-plugin")
+    if ctx.fabrics:
+        charts.append("network-operator")
     if ctx.efa_instance_types:
         charts.append("aws-efa-k8s-device-plugin")
     if lustre:

@@ -29,6 +29,9 @@ class PoolCapacity:
     max_nodes: int
     gpus_per_node: int
     efa_per_node: int  # 0 unless the pool attaches EFA
+    # Labels beyond the instance type that the pool's nodes carry and its GPU jobs must match
+    # (a customer's node groups); empty on AWS.
+    node_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,16 +39,19 @@ class FlavorCapacity:
     instance_type: str
     gpus: int  # advertised nvidia.com/gpu: physical GPUs x time-slicing replicas
     efa: int
+    node_labels: tuple[tuple[str, str], ...] = ()
 
 
 def flavor_capacities(pools: Iterable[PoolCapacity], time_slicing_replicas: int = 1) -> list[FlavorCapacity]:
     """What each GPU instance type can ever hold, summed over its pools, in pool order."""
     totals: dict[str, list[int]] = {}
+    labels: dict[str, tuple[tuple[str, str], ...]] = {}
     for pool in pools:
+        labels.setdefault(pool.instance_type, pool.node_labels)
         gpus, efa = totals.setdefault(pool.instance_type, [0, 0])
         totals[pool.instance_type] = [gpus + pool.max_nodes * pool.gpus_per_node * time_slicing_replicas,
                                       efa + pool.max_nodes * pool.efa_per_node]
-    return [FlavorCapacity(t, g, e) for t, (g, e) in totals.items()]
+    return [FlavorCapacity(t, g, e, labels[t]) for t, (g, e) in totals.items()]
 
 
 def split_quota(total: int, capacities: Sequence[tuple[str, int]]) -> dict[str, int]:
@@ -71,7 +77,7 @@ def resource_flavors(capacities: Sequence[FlavorCapacity]) -> list[dict[str, Any
             "apiVersion": API_VERSION, "kind": "ResourceFlavor",
             "metadata": {"name": cap.instance_type, "labels": {"mlplat.io/gpu-flavor": "true"}},
             "spec": {
-                "nodeLabels": {INSTANCE_TYPE_LABEL: cap.instance_type},
+                "nodeLabels": {INSTANCE_TYPE_LABEL: cap.instance_type, **dict(cap.node_labels)},
                 # Admitted pods get the toleration, so a job needs no GPU-specific scheduling.
                 "tolerations": [GPU_TOLERATION],
             },

@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from infra.versions import CHARTS, CHARTS_PREFIX, image_uri, registry_host
+from components.fabric_spec import NodeFabric
+from infra.versions import CHARTS, CHARTS_PREFIX, DIGEST, image_ref, registry_host
 
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -41,6 +42,7 @@ NAMESPACES = {
     "kueue": "kueue-system",
     "jobset": "jobset-system",
     "aws-fsx-csi-driver": "kube-system",
+    "network-operator": "nvidia-network-operator",
 }
 
 # A container without limits can starve a node's daemons; every container we can reach
@@ -72,8 +74,10 @@ class MirrorImage:
         return f"{self.registry}/{self.repository}"
 
 
-def mirror_image(name: str, account: str, region: str, environment: str) -> MirrorImage:
-    uri = image_uri(name, account, region, environment)
+def mirror_image(name: str, account: str, region: str, environment: str, registry: str = "") -> MirrorImage:
+    """`registry`: the environment's registry host where it is not the account's ECR (a
+    customer's in-country registry)."""
+    uri = image_ref(name, registry or registry_host(account, region), environment)
     ref, at, digest = uri.partition("@")
     ref, tag = ref.rsplit(":", 1)
     registry, repository = ref.split("/", 1)
@@ -96,9 +100,19 @@ class AddonContext:
     prometheus_volume_gi: int = 100
     alertmanager_volume_gi: int = 10
     telemetry: bool = True
+    # A customer's cluster (infra/cluster_layer.py): its registry host in place of the
+    # account's ECR, bare-metal GPU nodes (the GPU Operator installs the driver and the
+    # container toolkit), and each GPU pool's RDMA fabric (the Network Operator's).
+    registry: str = ""
+    bare_metal: bool = False
+    fabrics: tuple[tuple[str, NodeFabric], ...] = ()  # (pool, fabric) of each GPU pool on RDMA
 
     def image(self, name: str) -> MirrorImage:
-        return mirror_image(name, self.account, self.region, self.environment)
+        return mirror_image(name, self.account, self.region, self.environment, self.registry)
+
+    @property
+    def gpudirect_rdma(self) -> bool:
+        return bool(self.fabrics)
 
 
 # --- Chart sources -------------------------------------------------------------------
@@ -234,7 +248,37 @@ def gpu_operator_values(ctx: AddonContext) -> dict[str, Any]:
     }
     if mig:
         values["mig"] = {"strategy": ctx.mig_strategy}
+    if ctx.bare_metal:
+        values.update(bare_metal_gpu_operator_values(ctx, component))
     return values
+
+
+def operator_version(img: MirrorImage) -> str:
+    """The version a driver image is named by in the operators' specs: `tag@digest` when
+    pinned, which the GPU Operator takes as it is (any reference naming a digest). Without
+    a digest both operators append the node's OS to a version; the plan's tag already
+    names it, and `pulumi up` refuses an image without its pin (check_supply), so that
+    reference only ever appears in previews."""
+    return img.tag
+
+
+def bare_metal_gpu_operator_values(ctx: AddonContext, component: Any) -> dict[str, Any]:
+    """A customer's bare-metal GPU nodes have no driver and no container toolkit: the GPU
+    Operator installs both (the driver build of the nodes' OS, infra.versions.NODE_OS).
+    On an RDMA fabric the driver also loads nvidia-peermem, so NCCL moves GPU memory
+    straight to the HCAs (GPUDirect RDMA), with the DOCA (MOFED) driver the Network
+    Operator installs, never the host's."""
+    driver = ctx.image("nvidia-driver")
+    return {
+        "driver": {
+            "enabled": True,
+            "repository": driver.prefix, "image": driver.image, "version": operator_version(driver),
+            "imagePullPolicy": "IfNotPresent",
+            "rdma": {"enabled": ctx.gpudirect_rdma, "useHostMofed": False},
+            "manager": component("k8s-driver-manager"),
+        },
+        "toolkit": {**component("container-toolkit"), "enabled": True},
+    }
 
 
 # --- EFA device plugin ---------------------------------------------------------------
@@ -399,7 +443,7 @@ KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
 KUEUE_EXCLUDED_RESOURCE_PREFIXES = ("hugepages-",)
 
 
-def kueue_manager_config() -> dict[str, Any]:
+def kueue_manager_config(excluded: tuple[str, ...] = KUEUE_EXCLUDED_RESOURCE_PREFIXES) -> dict[str, Any]:
     """Kueue's controller-manager configuration (config.kueue.x-k8s.io/v1beta2).
 
     The chart (0.18) takes it as one YAML string, `managerConfig.controllerManagerConfigYaml`,
@@ -435,8 +479,16 @@ def kueue_manager_config() -> dict[str, Any]:
         # Only jobs that name a queue are Kueue's: nothing else is held back.
         "manageJobsWithoutQueueName": False,
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
-        "resources": {"excludeResourcePrefixes": list(KUEUE_EXCLUDED_RESOURCE_PREFIXES)},
+        "resources": {"excludeResourcePrefixes": list(excluded)},
     }
+
+
+def rdma_resource_prefixes(ctx: AddonContext) -> tuple[str, ...]:
+    """The RDMA shared device plugin's resources, which Kueue leaves out of quota as it
+    does huge pages: a pod takes all of a node's HCAs with its GPUs (whose nvidia.com/gpu
+    already counts the node against the tenant's quota), and the plugin shares them among
+    the node's pods (rdmaHcaMax); without this Kueue admits no job that asks for them."""
+    return tuple(dict.fromkeys(f"{fabric.rdma_resource.split('/', 1)[0]}/" for _pool, fabric in ctx.fabrics))
 
 
 def kueue_values(ctx: AddonContext) -> dict[str, Any]:
@@ -446,7 +498,8 @@ def kueue_values(ctx: AddonContext) -> dict[str, Any]:
             "image": {"repository": img.full_repository, "tag": img.tag, "pullPolicy": "IfNotPresent"},
             "resources": CONTROLLER,
         }},
-        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)},
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
+            kueue_manager_config(KUEUE_EXCLUDED_RESOURCE_PREFIXES + rdma_resource_prefixes(ctx)), sort_keys=False)},
         # A ServiceMonitor for Kueue's queue metrics; needs the Prometheus stack's CRDs.
         "enablePrometheus": ctx.telemetry,
     }
@@ -496,3 +549,99 @@ def fsx_csi_values(ctx: AddonContext) -> dict[str, Any]:
                             {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
         },
     }
+
+
+# --- Network Operator (a customer's InfiniBand or RoCE fabric) ----------------------
+
+# Mellanox (NVIDIA networking) PCI vendor id: the RDMA shared device plugin's selector.
+MELLANOX_VENDOR = "15b3"
+LINK_TYPES = {"infiniband": "infiniband", "roce": "ether"}
+NIC_CLUSTER_POLICY = "nic-cluster-policy"  # the one NicClusterPolicy the operator reads
+# Pods that share a node's HCAs through the plugin (the device plugin's own default).
+RDMA_HCA_MAX = 63
+
+
+def network_operator_values(ctx: AddonContext) -> dict[str, Any]:
+    """The Network Operator's controller only: its NicClusterPolicy is the platform's own
+    object (nic_cluster_policy), and the GPU Operator's NFD already labels the nodes (one
+    NFD per cluster), so the chart's NFD is off while its NodeFeatureRule for NVIDIA NICs
+    stays on. SR-IOV and the maintenance operator are not used."""
+    operator = ctx.image("network-operator")
+    init = ctx.image("network-operator-init-container")
+    return {
+        "nfd": {"enabled": False, "deployNodeFeatureRules": True},
+        "sriovNetworkOperator": {"enabled": False},
+        "maintenanceOperator": {"enabled": False},
+        # Helm hooks do not run under the Kubernetes provider, and its CRDs are applied as
+        # ordinary resources on every update (components/addons/charts.py).
+        "upgradeCRDs": False,
+        "operator": {
+            "repository": operator.prefix, "image": operator.image, "tag": operator.tag,
+            "resources": MEDIUM,
+            "ofedDriver": {"initContainer": {"enable": True, "repository": init.prefix, "image": init.image,
+                                             "version": init.tag}},
+        },
+    }
+
+
+def rdma_shared_device_config(fabrics: Sequence[NodeFabric]) -> str:
+    """The RDMA shared device plugin's config: one resource per fabric resource name, every
+    NVIDIA HCA of the fabric's link type in it."""
+    entries: dict[str, dict[str, Any]] = {}
+    for fabric in fabrics:
+        prefix, name = fabric.rdma_resource.split("/", 1)
+        entry = entries.setdefault(fabric.rdma_resource, {
+            "resourcePrefix": prefix, "resourceName": name, "rdmaHcaMax": RDMA_HCA_MAX,
+            "selectors": {"vendors": [MELLANOX_VENDOR], "linkTypes": []}})
+        link = LINK_TYPES[fabric.kind]
+        if link not in entry["selectors"]["linkTypes"]:
+            entry["selectors"]["linkTypes"].append(link)
+    import json
+
+    return json.dumps({"configList": list(entries.values())}, indent=2)
+
+
+def nic_cluster_policy(ctx: AddonContext) -> dict[str, Any]:
+    """The fabric on the GPU pools' nodes: the DOCA (MOFED) driver, upgraded one node at a
+    time with the node drained first; the RDMA shared device plugin, which hands each pod
+    the node's HCAs as the fabric's `rdma_resource`; GPUDirect RDMA is the GPU Operator's
+    nvidia-peermem (bare_metal_gpu_operator_values). The pods talk to the fabric through
+    the HCAs' verbs; no secondary pod network is needed for NCCL."""
+    doca = ctx.image("doca-driver")
+    plugin = ctx.image("k8s-rdma-shared-dev-plugin")
+    pools = sorted({pool for pool, _fabric in ctx.fabrics})
+    affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": pools}]}]}}
+    return {
+        "apiVersion": "mellanox.com/v1alpha1",
+        "kind": "NicClusterPolicy",
+        "metadata": {"name": NIC_CLUSTER_POLICY},
+        "spec": {
+            "nodeAffinity": affinity,
+            "tolerations": [GPU_TOLERATION],
+            "ofedDriver": {
+                "repository": doca.prefix, "image": doca.image, "version": doca_version(doca),
+                "upgradePolicy": {"autoUpgrade": True, "maxParallelUpgrades": 1,
+                                  "drain": {"enable": True, "force": True, "deleteEmptyDir": True,
+                                            "timeoutSeconds": 300}},
+                "startupProbe": {"initialDelaySeconds": 10, "periodSeconds": 10},
+                "livenessProbe": {"initialDelaySeconds": 30, "periodSeconds": 30},
+                "readinessProbe": {"initialDelaySeconds": 10, "periodSeconds": 30},
+            },
+            "rdmaSharedDevicePlugin": {
+                "repository": plugin.prefix, "image": plugin.image, "version": plugin.tag,
+                "config": rdma_shared_device_config([fabric for _pool, fabric in ctx.fabrics]),
+            },
+        },
+    }
+
+
+def doca_version(img: MirrorImage) -> str:
+    """The Network Operator takes a DOCA driver version that starts with `sha256:` as the
+    digest of the image; any other gets `-<os><version>-<arch>` appended, which the
+    plan's tag already names (so an image awaiting its pin is shown by its tag; `pulumi up`
+    refuses it)."""
+    return img.digest if DIGEST.match(img.digest) else img.version
+
+
+POOL_LABEL = "mlplat.io/pool"

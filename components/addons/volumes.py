@@ -92,6 +92,36 @@ def scratch_claim(namespace: str, lustre: LustreVolume) -> dict[str, Any]:
     return _claim(SCRATCH_CLAIM, namespace, f"lustre-scratch-{namespace}", lustre)
 
 
+# --- Shared scratch on a customer's cluster ---------------------------------------------
+
+# Each tenant's claim of the customer's ReadWriteMany storage class (CephFS, NFS, a
+# parallel file system), mounted where Lustre is on AWS (SCRATCH_MOUNT): its own volume,
+# so no Job has to carve directories out of a shared root.
+SHARED_SCRATCH_CLAIM = "shared-scratch"
+
+
+@dataclass(frozen=True)
+class SharedScratch:
+    storage_class: str  # the descriptor's storageClasses.shared
+    capacity_gib: int
+
+
+def shared_scratch_claim(namespace: str, scratch: SharedScratch) -> dict[str, Any]:
+    """Dynamically provisioned. Pulumi does not wait for it to bind: a class that binds on
+    first use (WaitForFirstConsumer) binds only when a job's pod mounts it."""
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": SHARED_SCRATCH_CLAIM, "namespace": namespace,
+                     "labels": {"mlplat.io/tenant": namespace, "app.kubernetes.io/part-of": "mlplat"},
+                     "annotations": {"pulumi.com/skipAwait": "true"}},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": scratch.storage_class,
+            "resources": {"requests": {"storage": f"{scratch.capacity_gib}Gi"}},
+        },
+    }
+
+
 # --- Tenant directories ----------------------------------------------------------------
 
 

@@ -70,3 +70,31 @@ def default_storage_class(kms_key_arn: str) -> dict[str, Any]:
 # The VPC CNI's network policy agent enforces NetworkPolicy objects; without it the
 # tenants' default-deny policies would exist and do nothing.
 VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
+
+
+# --- A cluster the customer runs -------------------------------------------------------
+
+# The platform's record of the customer's infrastructure, where the policy pack and people
+# read it (policies/platform_policies/customer_cluster.py judges its encryption statement).
+PLATFORM_NAMESPACE = "mlplat-system"
+PLATFORM_CONFIG_MAP = "mlplat-platform"
+# Each namespace whose pods reach the object store gets its CA in this ConfigMap, mounted
+# where AWS_CA_BUNDLE points.
+CA_CONFIG_MAP = "object-store-ca"
+CA_KEY = "ca.crt"
+CA_DIR = "/etc/mlplat/object-store-ca"
+
+
+def platform_config_map(facts: dict[str, str]) -> dict[str, Any]:
+    """`facts`: flat keys (objectStore.endpoint, objectStore.encryptionAtRest, ...)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": PLATFORM_CONFIG_MAP, "namespace": PLATFORM_NAMESPACE,
+                         "labels": {"app.kubernetes.io/part-of": "mlplat"}},
+            "data": dict(sorted(facts.items()))}
+
+
+def ca_config_map(namespace: str, pem: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": CA_CONFIG_MAP, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/part-of": "mlplat"}},
+            "data": {CA_KEY: pem}}

@@ -40,6 +40,7 @@ from components.addons.values import (
     kueue_manager_config,
     kueue_values,
     mirror_image,
+    network_operator_values,
     nvidia_device_plugin_values,
 )
 from components.inference_spec import adapter_values
@@ -108,6 +109,8 @@ ALL_VALUES = {
     "argo-rollouts": argo_rollouts_values(
         PROD.image("argo-rollouts"),
         image_uri("rollouts-gatewayapi-plugin", ACCOUNT, REGION, ENV, {"rollouts-gatewayapi-plugin": UNBUILT})),
+    # A customer's RDMA fabric (its registry in place of ECR: the same plan, another host).
+    "network-operator": network_operator_values(PROD),
 }
 
 

@@ -144,7 +144,7 @@ def test_min_above_max():
 
 def test_wrong_literal_lists_allowed_values():
     message = bad(lambda raw: raw.update({"mlplat:environment": "qa"}))
-    assert "mlplat:environment: 'qa' is not allowed; allowed: 'dev', 'staging', 'prod' or 'smb'" in message
+    assert "mlplat:environment: 'qa' is not allowed; allowed: 'dev', 'staging', 'prod', 'smb' or 'onprem'" in message
 
 
 def test_default_providers_must_be_disabled():
@@ -163,7 +163,7 @@ def test_engine_json_strings_parse_like_yaml():
 
 
 def test_unknown_stack_lists_available(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown stack 'nosuch': .* available: dev, dev-cluster, prod, prod-cluster, smb, smb-cluster, staging, staging-cluster"):
+    with pytest.raises(ConfigError, match=r"unknown stack 'nosuch': .* available: dev, dev-cluster, onprem, prod, prod-cluster, smb, smb-cluster, staging, staging-cluster"):
         load_stack("nosuch")
 
 

@@ -54,7 +54,8 @@ def test_every_pod_security_exception_is_written_down():
         assert len(ns.reason) > 30, f"{ns.name}: say why"
     # Exactly the namespaces whose daemons need host access are privileged.
     privileged = {n for n, ns in SYSTEM_NAMESPACES.items() if ns.level == "privileged"}
-    assert privileged == {"kube-system", "nvidia-device-plugin", "gpu-operator", "monitoring"}
+    assert privileged == {"kube-system", "nvidia-device-plugin", "gpu-operator", "monitoring",
+                          "nvidia-network-operator"}
     # Every namespace an add-on installs into is in the table.
     assert set(NAMESPACES.values()) <= set(SYSTEM_NAMESPACES)
 
