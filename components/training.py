@@ -22,7 +22,7 @@ from components.training_spec import (
 @dataclass(frozen=True)
 class TrainingJobArgs:
     plan: TrainingPlan
-    collective_check: bool = False  # run the all-reduce check (multi-node EFA jobs)
+    collective_check: bool = False  # run the all-reduce check (multi-node jobs on EFA or an RDMA fabric)
     # The tenant's namespace, the queues, JobSet, the device plugins and the scratch claim.
     depends_on: tuple[pulumi.Resource, ...] = ()
 

@@ -55,6 +55,26 @@ What a pod on an EFA node needs, and why:
 - no `FI_PROVIDER`, `FI_EFA_USE_DEVICE_RDMA` or `FI_EFA_FORK_SAFE`: aws-ofi-nccl 1.7+
   with libfabric 1.18+ chooses the EFA provider and GPUDirect RDMA itself, and fork safety
   is no longer needed. `RDMAV_FORK_SAFE` is never set: it slows memory registration.
+
+On a customer's cluster the plan carries the nodes' InfiniBand or RoCE fabric instead
+(`fabric`, a components/fabric_spec.py `NodeFabric`; `efa` is then False), and the same pods
+(the trainer, every framework's, the collective check's) differ only in what follows:
+- one unit of the RDMA shared device plugin's resource in place of `vpc.amazonaws.com/efa`:
+  every unit carries all the node's HCAs;
+- no huge pages: they are libfabric's (EFA), not NCCL's IB verbs transport's;
+- NCCL's IB settings (`NCCL_NET=IB`, `NCCL_IB_DISABLE=0`, `NCCL_IB_HCA`, and on RoCE
+  `NCCL_IB_GID_INDEX`) in place of EFA's (which are none: aws-ofi-nccl finds EFA itself);
+  fabric_spec.py says why each, and why not `NCCL_NET_GDR_LEVEL` or `NCCL_SOCKET_IFNAME`;
+- the GPU check before the pod starts also checks each HCA's port: ACTIVE, LinkUp, at the
+  fabric's rate and link layer (workloads/gpucheck/rdma.py), so a node with a port down
+  fails its pod instead of joining the job with a rail missing;
+- still no added capability. NVIDIA's RDMA examples add `IPC_LOCK`, but they run as root:
+  the tenant's namespace enforces the `restricted` Pod Security level, which refuses every
+  added capability but NET_BIND_SERVICE, and for a non-root UID the kernel drops added
+  capabilities at exec anyway (Kubernetes sets no ambient ones). Registering memory is
+  bounded by the locked-memory limit instead, which pods inherit from the container
+  runtime: the customer's nodes must run containerd with `LimitMEMLOCK=infinity`, as the
+  EKS AMIs do.
 """
 
 from __future__ import annotations
@@ -64,6 +84,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from components import fabric_spec
+from components.fabric_spec import NodeFabric
 from infra.catalog import InstanceType
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -128,6 +150,13 @@ class TrainingPlan:
     framework: str = "torchrun"
     user_image: str = ""
     command: tuple[str, ...] = ()
+    # A customer's node: its InfiniBand or RoCE fabric (module docstring); None: EFA or nothing.
+    fabric: NodeFabric | None = None
+
+    def __post_init__(self) -> None:
+        if self.fabric is not None and self.efa:
+            raise ValueError(f"training plan {self.name!r}: a node has EFA (AWS) or an RDMA fabric "
+                             f"({self.fabric.kind}), not both; set efa=False with a fabric")
 
     @property
     def gpus(self) -> int:
@@ -145,18 +174,23 @@ class TrainingPlan:
         return f"{LOCAL_SCRATCH}/{self.name}"
 
 
-def default_min_busbw_gbps(instance: InstanceType) -> float:
+def default_min_busbw_gbps(instance: InstanceType, fabric: NodeFabric | None = None) -> float:
     """Three quarters of the node's network line rate in GB/s: 300 GB/s for p5 (3200 Gbps),
-    which is NVIDIA's gate for two p5 nodes (they reach about 480); 37.5 for p4d."""
-    return round(0.75 * instance.network_gbps / 8, 1)
+    which is NVIDIA's gate for two p5 nodes (they reach about 480); 37.5 for p4d. With an
+    RDMA fabric, of the fabric's line rate (every HCA's port together): 300 GB/s for 8 x
+    NDR 400, the same as p5's 3200 Gbps of EFA."""
+    line_rate = fabric.line_rate_gbps if fabric is not None else instance.network_gbps
+    return round(0.75 * line_rate / 8, 1)
 
 
-def pod_resources(instance: InstanceType, efa: bool) -> dict[str, dict[str, str]]:
+def pod_resources(instance: InstanceType, efa: bool, fabric: NodeFabric | None = None) -> dict[str, dict[str, str]]:
     """Requests equal to limits (Guaranteed QoS: the kubelet evicts these pods last).
 
-    A node's GPUs and EFA interfaces go whole to one pod. CPU and memory leave a fifth and a
-    quarter of the node to the kubelet, the system and the platform's daemon sets (device
-    plugins, CSI, exporters), whose reservations grow with the node."""
+    A node's GPUs and EFA interfaces go whole to one pod; with an RDMA fabric, one unit of
+    the RDMA shared device plugin's resource, which carries every HCA of the node. CPU and
+    memory leave a fifth and a quarter of the node to the kubelet, the system and the
+    platform's daemon sets (device plugins, CSI, exporters), whose reservations grow with
+    the node."""
     amounts: dict[str, str] = {
         "cpu": str(max(1, math.floor(instance.vcpus * 0.8))),
         "memory": f"{max(1, math.floor(instance.memory_gib * 0.75))}Gi",
@@ -165,6 +199,8 @@ def pod_resources(instance: InstanceType, efa: bool) -> dict[str, dict[str, str]
     if efa:
         amounts[EFA_RESOURCE] = str(instance.efa_interfaces)
         amounts[HUGEPAGES_RESOURCE] = HUGEPAGES
+    elif fabric is not None:
+        amounts[fabric.rdma_resource] = "1"
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
@@ -184,6 +220,8 @@ def nccl_env(plan: TrainingPlan) -> list[dict[str, str]]:
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HOME", "value": "/tmp"},
     ]
+    if plan.fabric is not None:
+        env += [{"name": k, "value": v} for k, v in fabric_spec.nccl_env(plan.fabric)]
     if plan.instance.gpu is not None:
         env.append({"name": PEAK_TFLOPS_ENV, "value": str(plan.instance.gpu.bf16_tflops)})
     env += [{"name": k, "value": v} for k, v in plan.tracking_env]
@@ -216,10 +254,15 @@ def torchrun(plan: TrainingPlan, replicated_job: str, module: str, args: tuple[s
 
 
 def gpu_check_command(plan: TrainingPlan, *extra: str) -> list[str]:
+    """The GPU check against the plan's node; with an RDMA fabric, its HCAs' ports too."""
     gpu = plan.instance.gpu
     assert gpu is not None
+    fabric: list[str] = []
+    if plan.fabric is not None:
+        fabric = ["--expect-hcas", ",".join(plan.fabric.hcas), "--expect-port-rate-gbps",
+                  str(plan.fabric.port_rate_gbps), "--expect-link-layer", plan.fabric.link_layer]
     return ["python", "-m", "workloads.gpucheck", "--expect-gpus", str(plan.gpus), "--expect-model", gpu.model,
-            "--expect-memory-gib", str(gpu.memory_gib), *extra]
+            "--expect-memory-gib", str(gpu.memory_gib), *fabric, *extra]
 
 
 CONTAINER_SECURITY = {
@@ -275,7 +318,8 @@ def _volumes(plan: TrainingPlan, scratch: bool) -> tuple[list[dict[str, Any]], l
 
 def gpu_container(plan: TrainingPlan, name: str, image: str, command: list[str], mounts: list[dict[str, Any]],
                   ports: list[dict[str, Any]], env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The container that owns the node: its GPUs, EFA interfaces and huge pages."""
+    """The container that owns the node: its GPUs, and its EFA interfaces and huge pages or
+    its RDMA fabric."""
     return {
         "name": name,
         "image": image,
@@ -283,7 +327,7 @@ def gpu_container(plan: TrainingPlan, name: str, image: str, command: list[str],
         "command": command,
         "env": env if env is not None else nccl_env(plan),
         "ports": ports,
-        "resources": pod_resources(plan.instance, plan.efa),
+        "resources": pod_resources(plan.instance, plan.efa, plan.fabric),
         "volumeMounts": mounts,
         "securityContext": CONTAINER_SECURITY,
     }

@@ -162,7 +162,8 @@ def check_node_pools(state: ClusterState, expect: StackExpectation) -> list[str]
 
 
 def check_allocatable(state: ClusterState, expect: StackExpectation) -> list[str]:
-    """GPU and EFA devices (and huge pages on EFA nodes) as the catalog says, per node."""
+    """GPU and EFA devices (and huge pages on EFA nodes) as the catalog says, per node; on a
+    customer's RDMA nodes, the RDMA shared device plugin's resource."""
     problems = []
     for node in state.nodes:
         pool = expect.pool_of(node)
@@ -174,6 +175,11 @@ def check_allocatable(state: ClusterState, expect: StackExpectation) -> list[str
         found = quantity(allocatable.get(EFA_RESOURCE))
         if found != pool.efa_interfaces:
             problems.append(f"{subject}: allocatable {EFA_RESOURCE} is {found:g}, the catalog says {pool.efa_interfaces}")
+        if pool.fabric is not None:
+            rdma = quantity(allocatable.get(pool.fabric.rdma_resource))
+            if rdma < 1:
+                problems.append(f"{subject}: allocatable {pool.fabric.rdma_resource} is {rdma:g}; every training pod "
+                                "takes one (the Network Operator's RDMA shared device plugin advertises them)")
         if pool.hugepages_2m:
             pages = quantity(allocatable.get(HUGEPAGES_RESOURCE)) / 2**21
             if pages < pool.hugepages_2m:

@@ -1,7 +1,9 @@
 """What a stack's cluster should hold: its node pools, with the instance catalog's numbers.
 
 Pure data from the stack file and infra/catalog.py, so a check compares a node with the
-same facts the node pools were built from, never with a number typed a second time.
+same facts the node pools were built from, never with a number typed a second time. A
+customer's GPU node group (no instance type, no metadata service) is described from its
+descriptor by `onprem_pool_expectation`, with the same `NodeFabric` its training pods get.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from components.fabric_spec import NodeFabric
 from components.specs.nodepool import LABEL_PREFIX, local_storage_strategy
 from infra.catalog import InstanceType, lookup
 from infra.config import PlatformConfig
@@ -55,6 +58,15 @@ class PoolExpectation:
     efa_interfaces: int  # 0 when the pool attaches no EFA interfaces
     hugepages_2m: int  # minimum 2 MiB huge pages; 0 when none are required
     local_disks: LocalDisks | None  # None: the type has no instance-store NVMe
+    # A customer's GPU nodes: their InfiniBand or RoCE fabric, whose every HCA's port must be
+    # up at the fabric's rate (node check `rdma_ports`); None on AWS.
+    fabric: NodeFabric | None = None
+    # An EC2 node, whose metadata service must refuse token-less requests (IMDSv2); False on
+    # a customer's own nodes, which have none.
+    imds: bool = True
+    # A customer's node group: the labels its nodes carry (the descriptor's GPU node labels),
+    # which place a node in the pool where no mlplat.io/pool label does.
+    node_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,11 +83,15 @@ class StackExpectation:
     served_model: str | None = None
 
     def pool_of(self, node: Mapping[str, Any]) -> PoolExpectation | None:
-        """The pool a node object belongs to: its pool label, else the one pool of its type."""
+        """The pool a node object belongs to: its pool label, else the one pool whose node
+        labels it carries, else the one pool of its type."""
         labels = node.get("metadata", {}).get("labels") or {}
         by_name = {p.name: p for p in self.pools}
         if labels.get(POOL_LABEL) in by_name:
             return by_name[labels[POOL_LABEL]]
+        labelled = [p for p in self.pools if p.node_labels and all(labels.get(k) == v for k, v in p.node_labels)]
+        if labelled:
+            return labelled[0] if len(labelled) == 1 else None
         same_type = [p for p in self.pools if p.instance_type == labels.get(INSTANCE_TYPE_LABEL)]
         return same_type[0] if len(same_type) == 1 else None
 
@@ -96,6 +112,33 @@ def pool_expectation(pool: Any, addons: Any) -> PoolExpectation:
         efa_interfaces=efa,
         hugepages_2m=HUGEPAGES_2M_MIN if efa else 0,
         local_disks=local_disks(itype),
+    )
+
+
+def onprem_pool_expectation(name: str, nodes: int, gpus: int, gpu_model: str | None, fabric: NodeFabric | None,
+                            hardware: str = "customer node", role: str = "gpu", time_slicing_replicas: int = 1,
+                            mig_strategy: str = "none", node_labels: Mapping[str, str] | None = None
+                            ) -> PoolExpectation:
+    """A node group of a customer's cluster, as its descriptor states it: `gpus` GPUs of
+    `gpu_model` (the catalog's short model, e.g. "h100") on each of `nodes` nodes, the
+    nodes' RDMA fabric, and the labels that pick its nodes out. `hardware` stands where an
+    instance type would in findings. No EFA, no huge pages (NCCL's IB verbs transport needs
+    none), no instance-store layout and no metadata service to judge."""
+    return PoolExpectation(
+        name=name,
+        role=role,
+        instance_type=hardware,
+        nodes=nodes,
+        gpus=gpus,
+        gpu_model=gpu_model,
+        time_slicing_replicas=time_slicing_replicas,
+        mig_strategy=mig_strategy,
+        efa_interfaces=0,
+        hugepages_2m=0,
+        local_disks=None,
+        fabric=fabric,
+        imds=False,
+        node_labels=tuple(sorted((node_labels or {}).items())),
     )
 
 

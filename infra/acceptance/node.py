@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.acceptance.expect import PoolExpectation
+from workloads.gpucheck import rdma
 
 # Where the EKS NVIDIA AMI keeps the tools the checks run (fi_info lives with the EFA
 # installer, not on the default PATH).
@@ -31,8 +32,13 @@ MDSTAT_FILE = "/proc/mdstat"
 # pod's own mount namespace instead of the node's.
 MOUNTS_FILE = "/proc/1/mounts"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+# One directory per RDMA device (HCA), its ports under ports/<n>/ (workloads/gpucheck/rdma.py).
+RDMA_SYSFS_DIR = rdma.SYSFS_DIR
 
 GPU_QUERY = "nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader"
+# On a customer's node the GPU Operator's driver container keeps nvidia-smi and its libraries
+# under its own root on the host (the host's PATH has none): the query runs there instead.
+DRIVER_CONTAINER_ROOT = "/run/nvidia/driver"
 EFA_QUERY = "fi_info -p efa"
 # A request without a session token: IMDSv2 alone answers 401, IMDSv1 would answer 200.
 IMDS_TOKENLESS = "curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://169.254.169.254/latest/meta-data/"
@@ -79,6 +85,22 @@ class NodeView:
         result = self.host.run("ls -1 %s", self.path(path))
         return tuple(sorted(result.stdout.split())) if result.rc == 0 else None
 
+    def read_rdma_ports(self) -> dict[str, dict[str, str]] | None:
+        """Every RDMA port's attributes (rdma.ATTRIBUTES), keyed "<hca>/<port>", in one round
+        trip: `grep -H .` prints each file's one line after its path. None: no RDMA port at all."""
+        base = self.path(RDMA_SYSFS_DIR)
+        files = " ".join(f"%s/*/ports/*/{attribute}" for attribute in rdma.ATTRIBUTES)
+        result = self.host.run(f"grep -H . {files}", *([base] * len(rdma.ATTRIBUTES)))
+        ports: dict[str, dict[str, str]] = {}
+        for line in result.stdout.splitlines():
+            path, sep, value = line.removeprefix(f"{base}/").partition(":")
+            parts = path.split("/")
+            if not sep or len(parts) != 4 or parts[1] != "ports" or not parts[2].isdigit():
+                continue
+            hca, _, port, attribute = parts
+            ports.setdefault(rdma.port_key(hca, int(port)), {})[attribute] = value.strip()
+        return ports or None
+
     def run(self, command: str) -> Command:
         if self.chroot:
             inner = f"PATH={':'.join(NODE_PATH)} {command}"
@@ -103,13 +125,26 @@ class NodeFacts:
     mounts: str | None
     containerd_config: str | None
     imds_tokenless: Command
+    # RDMA ports from sysfs, {"mlx5_0/1": {"state": "4: ACTIVE", ...}}; None: none at all.
+    rdma_ports: dict[str, dict[str, str]] | None = None
+
+
+def gpu_query(view: NodeView) -> Command:
+    """nvidia-smi's GPU list: the node's own, else the GPU Operator's driver container's. A
+    node with neither keeps the first answer (exit 127, not found)."""
+    own = view.run(GPU_QUERY)
+    if own.rc != 127:
+        return own
+    # chroot exits 125 where the directory is missing, 127 where nvidia-smi is.
+    in_driver = view.run(f"chroot {DRIVER_CONTAINER_ROOT} {GPU_QUERY}")
+    return own if in_driver.rc in (125, 127) else in_driver
 
 
 def collect(name: str, view: NodeView) -> NodeFacts:
     return NodeFacts(
         name=name,
         driver_version=view.read(DRIVER_VERSION_FILE),
-        gpu_query=view.run(GPU_QUERY),
+        gpu_query=gpu_query(view),
         infiniband=view.listdir(INFINIBAND_DIR),
         efa_query=view.run(EFA_QUERY),
         meminfo=view.read(MEMINFO_FILE),
@@ -117,6 +152,7 @@ def collect(name: str, view: NodeView) -> NodeFacts:
         mounts=view.read(MOUNTS_FILE),
         containerd_config=view.read(CONTAINERD_CONFIG),
         imds_tokenless=view.run(IMDS_TOKENLESS),
+        rdma_ports=view.read_rdma_ports(),
     )
 
 
@@ -297,7 +333,19 @@ def check_nvidia_runtime(facts: NodeFacts, pool: PoolExpectation) -> list[str]:
     return []
 
 
+def check_rdma_ports(facts: NodeFacts, pool: PoolExpectation) -> list[str]:
+    """On a customer's RDMA node: each of the fabric's HCAs has its port ACTIVE and LinkUp,
+    at the fabric's rate and link layer (the GPU check in pods judges the same way)."""
+    fabric = pool.fabric
+    if fabric is None:
+        return []
+    problems = rdma.ports_problems(facts.rdma_ports or {}, fabric.hcas, fabric.port_rate_gbps, fabric.link_layer)
+    return [f"{_subject(facts, pool)}: {problem}" for problem in problems]
+
+
 def check_imdsv2(facts: NodeFacts, pool: PoolExpectation) -> list[str]:
+    if not pool.imds:
+        return []
     answer = facts.imds_tokenless
     code = answer.stdout.strip()
     if answer.rc == 0 and code == "401":
@@ -319,6 +367,7 @@ NODE_CHECKS: dict[str, NodeCheck] = {
     "libfabric_efa": check_libfabric_efa,
     "hugepages": check_hugepages,
     "local_nvme": check_local_nvme,
+    "rdma_ports": check_rdma_ports,
     "nvidia_runtime": check_nvidia_runtime,
     "imdsv2": check_imdsv2,
 }

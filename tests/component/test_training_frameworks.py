@@ -3,7 +3,9 @@ the platform's trainer, read from what the engine receives under mocks. Host nam
 indices and the hostfile are checked against what JobSet and the kubelet make of the
 manifest (the pod's DNS name from the JobSet's name, replicated job and subdomain; the
 completion index through the downward API), not against the plan's values; every preset's
-GPU pod is the torchrun pod's, field for field, but for what the framework launches."""
+GPU pod is the torchrun pod's, field for field, but for what the framework launches. Last,
+every preset and the collective check on a customer's InfiniBand or RoCE fabric: EFA's
+settings never appear there, and the fabric's never on EFA."""
 
 from __future__ import annotations
 
@@ -17,7 +19,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.training_spec import job_of
+from components.fabric_spec import RDMA_SHARED_RESOURCE, NodeFabric
+from components.training_spec import (
+    EFA_RESOURCE,
+    FORBIDDEN_ENV,
+    HUGEPAGES_RESOURCE,
+    default_min_busbw_gbps,
+    job_of,
+)
 from infra.checks.admission import CRD_FOLDER
 from infra.checks.apiserver import problems
 from infra.checks.crd_schema import CrdIndex, load_crd_files, validate as crd_validate
@@ -25,7 +34,18 @@ from infra.config import parse_config
 from infra.training import training_plan
 from infra.training_plan import resolve_training
 from infra.versions import KUBERNETES_VERSION
-from tests.component.test_training_job import ACCOUNT, BUILT, JOBSET, PLAN, build, container, pod
+from tests.component.recorder import Recording
+from tests.component.test_training_job import (
+    ACCOUNT,
+    BUILT,
+    DAEMONSET,
+    JOBSET,
+    PLAN,
+    build,
+    container,
+    jobset,
+    pod,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -323,3 +343,190 @@ def test_the_tenants_image_is_pulled_from_the_in_region_registry_by_digest():
     assert (plan.framework, plan.command, plan.train_args) == ("tensorflow", ("python", "train.py"), ())
     # The platform's images still run the checks.
     assert plan.image.endswith(f"/mlplat/prod/training:{BUILT['training']}")
+
+
+# --- on a customer's InfiniBand or RoCE fabric ---------------------------------------------
+# The same pods for every framework and the collective check, from a plan that carries the
+# nodes' NodeFabric (components/fabric_spec.py) instead of EFA. What is EFA's never appears
+# on an RDMA fabric's objects, and what is the RDMA fabric's never on EFA's.
+
+FRAMEWORKS = ("torchrun", "deepspeed", "tensorflow", "horovod")
+HCAS = tuple(f"mlx5_{i}" for i in range(8))
+INFINIBAND = NodeFabric("infiniband", HCAS, 400)
+ROCE = NodeFabric("roce", HCAS[:2], 200, gid_index=3)
+FABRIC_ARGS = ("--expect-hcas", "--expect-port-rate-gbps", "--expect-link-layer")
+
+
+def on_fabric(name: str, fabric: NodeFabric | None) -> Recording:
+    """Framework `name` on `fabric` (None: EFA, as PLAN is), with everything the job brings:
+    the collective check (with torchrun), the GPU check's DaemonSet, horovod's ConfigMap."""
+    plan = PLAN if fabric is None else replace(PLAN, efa=False, fabric=fabric,
+                                               min_busbw_gbps=default_min_busbw_gbps(PLAN.instance, fabric))
+    if name != "torchrun":
+        plan = replace(plan, framework=name, user_image=USER_IMAGE, command=COMMAND, train_args=())
+    return build(plan, collective_check=name == "torchrun")
+
+
+@pytest.fixture(scope="module")
+def fabrics() -> dict[tuple[str, str], Recording]:
+    """Every framework on EFA and on InfiniBand; torchrun (with the collective check) on RoCE."""
+    runs = {(name, kind): on_fabric(name, fabric) for name in FRAMEWORKS
+            for kind, fabric in (("efa", None), ("infiniband", INFINIBAND))}
+    runs[("torchrun", "roce")] = on_fabric("torchrun", ROCE)
+    return runs
+
+
+def pod_specs(rec: Recording) -> list[dict]:
+    """Every pod template the job brings: each replicated job of each JobSet, and the GPU
+    check's DaemonSet."""
+    specs = [pod_of(rj) for js in rec.of_type(JOBSET) for rj in js.inputs()["spec"]["replicatedJobs"]]
+    return specs + [ds.inputs()["spec"]["template"]["spec"] for ds in rec.of_type(DAEMONSET)]
+
+
+def efa_setting(word: str) -> bool:
+    return word in (EFA_RESOURCE, HUGEPAGES_RESOURCE, *FORBIDDEN_ENV) or word.startswith(("FI_", "OFI_NCCL_"))
+
+
+def rdma_setting(word: str) -> bool:
+    return word.startswith(("rdma/", "NCCL_IB_")) or word in ("NCCL_NET", *FABRIC_ARGS)
+
+
+def fabric_words(rec: Recording) -> set[str]:
+    """Every resource name, variable name and command word of every container of the job
+    (mpirun's `-x NAME` forwarding included)."""
+    words: set[str] = set()
+    for spec in pod_specs(rec):
+        for c in [*spec["containers"], *spec.get("initContainers", [])]:
+            for amounts in c.get("resources", {}).values():
+                words |= set(amounts)
+            words |= {e["name"] for e in c.get("env", [])}
+            words |= set(c.get("command", []))
+    return words
+
+
+@pytest.mark.parametrize("name, kind", [*((name, "infiniband") for name in FRAMEWORKS), ("torchrun", "roce")])
+def test_efa_settings_never_appear_on_an_rdma_fabric(fabrics, name, kind):
+    words = fabric_words(fabrics[(name, kind)])
+    assert sorted(w for w in words if efa_setting(w)) == []
+    assert {RDMA_SHARED_RESOURCE, "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_NET", "--expect-hcas"} <= words
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_rdma_settings_never_appear_on_efa(fabrics, name):
+    words = fabric_words(fabrics[(name, "efa")])
+    assert sorted(w for w in words if rdma_setting(w)) == []
+    assert {EFA_RESOURCE, HUGEPAGES_RESOURCE} <= words
+
+
+def test_the_checks_cover_what_each_fabric_sets(fabrics):
+    """The two word lists above see every fabric-specific word the other fabric's objects
+    hold, so neither test passes by looking for the wrong names."""
+    efa, ib = fabric_words(fabrics[("torchrun", "efa")]), fabric_words(fabrics[("torchrun", "infiniband")])
+    assert {w for w in efa - ib if not efa_setting(w)} == set()
+    assert {w for w in ib - efa if not rdma_setting(w)} == {",".join(HCAS), "400", "InfiniBand"}  # the flags' values
+
+
+def gpu_containers(rec: Recording) -> list[dict]:
+    return [c for spec in pod_specs(rec) for c in spec["containers"]
+            if "nvidia.com/gpu" in c.get("resources", {}).get("limits", {})]
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_every_gpu_pod_asks_for_one_shared_rdma_device_and_no_huge_pages(fabrics, name):
+    """One unit of the RDMA shared device plugin's resource carries every HCA of the node."""
+    containers = gpu_containers(fabrics[(name, "infiniband")])
+    assert containers
+    for c in containers:
+        assert c["resources"]["requests"] == c["resources"]["limits"] == {
+            "cpu": "153", "memory": "1536Gi", "nvidia.com/gpu": "8", RDMA_SHARED_RESOURCE: "1"}
+
+
+def env_of(c: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in c.get("env", [])}
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_every_gpu_pod_carries_nccls_infiniband_settings(fabrics, name):
+    for c in gpu_containers(fabrics[(name, "infiniband")]):
+        nccl = {k: v for k, v in env_of(c).items() if k.startswith("NCCL_") and k != "NCCL_DEBUG"}
+        assert nccl == {"NCCL_NET": "IB", "NCCL_IB_DISABLE": "0",
+                        "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1"}
+
+
+def test_roce_adds_its_gid_index(fabrics):
+    for c in gpu_containers(fabrics[("torchrun", "roce")]):
+        env = env_of(c)
+        assert (env["NCCL_IB_HCA"], env["NCCL_IB_GID_INDEX"]) == ("=mlx5_0:1,mlx5_1:1", "3")
+
+
+def test_horovod_forwards_the_fabric_settings_to_the_ranks_it_starts_over_ssh(fabrics):
+    """sshd gives mpirun's ranks none of the worker container's variables: the launcher's
+    `-x` forwards them."""
+    _, launcher, command = launcher_parts(the_jobset(fabrics[("horovod", "infiniband")]))
+    forwarded = {command[i + 1] for i, word in enumerate(command) if word == "-x"}
+    assert {"NCCL_NET", "NCCL_IB_DISABLE", "NCCL_IB_HCA"} <= forwarded
+    assert env_of(launcher)["NCCL_IB_HCA"] == env_of(gpu_containers(fabrics[("horovod", "infiniband")])[0])["NCCL_IB_HCA"]
+
+
+def without_fabric(spec: dict) -> dict:
+    """A pod spec with every fabric-specific resource, variable and GPU-check flag removed."""
+    spec = json.loads(json.dumps(spec))
+    for c in [*spec["containers"], *spec.get("initContainers", [])]:
+        for amounts in c.get("resources", {}).values():
+            for key in [k for k in amounts if efa_setting(k) or rdma_setting(k)]:
+                del amounts[key]
+        c["env"] = [e for e in c.get("env", []) if not rdma_setting(e["name"])]
+        command = c.get("command", [])
+        for flag in FABRIC_ARGS:
+            if flag in command:
+                del command[command.index(flag):command.index(flag) + 2]
+        while any(a == "-x" and rdma_setting(b) for a, b in zip(command, command[1:])):  # mpirun's forwarding
+            i = next(i for i, (a, b) in enumerate(zip(command, command[1:])) if a == "-x" and rdma_setting(b))
+            del command[i:i + 2]
+    return spec
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_the_rdma_pods_are_the_efa_pods_but_for_the_fabric(fabrics, name):
+    """Shared memory, Lustre, security context (no added capability), queue, affinity and
+    tolerations: all as on EFA."""
+    efa, ib = pod_specs(fabrics[(name, "efa")]), pod_specs(fabrics[(name, "infiniband")])
+    assert [without_fabric(s) for s in ib] == [without_fabric(s) for s in efa]
+    for spec in ib:
+        for c in [*spec["containers"], *spec.get("initContainers", [])]:
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_gpu_checks_judge_the_hca_ports(fabrics):
+    rec = fabrics[("torchrun", "infiniband")]
+    expected = ["--expect-hcas", ",".join(HCAS), "--expect-port-rate-gbps", "400", "--expect-link-layer", "InfiniBand"]
+    [daemon] = rec.of_type(DAEMONSET)
+    commands = [c["command"] for spec in pod_specs(rec) for c in spec.get("initContainers", [])]
+    commands.append(daemon.inputs()["spec"]["template"]["spec"]["containers"][0]["command"])
+    assert len(commands) == 3  # the trainer's, the collective check's, the daemon set's
+    for command in commands:
+        assert command[9:15] == expected
+    roce = [c["command"] for spec in pod_specs(fabrics[("torchrun", "roce")]) for c in spec.get("initContainers", [])]
+    assert roce[0][roce[0].index("--expect-link-layer") + 1] == "Ethernet"
+
+
+def test_the_collective_check_gates_at_the_fabrics_bandwidth(fabrics):
+    """Three quarters of the fabric's line rate: 8 x NDR 400 is 3200 Gb/s, 300 GB/s (as p5's
+    EFA); a 4 x HDR 200 node of the same GPUs gates at 75, not at p5's network."""
+    command = container(jobset(fabrics[("torchrun", "infiniband")], "gpt2-allreduce"))["command"]
+    assert command[command.index("--min-busbw-gbps") + 1] == "300.0"
+    hdr = NodeFabric("infiniband", HCAS[:4], 200)
+    assert default_min_busbw_gbps(PLAN.instance, hdr) == 75.0 != default_min_busbw_gbps(PLAN.instance) == 300.0
+    rec = on_fabric("torchrun", hdr)
+    command = container(jobset(rec, "gpt2-allreduce"))["command"]
+    assert command[command.index("--min-busbw-gbps") + 1] == "75.0"
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_rdma_jobsets_pass_the_schemas(fabrics, name):
+    index = CrdIndex.of(load_crd_files(CRD_FOLDER / "jobset-v0.12.0"))
+    for js in fabrics[(name, "infiniband")].of_type(JOBSET):
+        manifest = js.inputs()
+        assert crd_validate(manifest, index).problems == []
+        for i, _ in enumerate(manifest["spec"]["replicatedJobs"]):
+            kubernetes_validate.validate(job_of(manifest, i), f"{KUBERNETES_VERSION}.0", strict=True)

@@ -1,5 +1,6 @@
 """GPU node check: the decision logic on NVML readings (healthy and each failure), the
-reader against a stand-in NVML, and the command's exit codes, NVML absent included."""
+reader against a stand-in NVML, and the command's exit codes, NVML absent included; on an
+RDMA node, its HCAs' ports read from a stand-in sysfs and judged."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from workloads.gpucheck import cli
 from workloads.gpucheck.checks import Expected, evaluate
+from workloads.gpucheck.rdma import read_ports
 from workloads.gpucheck.readings import read_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpucheck"
@@ -273,3 +275,87 @@ def test_watch_keeps_the_status_file_only_while_healthy(tmp_path, capsys):
     assert heartbeat.exists()  # the loop still turns: liveness holds while readiness fails
     reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["healthy"] for r in reports] == [True, False, False]
+
+
+# --- an RDMA node's HCA ports (InfiniBand, RoCE), read from sysfs ---------------------------
+
+HCAS = tuple(f"mlx5_{i}" for i in range(8))
+IB_NODE = Expected(8, "h100", 80, hcas=HCAS, port_rate_gbps=400, link_layer="InfiniBand")
+UP = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}
+
+
+def fake_sysfs(root: Path, ports: dict[str, dict[str, str]]) -> Path:
+    """/sys/class/infiniband/<hca>/ports/1/<attribute> as the kernel writes them (one line)."""
+    for hca, attributes in ports.items():
+        port = root / "class" / "infiniband" / hca / "ports" / "1"
+        port.mkdir(parents=True)
+        for name, value in attributes.items():
+            (port / name).write_text(value + "\n")
+    return root
+
+
+def test_ports_are_read_from_sysfs(tmp_path):
+    sysfs = fake_sysfs(tmp_path, {"mlx5_0": UP, "mlx5_1": {**UP, "state": "1: DOWN"}})
+    assert read_ports(("mlx5_0", "mlx5_1", "mlx5_2"), str(sysfs)) == {
+        "mlx5_0/1": UP, "mlx5_1/1": {**UP, "state": "1: DOWN"}, "mlx5_2/1": None}
+
+
+def ib_node(**port_changes: dict) -> dict:
+    node = reading("p5.48xlarge-healthy")
+    node["rdma_ports"] = {f"{hca}/1": {**UP, **port_changes.get(hca, {})} for hca in HCAS}
+    return node
+
+
+def test_an_rdma_node_with_every_port_up_is_healthy():
+    report = evaluate(ib_node(), IB_NODE)
+    assert report.healthy and report.findings == []
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"mlx5_4": {"state": "1: DOWN", "phys_state": "2: Polling"}},
+     "mlx5_4 port 1 is 1: DOWN (phys_state 2: Polling), expected 4: ACTIVE and 5: LinkUp"),
+    ({"mlx5_4": {"rate": "200 Gb/sec (4X HDR)"}}, "mlx5_4 port 1 runs at 200 Gb/sec (4X HDR), expected 400 Gb/sec"),
+    ({"mlx5_4": {"link_layer": "Ethernet"}}, "mlx5_4 port 1: link layer is Ethernet, expected InfiniBand"),
+])
+def test_each_port_problem_fails_the_node(changes, message):
+    report = evaluate(ib_node(**changes), IB_NODE)
+    assert [(f.check, f.severity, f.gpu, f.message) for f in report.findings] == [("rdma_port", "fail", None, message)]
+
+
+def test_ports_are_not_judged_without_expected_hcas():
+    node = ib_node(mlx5_0={"state": "1: DOWN"})
+    assert evaluate(node, P5).healthy  # an EFA node: no HCAs expected
+
+
+def test_the_command_reads_the_ports_from_sysfs(tmp_path, monkeypatch, capsys):
+    """Live mode: NVML (stood in for) and sysfs, judged together; the report records both."""
+    gpus = reading("p5.48xlarge-healthy")
+    monkeypatch.setattr(cli, "read_node", lambda nvml: json.loads(json.dumps(gpus)))
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
+    sysfs = fake_sysfs(tmp_path, {hca: UP if hca != "mlx5_6" else {**UP, "state": "1: DOWN", "phys_state": "3: Disabled"}
+                                  for hca in HCAS})
+    argv = ["--expect-gpus", "8", "--expect-model", "h100", "--expect-memory-gib", "80", "--expect-hcas", ",".join(HCAS),
+            "--expect-port-rate-gbps", "400", "--expect-link-layer", "InfiniBand", "--sysfs", str(sysfs)]
+    assert cli.main(argv) == cli.EXIT_UNHEALTHY
+    out = json.loads(capsys.readouterr().out)
+    assert [f["message"] for f in out["findings"]] == [
+        "mlx5_6 port 1 is 1: DOWN (phys_state 3: Disabled), expected 4: ACTIVE and 5: LinkUp"]
+    assert out["readings"]["rdma_ports"]["mlx5_0/1"] == UP
+    assert out["expected"]["hcas"] == list(HCAS)
+
+
+def test_recorded_readings_carry_the_ports(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(ib_node()))
+    argv = ["--instance-type", "p5.48xlarge", "--expect-hcas", ",".join(HCAS), "--expect-port-rate-gbps", "400",
+            "--expect-link-layer", "InfiniBand", "--readings", str(path)]
+    assert cli.main(argv) == cli.EXIT_HEALTHY
+    path.write_text(json.dumps(ib_node(mlx5_1={"state": "1: DOWN"})))
+    assert cli.main(argv) == cli.EXIT_UNHEALTHY
+
+
+def test_port_expectations_need_the_hcas(capsys):
+    argv = ["--instance-type", "p5.48xlarge", "--expect-port-rate-gbps", "400"]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert capsys.readouterr().err == "gpucheck: --expect-port-rate-gbps and --expect-link-layer need --expect-hcas\n"

@@ -1,7 +1,8 @@
-"""Judge one node's NVML readings against what its instance type should have.
+"""Judge one node's NVML readings against what its instance type should have, and on an
+RDMA node (InfiniBand, RoCE) its HCAs' ports (rdma.py).
 
-Pure functions over the data `readings.read_node` returns; every rule is one function so
-a failure names exactly what is wrong.
+Pure functions over the data `readings.read_node` returns (plus `rdma_ports`, from
+`rdma.read_ports`); every rule is one function so a failure names exactly what is wrong.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from workloads.gpucheck import rdma
 
 GIB = 1 << 30
 
@@ -46,6 +49,11 @@ class Expected:
     model: str  # catalog short name: "h100", "a100-80gb", "a10g"
     memory_gib: int
     instance_type: str = ""
+    # An RDMA node's fabric (components/fabric_spec.py NodeFabric): the HCAs whose port must
+    # be up, at this rate (Gb/s) and link layer ("InfiniBand", "Ethernet"); none on EFA.
+    hcas: tuple[str, ...] = ()
+    port_rate_gbps: int = 0
+    link_layer: str = ""
 
     @property
     def name_token(self) -> str:
@@ -154,6 +162,16 @@ def check_clocks(gpu: dict[str, Any], exp: Expected) -> list[Finding]:
     return []
 
 
+def check_rdma_ports(node: dict[str, Any], exp: Expected) -> list[Finding]:
+    """Each expected HCA's port up (ACTIVE, LinkUp) at the fabric's rate and link layer: a
+    port down leaves NCCL a rail short, or stalls the job where the ring needs it."""
+    if not exp.hcas:
+        return []
+    readings = node.get("rdma_ports") or {}
+    return [Finding("rdma_port", "fail", problem)
+            for problem in rdma.ports_problems(readings, exp.hcas, exp.port_rate_gbps, exp.link_layer)]
+
+
 PER_GPU = (check_model, check_memory, check_ecc, check_row_remap, check_temperature, check_nvlink, check_clocks)
 
 
@@ -162,4 +180,5 @@ def evaluate(node: dict[str, Any], exp: Expected) -> Report:
     for gpu in node["gpus"]:
         for rule in PER_GPU:
             report.findings.extend(rule(gpu, exp))
+    report.findings.extend(check_rdma_ports(node, exp))
     return report

@@ -3,7 +3,8 @@
 Exit codes: 0 healthy, 1 unhealthy (the JSON says why), 2 bad usage, 3 NVML absent (no
 NVIDIA driver on this node: one line on stderr), 4 another NVML error.
 
-With --watch SECONDS it checks forever and keeps --status-file present only while the node
+On an RDMA node, --expect-hcas (with --expect-port-rate-gbps and --expect-link-layer) also
+checks each HCA's port in sysfs (rdma.py). With --watch SECONDS it checks forever and keeps --status-file present only while the node
 is healthy, for a readiness probe: the DaemonSet then shows at a glance which nodes fail.
 """
 
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 from workloads.gpucheck.checks import Expected, evaluate
+from workloads.gpucheck.rdma import read_ports
 from workloads.gpucheck.readings import read_node
 
 EXIT_HEALTHY = 0
@@ -44,7 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect-gpus", type=int, help="GPUs the node must have (overrides the catalog)")
     p.add_argument("--expect-model", help="catalog GPU model, e.g. h100 (overrides the catalog)")
     p.add_argument("--expect-memory-gib", type=int, help="marketed memory per GPU (overrides the catalog)")
-    p.add_argument("--readings", help="judge recorded readings (JSON) instead of reading NVML")
+    p.add_argument("--expect-hcas", help="RDMA devices whose port must be up, comma-separated: mlx5_0,mlx5_1")
+    p.add_argument("--expect-port-rate-gbps", type=int, help="with --expect-hcas: each port's rate, e.g. 400")
+    p.add_argument("--expect-link-layer", choices=("InfiniBand", "Ethernet"),
+                   help="with --expect-hcas: each port's link layer (Ethernet: RoCE)")
+    p.add_argument("--sysfs", default="/sys", help="where sysfs is mounted (default /sys)")
+    p.add_argument("--readings", help="judge recorded readings (JSON) instead of reading NVML and sysfs")
     p.add_argument("--watch", type=float, help="check every this many seconds, forever")
     p.add_argument("--status-file", help="with --watch: present while healthy, removed otherwise")
     p.add_argument("--heartbeat-file", help="with --watch: touched after every check, healthy or not")
@@ -58,24 +65,31 @@ def expectations(args: argparse.Namespace) -> Expected:
     memory = args.expect_memory_gib if args.expect_memory_gib is not None else (base.memory_gib if base else None)
     if gpus is None or model is None or memory is None:
         raise ValueError("give --instance-type, or all of --expect-gpus, --expect-model and --expect-memory-gib")
-    return Expected(gpus, model.lower(), memory, base.instance_type if base else "")
+    hcas = tuple(h for h in (args.expect_hcas or "").split(",") if h)
+    if (args.expect_port_rate_gbps is not None or args.expect_link_layer) and not hcas:
+        raise ValueError("--expect-port-rate-gbps and --expect-link-layer need --expect-hcas")
+    return Expected(gpus, model.lower(), memory, base.instance_type if base else "", hcas=hcas,
+                    port_rate_gbps=args.expect_port_rate_gbps or 0, link_layer=args.expect_link_layer or "")
 
 
-def read_live() -> dict:
+def read_live(exp: Expected, sysfs: str = "/sys") -> dict:
     import pynvml
 
     pynvml.nvmlInit()
     try:
-        return read_node(pynvml)
+        node = read_node(pynvml)
     finally:
         pynvml.nvmlShutdown()
+    if exp.hcas:
+        node["rdma_ports"] = read_ports(exp.hcas, sysfs)
+    return node
 
 
 def check_once(args: argparse.Namespace, exp: Expected) -> int:
     import pynvml
 
     try:
-        node = json.loads(Path(args.readings).read_text()) if args.readings else read_live()
+        node = json.loads(Path(args.readings).read_text()) if args.readings else read_live(exp, args.sysfs)
     except (pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded) as err:
         print(f"gpucheck: NVML is not available on this node (no NVIDIA driver): {err}", file=sys.stderr)
         return EXIT_NO_NVML
