@@ -1,10 +1,17 @@
 """Security scan of the project: pip-audit on the dependencies `make setup` installed from
-the pins, bandit on the project's own Python. Every finding is fixed or accepted in
+the pins, bandit on the project's own Python, and (in the deploy) the in-region registry's
+scan of every image the environment runs. Every finding is fixed or accepted in
 tests/checks/security_accepted.yaml with a reason and an expiry date; an expired acceptance
 counts as a new finding, and a new finding fails.
 
     python -m tests.checks.security [--advisories snapshot|osv] [--json F] [--markdown F]
         exit 0: no new findings; 1: new findings (listed); 2: the scan could not run (one line)
+    python -m tests.checks.security images --findings FILE... [--json F] [--markdown F]
+        judges ECR's scan of images: each FILE is what `aws ecr describe-image-scan-findings
+        --repository-name R --image-id imageDigest=D` printed (every page: the AWS CLI
+        fetches them all unless told not to); same exit codes
+    python -m tests.checks.security image-targets --stack ENV --platform-images JSON
+        lists what the deploy scans: `name repository digest platforms`, one image a line
     python -m tests.checks.security snapshot --from <advisory-database git directory>
         rebuilds the committed advisory snapshot from a clone of the PyPA advisory database
 
@@ -25,9 +32,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import difflib
 import fnmatch
 import gzip
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -68,9 +77,9 @@ class ScanError(Exception):
 
 @dataclass(frozen=True)
 class Acceptance:
-    tool: str  # "pip-audit" or "bandit"
-    rule: str  # an advisory id (or one of its aliases), or a bandit test id
-    where: tuple[str, ...]  # the package, or the path patterns (relative to the repo)
+    tool: str  # "pip-audit", "bandit" or "image"
+    rule: str  # an advisory id (or one of its aliases), a bandit test id, or an image's vulnerability id
+    where: tuple[str, ...]  # the package, the path patterns (relative to the repo), or the image
     reason: str
     expires: dt.date
 
@@ -79,10 +88,12 @@ class Acceptance:
             return False
         if self.tool == "pip-audit":
             return canonicalize_name(self.where[0]) == canonicalize_name(finding.package) and self.rule in finding.ids
+        if self.tool == "image":
+            return self.where[0] == finding.image and self.rule in finding.ids
         return self.rule == finding.rule and any(fnmatch.fnmatchcase(finding.path, p) for p in self.where)
 
     def label(self) -> str:
-        return f"{self.rule} in {', '.join(self.where)}"
+        return f"{self.rule} in {'image ' if self.tool == 'image' else ''}{', '.join(self.where)}"
 
 
 class _Loader(yaml.SafeLoader):
@@ -94,6 +105,57 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 _FIELDS = {"pip-audit": {"package", "id", "reason", "expires"}, "bandit": {"test", "paths", "reason", "expires"}}
+_IMAGE_FIELDS = {"id", "reason", "expires"}
+_SECTIONS = "pip-audit, bandit and images"
+
+
+def _entry_basics(at: str, entry: Any, fields: set[str]) -> tuple[str, dt.date]:
+    """The reason and expiry of one entry, after its keys are checked."""
+    if not isinstance(entry, dict):
+        raise ScanError(f"{at}: must be a mapping with {', '.join(sorted(fields))}")
+    missing, extra = sorted(fields - set(entry)), sorted(set(map(str, entry)) - fields)
+    if extra:
+        raise ScanError(f"{at}: unknown key {extra[0]!r}; an entry has {', '.join(sorted(fields))}")
+    if missing:
+        raise ScanError(f"{at}: {missing[0]} is missing")
+    reason = entry["reason"]
+    if not isinstance(reason, str) or len(reason.split()) < 5:
+        raise ScanError(f"{at}: reason must say why it is accepted (a sentence, not {reason!r})")
+    try:
+        expires = dt.date.fromisoformat(str(entry["expires"]))
+    except ValueError:
+        raise ScanError(f"{at}: expires {entry['expires']!r} is not a date (YYYY-MM-DD)") from None
+    return " ".join(reason.split()), expires
+
+
+def _image_names() -> list[str]:
+    from infra.versions import IMAGES
+
+    return sorted(IMAGES)
+
+
+def _load_image_acceptances(path: Path, section: Any) -> list[Acceptance]:
+    """`images:` maps an image of the registry plan (infra/versions.py IMAGES: the platform's
+    own images and the mirrors) to its accepted vulnerabilities."""
+    if not isinstance(section, dict):
+        raise ScanError(f"{path}: images must map an image name (infra/versions.py IMAGES) to a list of entries")
+    names = _image_names()
+    found = []
+    for image, entries in section.items():
+        if image not in names:
+            close = difflib.get_close_matches(str(image), names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else " (the names are those of infra/versions.py IMAGES)"
+            raise ScanError(f"{path}: images: {image!r} is not an image of the registry plan{hint}")
+        if not isinstance(entries, list) or not entries:
+            raise ScanError(f"{path}: images: {image}: must be a list of entries with id, reason and expires")
+        for index, entry in enumerate(entries):
+            at = f"{path}: images: {image}[{index}]"
+            reason, expires = _entry_basics(at, entry, _IMAGE_FIELDS)
+            rule = entry["id"]
+            if not isinstance(rule, str) or not rule.strip() or len(rule.split()) != 1:
+                raise ScanError(f"{at}: id must be one vulnerability id (such as CVE-2024-6387), not {rule!r}")
+            found.append(Acceptance("image", rule.strip(), (image,), reason, expires))
+    return found
 
 
 def load_accepted(path: Path = ACCEPTED) -> list[Acceptance]:
@@ -109,10 +171,10 @@ def load_accepted(path: Path = ACCEPTED) -> list[Acceptance]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ScanError(f"{path}: must be a mapping with the keys pip-audit and bandit")
-    unknown = sorted(set(map(str, data)) - set(_FIELDS))
+        raise ScanError(f"{path}: must be a mapping with the keys {_SECTIONS}")
+    unknown = sorted(set(map(str, data)) - {*_FIELDS, "images"})
     if unknown:
-        raise ScanError(f"{path}: unknown key {unknown[0]!r}; the keys are pip-audit and bandit")
+        raise ScanError(f"{path}: unknown key {unknown[0]!r}; the keys are {_SECTIONS}")
     found = []
     for tool, fields in _FIELDS.items():
         entries = data.get(tool) or []
@@ -120,20 +182,7 @@ def load_accepted(path: Path = ACCEPTED) -> list[Acceptance]:
             raise ScanError(f"{path}: {tool} must be a list of entries")
         for index, entry in enumerate(entries):
             at = f"{path}: {tool}[{index}]"
-            if not isinstance(entry, dict):
-                raise ScanError(f"{at}: must be a mapping with {', '.join(sorted(fields))}")
-            missing, extra = sorted(fields - set(entry)), sorted(set(map(str, entry)) - fields)
-            if extra:
-                raise ScanError(f"{at}: unknown key {extra[0]!r}; an entry has {', '.join(sorted(fields))}")
-            if missing:
-                raise ScanError(f"{at}: {missing[0]} is missing")
-            reason = entry["reason"]
-            if not isinstance(reason, str) or len(reason.split()) < 5:
-                raise ScanError(f"{at}: reason must say why it is accepted (a sentence, not {reason!r})")
-            try:
-                expires = dt.date.fromisoformat(str(entry["expires"]))
-            except ValueError:
-                raise ScanError(f"{at}: expires {entry['expires']!r} is not a date (YYYY-MM-DD)") from None
+            reason, expires = _entry_basics(at, entry, fields)
             if tool == "pip-audit":
                 rule, where = entry["id"], entry["package"]
                 if not isinstance(rule, str) or not rule.strip() or not isinstance(where, str) or not where.strip():
@@ -147,7 +196,9 @@ def load_accepted(path: Path = ACCEPTED) -> list[Acceptance]:
                         or not all(isinstance(p, str) and p.strip() for p in where)):
                     raise ScanError(f"{at}: paths must be a list of paths relative to the repository")
                 where = tuple(where)
-            found.append(Acceptance(tool, rule, where, " ".join(reason.split()), expires))
+            found.append(Acceptance(tool, rule, where, reason, expires))
+    if data.get("images") is not None:
+        found += _load_image_acceptances(path, data["images"])
     return found
 
 
@@ -164,6 +215,22 @@ class Finding:
     package: str = ""
     path: str = ""  # relative to the repository where it is inside it
     severity: str = ""
+    image: str = ""  # images: the image's name in infra/versions.py IMAGES
+    url: str = ""  # images: where the vulnerability is described
+
+
+@dataclass(frozen=True)
+class ImageScan:
+    """One image manifest's scan, as ECR reported it."""
+
+    image: str  # the name in infra/versions.py IMAGES
+    repository: str
+    digest: str
+    status: str
+    kind: str  # "basic" or "enhanced" (Amazon Inspector)
+    completed: str = ""  # when the scan completed
+    source_updated: str = ""  # the date of the vulnerability data it used
+    counts: tuple[tuple[str, int], ...] = ()  # findings by severity, as ECR counted them
 
 
 @dataclass
@@ -173,6 +240,12 @@ class Verdict:
     stale: list[Acceptance] = field(default_factory=list)  # bandit acceptances nothing matches
     unmatched_advisories: list[Acceptance] = field(default_factory=list)  # pip-audit: a note only
     sources: dict[str, str] = field(default_factory=dict)
+    # Images: findings below the severity floor (listed, never failing), what was scanned,
+    # and acceptances of a scanned image that matched nothing (a note only).
+    listed: list[Finding] = field(default_factory=list)
+    scans: list[ImageScan] = field(default_factory=list)
+    unmatched_images: list[Acceptance] = field(default_factory=list)
+    title: str = "Security scan"
 
     @property
     def failed(self) -> bool:
@@ -180,15 +253,20 @@ class Verdict:
 
 
 def judge(findings: Sequence[Finding], accepted: Sequence[Acceptance], today: dt.date,
-          tools: Sequence[str] = ("pip-audit", "bandit")) -> Verdict:
-    """Each finding is accepted (an entry matches and has not expired) or new. A bandit entry
-    nothing matches is stale and fails too; a pip-audit entry is only noted, since OSV online
-    knows advisories the committed snapshot does not."""
+          tools: Sequence[str] = ("pip-audit", "bandit"), scanned_images: Sequence[str] = ()) -> Verdict:
+    """Each finding is accepted (an entry matches and has not expired) or new; an image
+    finding below the severity floor is only listed. A bandit entry nothing matches is stale
+    and fails too; a pip-audit entry is only noted, since OSV online knows advisories the
+    committed snapshot does not, and so is an image entry of an image scanned this run (the
+    next base may have fixed it; an entry of an image not scanned is not judged)."""
     verdict = Verdict()
     used: set[int] = set()
     for finding in findings:
         matching = [a for a in accepted if a.matches(finding)]
         used.update(id(a) for a in matching)
+        if finding.tool == "image" and finding.severity in LISTED_ONLY:
+            verdict.listed.append(finding)
+            continue
         current = [a for a in matching if a.expires >= today]
         if current:
             verdict.accepted.append((finding, current[0]))
@@ -196,6 +274,10 @@ def judge(findings: Sequence[Finding], accepted: Sequence[Acceptance], today: dt
             verdict.new.append((finding, max(matching, key=lambda a: a.expires) if matching else None))
     for entry in accepted:
         if id(entry) in used or entry.tool not in tools:
+            continue
+        if entry.tool == "image":
+            if entry.where[0] in scanned_images:
+                verdict.unmatched_images.append(entry)
             continue
         (verdict.stale if entry.tool == "bandit" else verdict.unmatched_advisories).append(entry)
     return verdict
@@ -444,6 +526,251 @@ def _relative(path: str) -> str:
     return str(absolute.relative_to(REPO)) if absolute.is_relative_to(REPO) else str(absolute)
 
 
+# --- ECR's scan of the images ------------------------------------------------------------------
+
+# The severity floor. ECR rates each finding CRITICAL, HIGH, MEDIUM, LOW, INFORMATIONAL or
+# UNDEFINED (basic scanning: the distribution's own rating, else NVD's from the CVSS score;
+# UNDEFINED when neither rated it), and Amazon Inspector (enhanced scanning) rates it
+# CRITICAL, HIGH, MEDIUM, LOW, INFORMATIONAL or UNTRIAGED. Findings rated MEDIUM, LOW or
+# INFORMATIONAL are listed (job summary, JSON) and never fail. Every other finding fails
+# unless accepted: HIGH and CRITICAL, and also UNDEFINED, UNTRIAGED and any rating this code
+# does not know, since a finding nobody has rated is not known to be below HIGH.
+LISTED_ONLY = frozenset({"MEDIUM", "LOW", "INFORMATIONAL"})
+SEVERITY_ORDER = ("CRITICAL", "HIGH", "UNDEFINED", "UNTRIAGED", "UNSCANNED", "MEDIUM", "LOW", "INFORMATIONAL")
+# What ECR's scan status means here (imageScanStatus.status):
+# - COMPLETE: the scan finished; its findings are judged.
+# - ACTIVE: enhanced scanning with continuous scans (AWS's example answer); judged like
+#   COMPLETE once a scan has completed (imageScanFindings.imageScanCompletedAt).
+# - UNSUPPORTED_IMAGE: ECR cannot scan the image (an OS basic scanning does not support, or
+#   no package database, as in busybox or scratch). Nothing says it is clean, so it is a
+#   finding, UNSUPPORTED_IMAGE rated UNSCANNED, that fails unless accepted for that image.
+# - anything else (IN_PROGRESS, PENDING, FAILED, FINDINGS_UNAVAILABLE, LIMIT_EXCEEDED,
+#   SCAN_ELIGIBILITY_EXPIRED, IMAGE_ARCHIVED, or no status): there are no findings to judge,
+#   and the check cannot run (one line, exit 2).
+UNSUPPORTED = "UNSUPPORTED_IMAGE"
+_REPOSITORY = re.compile(r"^mlplat/(?P<environment>[a-z0-9][a-z0-9-]*)/(?:mirror/)?(?P<name>[^/]+)$")
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _when(value: Any) -> str:
+    """A timestamp as the AWS CLI prints it (ISO 8601), or as the API sends it (seconds)."""
+    if isinstance(value, bool):
+        return ""
+    if isinstance(value, (int, float)):
+        return dt.datetime.fromtimestamp(value, dt.timezone.utc).isoformat(timespec="seconds")
+    return value if isinstance(value, str) else ""
+
+
+def _short(digest: str) -> str:
+    return digest[:19]  # sha256: and 12 hex digits
+
+
+def _text(value: Any, limit: int = 300) -> str:
+    return " ".join(str(value or "").split())[:limit]
+
+
+def _image_of(path: Path, repository: str) -> str:
+    """The image's name in infra/versions.py IMAGES, from the repository it was scanned in."""
+    from infra.versions import IMAGES
+
+    match = _REPOSITORY.match(repository)
+    image = IMAGES.get(match["name"]) if match else None
+    if image is None or image.repository(match["environment"]) != repository:
+        raise ScanError(f"{path}: repository {repository!r} is not one of the registry plan's "
+                        "(mlplat/<environment>/<image> or mlplat/<environment>/mirror/<image>, infra/versions.py)")
+    return image.name
+
+
+def _list(path: Path, data: dict, key: str) -> list[dict]:
+    items = data.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ScanError(f"{path}: imageScanFindings.{key} is not a list of findings; the file is not what "
+                        "aws ecr describe-image-scan-findings prints")
+    return items
+
+
+def read_image_scan(path: Path) -> tuple[ImageScan, list[Finding]]:
+    """One `aws ecr describe-image-scan-findings` answer: the scan and its findings. Basic
+    scanning's findings[] (name: the CVE, severity, uri, attributes package_name and
+    package_version) and enhanced scanning's enhancedFindings[] (packageVulnerabilityDetails:
+    vulnerabilityId, relatedVulnerabilities, vulnerablePackages; severity; status, where
+    CLOSED findings are gone). A file that is not such an answer, one page of several, or a
+    scan that has not finished raises ScanError (one line)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ScanError(f"{path}: cannot be read ({error.strerror or error})") from None
+    try:
+        data = json.loads(raw)
+    except ValueError as error:  # JSONDecodeError, and UnicodeDecodeError for bytes that are no text
+        raise ScanError(f"{path}: not JSON ({_text(error, 120)}); it must be what aws ecr "
+                        "describe-image-scan-findings --output json prints") from None
+    status_block = data.get("imageScanStatus") if isinstance(data, dict) else None
+    image_id = data.get("imageId") if isinstance(data, dict) else None
+    repository = data.get("repositoryName") if isinstance(data, dict) else None
+    if not (isinstance(status_block, dict) and isinstance(image_id, dict) and isinstance(repository, str)):
+        raise ScanError(f"{path}: not a describe-image-scan-findings answer (it needs repositoryName, imageId and "
+                        "imageScanStatus)")
+    digest = image_id.get("imageDigest")
+    if not isinstance(digest, str) or not _SHA256.match(digest):
+        raise ScanError(f"{path}: imageId.imageDigest {digest!r} is not a sha256 digest; ask for the image by "
+                        "digest (--image-id imageDigest=sha256:...)")
+    image = _image_of(path, repository)
+    where = f"{image}@{_short(digest)}"
+    status = str(status_block.get("status") or "no status")
+    description = _text(status_block.get("description"), 200)
+    found = data.get("imageScanFindings")
+    if found is not None and not isinstance(found, dict):
+        raise ScanError(f"{path}: imageScanFindings is not an object; the file is not what aws ecr "
+                        "describe-image-scan-findings prints")
+    found = found or {}
+    completed = _when(found.get("imageScanCompletedAt"))
+    kind = "enhanced" if "enhancedFindings" in found or status == "ACTIVE" else "basic"
+    if status == UNSUPPORTED:
+        scan = ImageScan(image, repository, digest, status, kind)
+        return scan, [Finding("image", UNSUPPORTED, where, f"ECR cannot scan this image: {description or status}",
+                              ids=(UNSUPPORTED,), severity="UNSCANNED", image=image)]
+    if status not in ("COMPLETE", "ACTIVE") or (status == "ACTIVE" and not completed):
+        said = f" ({description})" if description else ""
+        raise ScanError(f"{path}: the scan of {repository}@{_short(digest)} is {status}{said}, not COMPLETE: no "
+                        f"findings to judge; wait for it (aws ecr wait image-scan-complete) and fetch them again")
+    if "imageScanFindings" not in data:  # a finished scan always says what it found, if only nothing
+        raise ScanError(f"{path}: the scan of {repository}@{_short(digest)} is {status} but the answer has no "
+                        "imageScanFindings; fetch it again with aws ecr describe-image-scan-findings")
+    if data.get("nextToken") or data.get("NextToken"):
+        raise ScanError(f"{path}: one page of the findings of {repository}@{_short(digest)} (it has a next token); "
+                        "fetch every page (the AWS CLI does unless --max-items or --no-paginate is given)")
+    findings: list[Finding] = []
+    basic, enhanced = _list(path, found, "findings"), _list(path, found, "enhancedFindings")
+    for index, item in enumerate(basic):
+        name = item.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ScanError(f"{path}: imageScanFindings.findings[{index}] has no name (the vulnerability id), so it "
+                            "cannot be judged")
+        attributes = {a.get("key"): a.get("value") for a in item.get("attributes") or [] if isinstance(a, dict)}
+        package = " ".join(str(attributes[k]) for k in ("package_name", "package_version") if attributes.get(k))
+        severity = str(item.get("severity") or "UNDEFINED").upper()
+        findings.append(Finding("image", name.strip(), where, _text(item.get("description")), ids=(name.strip(),),
+                                package=package, severity=severity, image=image, url=str(item.get("uri") or "")))
+    for index, item in enumerate(enhanced):
+        details = item.get("packageVulnerabilityDetails")
+        vulnerability = details.get("vulnerabilityId") if isinstance(details, dict) else None
+        if not isinstance(vulnerability, str) or not vulnerability.strip():
+            raise ScanError(f"{path}: imageScanFindings.enhancedFindings[{index}] has no "
+                            "packageVulnerabilityDetails.vulnerabilityId, so it cannot be judged")
+        if str(item.get("status") or "").upper() == "CLOSED":  # Inspector no longer finds it
+            continue
+        related = [str(r) for r in details.get("relatedVulnerabilities") or [] if str(r).strip()]
+        packages = [p for p in details.get("vulnerablePackages") or [] if isinstance(p, dict)]
+        package = ", ".join(" ".join(str(p[k]) for k in ("name", "version") if p.get(k))
+                            + (f"-{p['release']}" if p.get("release") else "") for p in packages)
+        fixes = tuple(sorted({str(p["fixedInVersion"]) for p in packages
+                              if p.get("fixedInVersion") and p["fixedInVersion"] != "NotAvailable"}))
+        severity = str(item.get("severity") or "UNTRIAGED").upper()
+        findings.append(Finding("image", vulnerability.strip(), where,
+                                _text(item.get("description") or item.get("title")),
+                                ids=(vulnerability.strip(), *related), fix=fixes, package=package,
+                                severity=severity, image=image, url=str(details.get("sourceUrl") or "")))
+    counts = found.get("findingSeverityCounts") or {}
+    if not isinstance(counts, dict) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                               for n in counts.values()):
+        raise ScanError(f"{path}: imageScanFindings.findingSeverityCounts is not a count per severity")
+    if sum(counts.values()) > len(basic) + len(enhanced):
+        raise ScanError(f"{path}: ECR counts {sum(counts.values())} findings for {repository}@{_short(digest)} but the "
+                        f"file holds {len(basic) + len(enhanced)}; fetch every page (the AWS CLI does unless "
+                        "--max-items or --no-paginate is given)")
+    source_updated = _when(found.get("vulnerabilitySourceUpdatedAt"))
+    scan = ImageScan(image, repository, digest, status, kind, completed, source_updated,
+                     tuple(sorted(((str(k).upper(), n) for k, n in counts.items() if n), key=_severity_rank)))
+    return scan, findings
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _severity_rank(item: tuple[str, Any] | str) -> int:
+    severity = item if isinstance(item, str) else item[0]
+    return SEVERITY_ORDER.index(severity) if severity in SEVERITY_ORDER else 0
+
+
+def scan_images(paths: Sequence[Path], accepted_path: Path = ACCEPTED, today: dt.date | None = None) -> Verdict:
+    """Judges ECR's scans of images (one describe-image-scan-findings answer per file)."""
+    accepted = load_accepted(accepted_path)
+    if not paths:
+        raise ScanError("no scan findings given: pass each image's aws ecr describe-image-scan-findings answer with "
+                        "--findings")
+    scans: list[ImageScan] = []
+    findings: list[Finding] = []
+    for path in paths:
+        scan, found = read_image_scan(Path(path))
+        scans.append(scan)
+        findings += found
+    verdict = judge(findings, accepted, today or dt.date.today(), tools=("image",),
+                    scanned_images=sorted({s.image for s in scans}))
+    verdict.scans = scans
+    verdict.title = "Image scan"
+    kinds = " and ".join(sorted({s.kind for s in scans}))
+    data = sorted(s.source_updated[:10] for s in scans if s.source_updated)
+    dated = f", vulnerability data of {data[0]}" + (f" to {data[-1]}" if data[-1] != data[0] else "") if data else ""
+    verdict.sources["ECR image scan"] = (
+        f"{_count(len({s.image for s in scans}), 'image')}, {_count(len(scans), 'manifest')}, {kinds} scanning in "
+        "the in-region "
+        f"registry{dated}; severities below HIGH ({', '.join(sorted(LISTED_ONLY, key=_severity_rank))}) are listed, "
+        "all others fail unless accepted")
+    return verdict
+
+
+def image_targets(environment: str, platform_images: Any) -> list[tuple[str, str, str]]:
+    """(name, repository, digest) of every image of the registry plan in the environment's
+    registry: each mirror at its pin, each platform image as CI recorded its build
+    (`tag@digest`, the build step's platform-images). What the deploy waits on and judges."""
+    from infra.versions import BUILT, DIGEST, IMAGES
+
+    if not isinstance(platform_images, dict):
+        raise ScanError("--platform-images must be the build's record, a JSON object of image name to tag@digest")
+    built = {i.name for i in IMAGES.values() if i.built_here}
+    unknown = sorted(set(map(str, platform_images)) - built)
+    if unknown:
+        raise ScanError(f"--platform-images names {unknown[0]!r}, which is not a platform image of infra/versions.py "
+                        f"({', '.join(sorted(built))})")
+    targets, unpinned, unbuilt = [], [], []
+    for image in IMAGES.values():
+        if image.built_here:
+            recorded = str(platform_images.get(image.name, ""))
+            if not BUILT.match(recorded):
+                unbuilt.append(image.name)
+                continue
+            digest = recorded.split("@", 1)[1]
+        elif DIGEST.match(image.digest):
+            digest = image.digest
+        else:
+            unpinned.append(image.name)
+            continue
+        targets.append((image.name, image.repository(environment), digest))
+    if unpinned:
+        raise ScanError(f"image(s) {', '.join(unpinned)} have no digest in infra/versions.py, so nothing pinned was "
+                        "mirrored to scan; pin each (mlplat mirror refuses them too)")
+    if unbuilt:
+        raise ScanError(f"platform image(s) {', '.join(unbuilt)} have no tag@digest in --platform-images; the build "
+                        "step records one for each")
+    return targets
+
+
+def _platforms(environment: str) -> list[str]:
+    """The platforms the environment's node pools run, as `mlplat mirror` copies them."""
+    from infra.catalog import lookup
+    from infra.config import ConfigError, load_stack
+
+    try:
+        config = load_stack(environment)
+    except ConfigError as error:
+        raise ScanError(str(error)) from None
+    return sorted({lookup(pool.instance_type).platform for pool in config.node_pools})
+
+
 # --- the whole scan and its reports -----------------------------------------------------------
 
 def scan(advisories: str = "snapshot", osv_url: str = OSV_URL, accepted_path: Path = ACCEPTED,
@@ -491,29 +818,87 @@ def _finding_row(finding: Finding, expired: Acceptance | None = None) -> dict:
 
 
 def as_json(verdict: Verdict) -> dict:
-    return {
+    report = {
         "new": [_finding_row(f, a) for f, a in verdict.new],
         "stale": [{"tool": a.tool, "rule": a.rule, "where": list(a.where)} for a in verdict.stale],
         "accepted": [{**_finding_row(f), "expires": a.expires.isoformat(), "reason": a.reason}
                      for f, a in verdict.accepted],
         "sources": verdict.sources,
     }
+    if verdict.scans:
+        report["listed"] = [_finding_row(f) for f in verdict.listed]
+        report["scans"] = [{**asdict(s), "counts": dict(s.counts)} for s in verdict.scans]
+        report["unmatched"] = [{"tool": a.tool, "rule": a.rule, "where": list(a.where)}
+                               for a in verdict.unmatched_images]
+    return report
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _vulnerability(finding: Finding) -> str:
+    return f"[{_cell(finding.rule)}]({finding.url})" if finding.url.startswith("https://") else _cell(finding.rule)
+
+
+# Rows per table in the Markdown: a job summary holds at most 1 MiB. The JSON has every row.
+MARKDOWN_ROWS = 400
+
+
+def _image_table(findings: Sequence[tuple[Finding, Acceptance | None]], expiry: str = "what") -> list[str]:
+    lines = [f"| image | vulnerability | severity | package | {expiry} |", "|---|---|---|---|---|"]
+    ordered = sorted(findings, key=lambda fa: (_severity_rank(fa[0].severity), fa[0].where, fa[0].rule))
+    for finding, acceptance in ordered[:MARKDOWN_ROWS]:
+        if expiry == "expires":
+            last = acceptance.expires.isoformat() if acceptance else ""
+        else:
+            last = finding.what[:160] + (f" (fixed in {', '.join(finding.fix)})" if finding.fix else "")
+            if acceptance is not None:
+                last += f" (its acceptance expired on {acceptance.expires.isoformat()})"
+        lines.append(f"| `{_cell(finding.where)}` | {_vulnerability(finding)} | {finding.severity} | "
+                     f"{_cell(finding.package)} | {_cell(last)} |")
+    if len(ordered) > MARKDOWN_ROWS:
+        lines.append(f"| ... | {len(ordered) - MARKDOWN_ROWS} more, in the JSON report | | | |")
+    return lines
+
+
+def _image_sections(verdict: Verdict) -> list[str]:
+    lines = []
+    new = [(f, a) for f, a in verdict.new if f.tool == "image"]
+    if new:
+        lines += _image_table(new) + [""]
+        lines.append("Fix each (a newer base or package), or accept it under `images:` in "
+                     "`tests/checks/security_accepted.yaml` with a reason and an expiry date.")
+        lines.append("")
+    lines += [f"<details><summary>{len(verdict.scans)} image manifests scanned</summary>", "",
+              "| image | repository | scan | completed | vulnerability data | findings |", "|---|---|---|---|---|---|"]
+    for scan in sorted(verdict.scans, key=lambda s: (s.image, s.digest)):
+        counts = ", ".join(f"{n} {severity}" for severity, n in scan.counts) or "none"
+        lines.append(f"| {scan.image} | `{scan.repository}@{_short(scan.digest)}` | {scan.kind} {scan.status} | "
+                     f"{scan.completed or '-'} | {scan.source_updated or '-'} | {counts} |")
+    lines += ["", "</details>", ""]
+    if verdict.listed:
+        lines += [f"<details><summary>{len(verdict.listed)} findings below HIGH (listed, not failing)</summary>", ""]
+        lines += _image_table([(f, None) for f in verdict.listed]) + ["", "</details>", ""]
+    if verdict.unmatched_images:
+        lines.append("Accepted, but not found in the images scanned this run (remove them from "
+                     "`tests/checks/security_accepted.yaml` once no environment runs the old image): "
+                     + "; ".join(a.label() for a in verdict.unmatched_images))
+        lines.append("")
+    return lines
+
+
 def as_markdown(verdict: Verdict) -> str:
     count = len(verdict.new)
-    title = f"### Security scan: {count or 'no'} new finding{'' if count == 1 else 's'}"
+    title = f"### {verdict.title}: {count or 'no'} new finding{'' if count == 1 else 's'}"
     if verdict.stale:
         title += f", {len(verdict.stale)} stale acceptance{'' if len(verdict.stale) == 1 else 's'}"
     lines = [title, ""]
     lines += [f"- {tool}: {source}" for tool, source in verdict.sources.items()] + [""]
-    if verdict.new:
+    code_new = [(f, a) for f, a in verdict.new if f.tool != "image"]
+    if code_new:
         lines += ["| tool | finding | where | what |", "|---|---|---|---|"]
-        for finding, expired in verdict.new:
+        for finding, expired in code_new:
             rule = " / ".join(finding.ids[:3]) if finding.ids else finding.rule
             what = finding.what + (f" (fixed in {', '.join(finding.fix)})" if finding.fix else "")
             if expired is not None:
@@ -523,17 +908,26 @@ def as_markdown(verdict: Verdict) -> str:
         lines.append("Fix each, or accept it in `tests/checks/security_accepted.yaml` with a reason and an expiry "
                      "date.")
         lines.append("")
+    if verdict.scans:
+        lines += _image_sections(verdict)
     if verdict.stale:
         lines.append("Accepted, but no longer found (remove from `tests/checks/security_accepted.yaml`): "
                      + "; ".join(f"{a.tool} {a.label()}" for a in verdict.stale))
         lines.append("")
     if verdict.accepted:
         soonest = min(a.expires for _, a in verdict.accepted)
-        lines += [f"<details><summary>{len(verdict.accepted)} accepted findings (the first acceptance expires "
-                  f"{soonest.isoformat()})</summary>", "", "| tool | finding | where | expires |", "|---|---|---|---|"]
-        lines += [f"| {f.tool} | {_cell(f.rule)} | `{_cell(f.where)}` | {a.expires.isoformat()} |"
-                  for f, a in verdict.accepted]
-        lines += ["", "</details>", ""]
+        summary = (f"<details><summary>{len(verdict.accepted)} accepted findings (the first acceptance expires "
+                   f"{soonest.isoformat()})</summary>")
+        code = [(f, a) for f, a in verdict.accepted if f.tool != "image"]
+        images = [(f, a) for f, a in verdict.accepted if f.tool == "image"]
+        lines += [summary, ""]
+        if code:
+            lines += ["| tool | finding | where | expires |", "|---|---|---|---|"]
+            lines += [f"| {f.tool} | {_cell(f.rule)} | `{_cell(f.where)}` | {a.expires.isoformat()} |" for f, a in code]
+            lines.append("")
+        if images:
+            lines += _image_table(images, expiry="expires") + [""]
+        lines += ["</details>", ""]
     return "\n".join(lines)
 
 
@@ -542,15 +936,84 @@ def as_text(verdict: Verdict) -> str:
     for finding, expired in verdict.new:
         note = f" (acceptance expired {expired.expires.isoformat()})" if expired else ""
         fix = f" (fixed in {', '.join(finding.fix)})" if finding.fix else ""
-        lines.append(f"NEW {finding.tool} {finding.rule} {finding.where}: {finding.what}{fix}{note}")
+        if finding.tool == "image":
+            lines.append(f"NEW image {finding.rule} {finding.severity} {finding.where} {finding.package}: "
+                         f"{finding.what[:120]}{fix}{note}")
+        else:
+            lines.append(f"NEW {finding.tool} {finding.rule} {finding.where}: {finding.what}{fix}{note}")
     lines += [f"STALE {a.tool} acceptance {a.label()}: nothing matches it; remove it" for a in verdict.stale]
     lines += [f"note: pip-audit acceptance {a.label()} matched nothing in this run" for a in verdict.unmatched_advisories]
-    lines.append(f"{len(verdict.new)} new, {len(verdict.stale)} stale, {len(verdict.accepted)} accepted findings")
+    lines += [f"note: image acceptance {a.label()} matched nothing in this run" for a in verdict.unmatched_images]
+    listed = f", {len(verdict.listed)} below HIGH (listed)" if verdict.scans else ""
+    lines.append(f"{len(verdict.new)} new, {len(verdict.stale)} stale, {len(verdict.accepted)} accepted findings"
+                 f"{listed}")
     return "\n".join(lines)
+
+
+def _write_reports(verdict: Verdict, json_path: Path | None, markdown_path: Path | None) -> int:
+    for path, text in ((json_path, json.dumps(as_json(verdict), indent=1)), (markdown_path, as_markdown(verdict))):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + "\n")
+    print(as_text(verdict))
+    return 1 if verdict.failed else 0
+
+
+def _could_not_run(title: str, error: ScanError, markdown_path: Path | None) -> int:
+    print(f"{title.lower()}: {error}", file=sys.stderr)
+    if markdown_path is not None:  # the comment or summary says it could not run, never nothing
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(f"### {title}: could not run\n\n{error}\n")
+    return 2
+
+
+def _images_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.checks.security images",
+                                     description="Judge ECR's scan of images: new findings fail.")
+    parser.add_argument("--findings", type=Path, nargs="+", required=True, metavar="FILE",
+                        help="what aws ecr describe-image-scan-findings printed, one file per image manifest")
+    parser.add_argument("--accepted", type=Path, default=ACCEPTED)
+    parser.add_argument("--json", type=Path, help="write the findings as JSON")
+    parser.add_argument("--markdown", type=Path, help="write the findings as Markdown (the job summary's part)")
+    opts = parser.parse_args(argv)
+    try:
+        verdict = scan_images(opts.findings, opts.accepted)
+    except ScanError as error:
+        return _could_not_run("Image scan", error, opts.markdown)
+    return _write_reports(verdict, opts.json, opts.markdown)
+
+
+def _image_targets_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.checks.security image-targets",
+                                     description="Print `name repository digest platforms` for each image the "
+                                     "environment's registry holds.")
+    parser.add_argument("--stack", required=True, help="the environment (a cloud-layer stack, or its cluster layer)")
+    parser.add_argument("--platform-images", required=True, metavar="JSON",
+                        help="the build step's record: {image name: tag@digest}")
+    opts = parser.parse_args(argv)
+    environment = opts.stack.removesuffix("-cluster")
+    try:
+        try:
+            built = json.loads(opts.platform_images)
+        except ValueError:
+            raise ScanError("--platform-images is not JSON; it is the build step's record, {image name: tag@digest}") \
+                from None
+        targets = image_targets(environment, built)
+        platforms = ",".join(_platforms(environment))
+    except ScanError as error:
+        print(f"image targets: {error}", file=sys.stderr)
+        return 2
+    for name, repository, digest in targets:
+        print(name, repository, digest, platforms)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["images"]:
+        return _images_main(argv[1:])
+    if argv[:1] == ["image-targets"]:
+        return _image_targets_main(argv[1:])
     if argv[:1] == ["snapshot"]:
         parser = argparse.ArgumentParser(prog="python -m tests.checks.security snapshot")
         parser.add_argument("--from", dest="source", type=Path, required=True,
@@ -574,17 +1037,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdict = scan(opts.advisories, opts.osv_url, opts.accepted, requirements=opts.requirements,
                        venvs=[] if opts.requirements else None, code=opts.code)
     except ScanError as error:
-        print(f"security scan: {error}", file=sys.stderr)
-        if opts.markdown is not None:  # the comment says it could not run, never nothing
-            opts.markdown.parent.mkdir(parents=True, exist_ok=True)
-            opts.markdown.write_text(f"### Security scan: could not run\n\n{error}\n")
-        return 2
-    for path, text in ((opts.json, json.dumps(as_json(verdict), indent=1)), (opts.markdown, as_markdown(verdict))):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text + "\n")
-    print(as_text(verdict))
-    return 1 if verdict.failed else 0
+        return _could_not_run("Security scan", error, opts.markdown)
+    return _write_reports(verdict, opts.json, opts.markdown)
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ def test_a_bandit_acceptance_that_matches_nothing_fails_and_an_advisory_one_is_n
 
 MALFORMED = {
     "not YAML": ("bandit: [\n", "not valid YAML at line"),
-    "a list": ("- test: B101\n", "must be a mapping with the keys pip-audit and bandit"),
+    "a list": ("- test: B101\n", "must be a mapping with the keys pip-audit, bandit and images"),
     "an unknown section": ("safety: []\n", "unknown key 'safety'"),
     "no reason": ("bandit:\n  - {test: B101, paths: [a.py], expires: 2030-01-01}\n", "bandit[0]: reason is missing"),
     "a reason too short": ("bandit:\n  - {test: B101, paths: [a.py], reason: fine, expires: 2030-01-01}\n",
