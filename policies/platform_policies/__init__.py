@@ -1,10 +1,18 @@
 """The platform's policy rules, importable without starting the pack.
 
 Grouped as the security team reads them: residency, encryption at rest, encryption in
-transit, exposure, Kubernetes guardrails, tags. Each rule names its control through its
+transit, exposure, Kubernetes guardrails, tags, and the rules of a stack on a customer's own
+cluster. Each rule names its control through its
 compliance framework; docs/policy-pack.md lists them.
 """
 
+from .customer_cluster import (
+    no_aws_resources_on_customer_cluster,
+    nothing_exposed_outside_the_cluster,
+    object_store_encryption_named,
+    object_store_encryption_stated,
+    object_store_endpoints_allowed,
+)
 from .databases import databases_private_and_tls
 from .edge import no_global_edge_data_paths
 from .encryption import (
@@ -89,7 +97,17 @@ KUBERNETES = [
     k8s_no_added_capabilities,
 ]
 TAGS = [storage_and_compute_tagged]
+# A stack on a customer's own in-country cluster (deployment: customer-cluster in its policy
+# config); on AWS stacks these declare themselves not applicable.
+CUSTOMER_CLUSTER = [
+    no_aws_resources_on_customer_cluster,
+    object_store_endpoints_allowed,
+    nothing_exposed_outside_the_cluster,
+    object_store_encryption_named,
+    object_store_encryption_stated,
+]
 
-ALL_POLICIES = [*RESIDENCY, *ENCRYPTION_AT_REST, *ENCRYPTION_IN_TRANSIT, *EXPOSURE, *KUBERNETES, *TAGS]
+ALL_POLICIES = [*RESIDENCY, *ENCRYPTION_AT_REST, *ENCRYPTION_IN_TRANSIT, *EXPOSURE, *KUBERNETES, *TAGS,
+                *CUSTOMER_CLUSTER]
 
-__all__ = ["ALL_POLICIES", "PACK_NAME"]
+__all__ = ["ALL_POLICIES", "CUSTOMER_CLUSTER", "PACK_NAME"]

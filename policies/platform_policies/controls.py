@@ -28,3 +28,5 @@ NO_ANONYMOUS_ACCESS = iso("A.8.3", "Information access restriction: no anonymous
 TLS_TO_STORAGE = iso("A.8.24", "Use of cryptography: data in transit to storage is encrypted.")
 CROSS_BORDER_TRANSFER = pdpl("Article 22", "Cross-border transfer of personal data only where the UAE Data Office "
                              "has approved the destination's protection level.")
+IN_STATE = pdpl("Articles 22-23", "Personal data stays in the State unless a transfer is lawful.")
+ENCRYPTED_AT_REST = pdpl("Article 20(1)(a)", "Encryption of personal data as a technical security measure.")

@@ -18,6 +18,7 @@ from .workloads import (
     helm_flags,
     helm_images,
     helm_root_requests,
+    operator_images,
     parse_image,
     pin_problem,
     pod_images,
@@ -50,10 +51,16 @@ def kubernetes_object(resource_type: str) -> bool:
 
 
 def _images(args: ResourceValidationArgs) -> list[tuple[str, ImageRef]]:
+    """Images an object makes the cluster pull: its pods' containers, a Helm release's
+    values, or, for an object with no pod spec, what its operator deploys from it (the GPU
+    Operator's ClusterPolicy, the Network Operator's NicClusterPolicy, an EnvoyProxy)."""
     if args.resource_type in HELM_TYPES:
         return helm_images(get(args.props, "values"))
+    specs = pod_specs(args.props)
+    if not specs:
+        return operator_images(args.resource_type, args.props)
     found = []
-    for spec_path, spec in pod_specs(args.props):
+    for spec_path, spec in specs:
         for path, image in pod_images(spec):
             if isinstance(image, str) and image:
                 found.append((f"{spec_path}.{path}", parse_image(image)))
@@ -90,8 +97,9 @@ def _check_registries(args: ResourceValidationArgs, report: ReportViolation, set
 
 k8s_images_from_allowed_registries = resource_rule(
     name="k8s-images-from-allowed-registries",
-    description="Containers and Helm values pull images only from the allowed registries (by default the stack's "
-    "in-region ECR), so no pod pulls code from outside the region.",
+    description="Containers, Helm values and the custom resources operators make pods from (ClusterPolicy, "
+    "NicClusterPolicy, EnvoyProxy, ...) pull images only from the allowed registries (by default the stack's "
+    "in-region ECR; on a customer's cluster, its in-country registry), so no pod pulls code from outside the region.",
     applies=kubernetes_object,
     check=_check_registries,
     config=REGISTRY_SCHEMA,
@@ -112,10 +120,10 @@ def _check_chart_sources(args: ResourceValidationArgs, report: ReportViolation, 
         return
     if isinstance(repository, str) and repository:
         report(f"{_label(args)}: chart {chart} is fetched from the chart repository {repository}; install it from "
-               f"the in-region OCI mirror ({allowed})")
+               f"the stack's OCI mirror in an allowed registry ({allowed})")
         return
     if not isinstance(chart, str) or not chart.startswith("oci://"):
-        report(f"{_label(args)}: chart {chart!r} names no registry; install it from the in-region OCI mirror "
+        report(f"{_label(args)}: chart {chart!r} names no registry; install it from the stack's OCI mirror "
                f"(oci://<registry>/...; allowed: {allowed})")
         return
     source = parse_image(chart.removeprefix("oci://"), tag_required=False)
@@ -126,7 +134,8 @@ def _check_chart_sources(args: ResourceValidationArgs, report: ReportViolation, 
 k8s_charts_from_allowed_registries = resource_rule(
     name="k8s-charts-from-allowed-registries",
     description="Helm charts are installed from an OCI repository in the allowed registries (by default the stack's "
-    "in-region ECR), never from a chart repository abroad at deploy time.",
+    "in-region ECR; on a customer's cluster, its in-country registry), never from a chart repository abroad at "
+    "deploy time.",
     applies=lambda resource_type: resource_type in HELM_TYPES,
     check=_check_chart_sources,
     config=REGISTRY_SCHEMA,

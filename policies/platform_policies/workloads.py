@@ -144,6 +144,9 @@ def helm_images(values: Any, path: str = "values") -> list[tuple[str, ImageRef]]
             digest = get(values, "digest") or get(values, "sha")  # kube-prometheus-stack's `sha`
             if isinstance(digest, str) and digest and not digest.startswith("sha256:"):
                 digest = f"sha256:{digest}"
+            if isinstance(tag, str) and tag.startswith("sha256:"):
+                # The NVIDIA operators take a digest in `version` (repository/image@sha256:...).
+                digest, tag = (digest or tag), None
             full = ref + (f":{tag}" if tag else "") + (f"@{digest}" if isinstance(digest, str) and digest else "")
             found.append((path, parse_image(full, tag_required=False)))
         for key in values:
@@ -155,6 +158,56 @@ def helm_images(values: Any, path: str = "values") -> list[tuple[str, ImageRef]]
     elif _is_list(values):
         for i, element in enumerate(items(values)):
             found.extend(helm_images(element, f"{path}[{i}]"))
+    return found
+
+
+# --- Custom resources that operators turn into pods -------------------------------------
+
+CLUSTER_POLICY = "kubernetes:nvidia.com/v1:ClusterPolicy"
+# GPU Operator components deployed only for sandboxed (KubeVirt/Kata) or vGPU workloads: the
+# operator reconciles them only when spec.sandboxWorkloads.enabled is true, whatever their
+# own `enabled` says (ClusterPolicyController.isStateEnabled, controllers/state_manager.go);
+# the chart lists them with nvcr.io images that are then never pulled. A component whose
+# `enabled` is unset is on, as the operator's IsEnabled() has it.
+SANDBOX_COMPONENTS = frozenset({"sandboxDevicePlugin", "kataSandboxDevicePlugin", "kataManager", "vfioManager",
+                                "vgpuManager", "vgpuDeviceManager", "ccManager"})
+
+
+def _off(value: Any) -> bool:
+    return value is False or (isinstance(value, str) and value.lower() == "false")
+
+
+def operator_parts(resource_type: str, props: Any) -> list[tuple[str, Any]]:
+    """(path, mapping) of the parts of a pod-less object that become pods: for an operator's
+    custom resource (the GPU Operator's ClusterPolicy, the Network Operator's
+    NicClusterPolicy, Envoy Gateway's EnvoyProxy, a Prometheus), what its operator deploys.
+
+    A ClusterPolicy lists every component with the chart's default image, deployed or not:
+    only components not switched off (`enabled: false`, or a sandbox component while
+    sandboxWorkloads is off) count. Elsewhere a component present in `spec` is deployed."""
+    spec = get(props, "spec")
+    if not isinstance(spec, Mapping):
+        return []
+    if resource_type != CLUSTER_POLICY:
+        return [("spec", spec)]
+    sandbox = get(spec, "sandboxWorkloads", "enabled") is True
+    parts = []
+    for key in spec:
+        part = get(spec, key)
+        if not isinstance(part, Mapping) or _off(get(part, "enabled")):
+            continue
+        if key in SANDBOX_COMPONENTS and not sandbox:
+            continue
+        parts.append((f"spec.{key}", part))
+    return parts
+
+
+def operator_images(resource_type: str, props: Any) -> list[tuple[str, ImageRef]]:
+    """Images an operator's custom resource makes its operator pull, in Helm values' shapes
+    ({repository, image, version} or `image: host/repo:tag`)."""
+    found: list[tuple[str, ImageRef]] = []
+    for path, part in operator_parts(resource_type, props):
+        found.extend(helm_images(part, path))
     return found
 
 

@@ -23,6 +23,8 @@ class Case:
     fails: bool
     name: str = "r"
     provider: dict[str, Any] | None = field(default_factory=lambda: {"region": "me-central-1"})
+    # The rule's own settings (policies/config/<env>.json's entry for it); None: its defaults.
+    config: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -257,6 +259,7 @@ class StackCase:
     fails: bool
     # (type, name) of the resource the violation is reported on, when the case fails
     culprit: tuple[str, str] | None = None
+    config: dict[str, Any] | None = None  # the rule's own settings, as in Case
 
     @property
     def id(self) -> str:
@@ -325,4 +328,207 @@ STACK_CASES: list[StackCase] = [
     StackCase("no-world-open-ingress",
               [StackResource(SG, "nodes", {"vpcId": "vpc-1"}),
                StackResource(INGRESS, "ssh", ingress(22), {"securityGroupId": [(SG, "nodes")]})], False),
+]
+
+
+# --- A stack on a customer's own in-country cluster (issue 21) -------------------------------
+# Its rules judge only where the config says deployment: customer-cluster (policies/config/
+# onprem.json); images and charts come from the customer's registry through the Kubernetes
+# rules, with that registry allowed instead of the in-region ECR.
+
+HARBOR = "harbor.dc1.example.ae"
+OBJECT_STORE = "https://s3.dc1.example.ae"
+CUSTOMER = {"deployment": "customer-cluster"}
+ENDPOINTS = {**CUSTOMER, "allowedEndpoints": [OBJECT_STORE]}
+CUSTOMER_REGISTRY = {"allowedRegistries": [f"{HARBOR}/mlplat/onprem"]}
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+SECRET = "kubernetes:core/v1:Secret"
+SERVICE = "kubernetes:core/v1:Service"
+K8S_INGRESS = "kubernetes:networking.k8s.io/v1:Ingress"
+GATEWAY = "kubernetes:gateway.networking.k8s.io/v1:Gateway"
+GATEWAY_CLASS = "kubernetes:gateway.networking.k8s.io/v1:GatewayClass"
+ENVOY_PROXY = "kubernetes:gateway.envoyproxy.io/v1alpha1:EnvoyProxy"
+CLUSTER_POLICY = "kubernetes:nvidia.com/v1:ClusterPolicy"
+NIC_CLUSTER_POLICY = "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+
+HARBOR_CONTAINER = {**GOOD_CONTAINER, "image": f"{HARBOR}/mlplat/onprem/serve:1.4.2@sha256:{'e' * 64}"}
+HARBOR_MIRROR = f"{HARBOR}/mlplat/onprem/mirror"
+
+
+def with_env(container: dict[str, Any], **env: str) -> dict[str, Any]:
+    return {**container, "env": [{"name": k, "value": v} for k, v in env.items()]}
+
+
+def config_map(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+            "data": data}
+
+
+def feature_store(endpoint: str) -> dict[str, Any]:
+    text = (f"project: research\nprovider: local\nregistry:\n  path: s3://features/research/registry.pb\n"
+            f"offline_store:\n  type: file\n  s3_endpoint_override: {endpoint}\n")
+    return config_map("feature-store", "research", {"feature_store.yaml": text})
+
+
+def platform_config_map(**data: str) -> dict[str, Any]:
+    return config_map("mlplat-platform", "mlplat-system", data)
+
+
+STATED = {"objectStore.endpoint": OBJECT_STORE,
+          "objectStore.encryptionAtRest": "Ceph RGW SSE-S3, keys in the customer's HashiCorp Vault"}
+
+
+def service(service_type: str = "ClusterIP", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "triton", "namespace": "inference"},
+            "spec": {"type": service_type, "selector": {"app": "triton"}, "ports": [{"port": 8001}], **spec}}
+
+
+def envoy_proxy(service_spec: dict[str, Any] | None) -> dict[str, Any]:
+    kubernetes: dict[str, Any] = {"envoyDeployment": {"replicas": 2}}
+    if service_spec is not None:
+        kubernetes["envoyService"] = service_spec
+    return {"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyProxy",
+            "metadata": {"name": "mlplat-proxy", "namespace": "envoy-gateway-system"},
+            "spec": {"provider": {"type": "Kubernetes", "kubernetes": kubernetes}}}
+
+
+def gateway_class(parameters: dict[str, Any] | None,
+                  controller: str = "gateway.envoyproxy.io/gatewayclass-controller") -> dict[str, Any]:
+    spec: dict[str, Any] = {"controllerName": controller}
+    if parameters is not None:
+        spec["parametersRef"] = parameters
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "mlplat-envoy"}, "spec": spec}
+
+
+PROXY_REF = {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy", "name": "mlplat-proxy",
+             "namespace": "envoy-gateway-system"}
+
+
+def cluster_policy(**components: dict[str, Any]) -> dict[str, Any]:
+    """A ClusterPolicy as the GPU Operator chart renders it: every component listed with an
+    image, most switched off."""
+    spec: dict[str, Any] = {
+        "operator": {"defaultRuntime": "containerd"},
+        "sandboxWorkloads": {"enabled": False},
+        "sandboxDevicePlugin": {"repository": "nvcr.io/nvidia", "image": "kubevirt-gpu-device-plugin",
+                                "version": "v1.5.0"},
+        "gds": {"enabled": False, "repository": "nvcr.io/nvidia/cloud-native", "image": "nvidia-fs",
+                "version": "2.27.3"},
+        "driver": {"enabled": True, "repository": HARBOR_MIRROR, "image": "driver",
+                   "version": f"580.126.20@sha256:{'a' * 64}",
+                   "manager": {"repository": HARBOR_MIRROR, "image": "k8s-driver-manager",
+                               "version": f"sha256:{'b' * 64}"}},
+        **components,
+    }
+    return {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
+            "spec": spec}
+
+
+def daemon_set(pod: dict[str, Any], name: str = "rdma-shared-dp", namespace: str = "nvidia-network-operator"):
+    return {**deployment(pod, name, namespace), "kind": "DaemonSet"}
+
+
+CUSTOMER_CASES: list[Case] = [
+    # Images and charts only from the customer's registry (a repository prefix of it: other
+    # projects of the registry, e.g. a proxy cache of Docker Hub, are not allowed).
+    Case("k8s-images-from-allowed-registries", DEPLOYMENT, deployment(_pod(HARBOR_CONTAINER)), False, name="harbor",
+         provider=None, config=CUSTOMER_REGISTRY),
+    Case("k8s-images-from-allowed-registries", DEPLOYMENT, deployment(GOOD_POD), True, name="ecr-on-a-customer-cluster",
+         provider=None, config=CUSTOMER_REGISTRY),
+    Case("k8s-images-from-allowed-registries", DEPLOYMENT,
+         deployment(_pod({**HARBOR_CONTAINER, "image": f"{HARBOR}/dockerhub-proxy/library/nginx@sha256:{'e' * 64}"})),
+         True, name="harbor-proxy-cache", provider=None, config=CUSTOMER_REGISTRY),
+    Case("k8s-charts-from-allowed-registries", HELM_CHART,
+         {"chart": f"oci://{HARBOR}/mlplat/onprem/charts/network-operator", "version": "26.4.1"}, False, name="harbor",
+         provider=None, config=CUSTOMER_REGISTRY),
+    Case("k8s-charts-from-allowed-registries", HELM,
+         {"chart": "network-operator", "version": "26.4.1", "repositoryOpts": {"repo": "https://helm.ngc.nvidia.com/nvidia"}},
+         True, name="ngc", provider=None, config=CUSTOMER_REGISTRY),
+    # The GPU Operator pulls what its ClusterPolicy names: judged on the components it deploys.
+    Case("k8s-images-from-allowed-registries", CLUSTER_POLICY, cluster_policy(), False, name="cluster-policy",
+         provider=None, config=CUSTOMER_REGISTRY),
+    Case("k8s-images-from-allowed-registries", CLUSTER_POLICY,
+         cluster_policy(toolkit={"enabled": True, "repository": "nvcr.io/nvidia/k8s", "image": "container-toolkit",
+                                 "version": "v1.19.1"}), True, name="cluster-policy-toolkit-from-ngc",
+         provider=None, config=CUSTOMER_REGISTRY),
+    Case("k8s-images-pinned", NIC_CLUSTER_POLICY,
+         {"apiVersion": "mellanox.com/v1alpha1", "kind": "NicClusterPolicy", "metadata": {"name": "nic-cluster-policy"},
+          "spec": {"ofedDriver": {"image": "doca-driver", "repository": HARBOR_MIRROR, "version": f"sha256:{'c' * 64}"}}},
+         False, name="nic-cluster-policy", provider=None),
+    Case("k8s-images-pinned", NIC_CLUSTER_POLICY,
+         {"apiVersion": "mellanox.com/v1alpha1", "kind": "NicClusterPolicy", "metadata": {"name": "nic-cluster-policy"},
+          "spec": {"rdmaSharedDevicePlugin": {"image": "k8s-rdma-shared-dev-plugin", "repository": HARBOR_MIRROR,
+                                              "version": "v1.5.3"}}},
+         True, name="nic-cluster-policy-by-tag", provider=None),
+    # No AWS resource at all: every resource is judged, AWS ones fail.
+    Case("no-aws-resources-on-customer-cluster", SERVICE, service(), False, provider=None, config=CUSTOMER),
+    Case("no-aws-resources-on-customer-cluster", "aws:s3/bucket:Bucket", {"bucket": "data"}, True, config=CUSTOMER),
+    Case("no-aws-resources-on-customer-cluster", "pulumi:providers:aws", {"region": "me-central-1"}, True,
+         name="aws-provider", provider=None, config=CUSTOMER),
+    # Object-store endpoints only from the allow-list, over TLS.
+    Case("object-store-endpoints-allowed", DEPLOYMENT,
+         deployment(_pod(with_env(HARBOR_CONTAINER, AWS_ENDPOINT_URL_S3=OBJECT_STORE, MLPLAT_ARTIFACTS="s3://models/mlflow"))),
+         False, provider=None, config=ENDPOINTS),
+    Case("object-store-endpoints-allowed", DEPLOYMENT,
+         deployment(_pod(with_env(HARBOR_CONTAINER, MLFLOW_S3_ENDPOINT_URL="http://s3.dc1.example.ae"))),
+         True, name="plain-http", provider=None, config=ENDPOINTS),
+    Case("object-store-endpoints-allowed", DEPLOYMENT,
+         deployment(_pod(with_env(HARBOR_CONTAINER, AWS_ENDPOINT_URL="https://minio.elsewhere.example.com"))),
+         True, name="not-allowed", provider=None, config=ENDPOINTS),
+    Case("object-store-endpoints-allowed", DEPLOYMENT,
+         deployment(_pod({**HARBOR_CONTAINER, "args": ["mlflow", "server", "--artifacts-destination", "s3://models/mlflow"]})),
+         True, name="s3-without-endpoint", provider=None, config=ENDPOINTS),
+    Case("object-store-endpoints-allowed", CONFIG_MAP, feature_store(OBJECT_STORE), False, name="feature-store",
+         provider=None, config=ENDPOINTS),
+    Case("object-store-endpoints-allowed", CONFIG_MAP, feature_store("https://s3.amazonaws.com"), True,
+         name="feature-store-to-aws", provider=None, config=ENDPOINTS),
+    # Nothing exposed outside the cluster.
+    Case("nothing-exposed-outside-the-cluster", SERVICE, service(), False, provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", SERVICE, service("LoadBalancer"), True, name="load-balancer",
+         provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", SERVICE, service("NodePort"), True, name="node-port", provider=None,
+         config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", K8S_INGRESS, {
+        "metadata": {"name": "mlflow", "namespace": "mlflow"},
+        "spec": {"rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix",
+                                                "backend": {"service": {"name": "mlflow", "port": {"number": 5000}}}}]}}]}},
+         True, name="ingress", provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", ENVOY_PROXY, envoy_proxy({"type": "ClusterIP"}), False,
+         name="envoy-proxy", provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", ENVOY_PROXY, envoy_proxy(None), True, name="envoy-proxy-default",
+         provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", GATEWAY_CLASS, gateway_class(PROXY_REF), False, name="gateway-class",
+         provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", GATEWAY_CLASS, gateway_class(None), True,
+         name="gateway-class-without-proxy", provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", DAEMONSET, daemon_set({**GOOD_POD, "hostNetwork": True}), True,
+         name="host-network", provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", DEPLOYMENT,
+         deployment(_pod({**HARBOR_CONTAINER, "ports": [{"containerPort": 9100, "hostPort": 9100}]})), True,
+         name="host-port", provider=None, config=CUSTOMER),
+    Case("nothing-exposed-outside-the-cluster", CLUSTER_POLICY,
+         cluster_policy(dcgmExporter={"enabled": True, "repository": HARBOR_MIRROR, "image": "dcgm-exporter",
+                                      "version": f"sha256:{'d' * 64}", "hostNetwork": True}),
+         True, name="cluster-policy-host-network", provider=None, config=CUSTOMER),
+    # The object store's encryption at rest, stated and named.
+    Case("object-store-encryption-named", CONFIG_MAP, platform_config_map(**STATED), False, provider=None,
+         config=CUSTOMER),
+    Case("object-store-encryption-named", CONFIG_MAP,
+         platform_config_map(**{**STATED, "objectStore.encryptionAtRest": "none"}), True, name="none", provider=None,
+         config=CUSTOMER),
+    Case("object-store-encryption-named", CONFIG_MAP, platform_config_map(**{"objectStore.endpoint": OBJECT_STORE}),
+         True, name="unstated", provider=None, config=CUSTOMER),
+]
+RESOURCE_CASES += CUSTOMER_CASES
+
+K8S_CLUSTER = StackResource(K8S_PROVIDER, "cluster", {"kubeconfig": "{}", "context": "dc1"})
+STACK_CASES += [
+    StackCase("object-store-encryption-stated",
+              [K8S_CLUSTER, StackResource(CONFIG_MAP, "platform", platform_config_map(**STATED))], False,
+              config=CUSTOMER),
+    StackCase("object-store-encryption-stated",
+              [K8S_CLUSTER, StackResource(CONFIG_MAP, "feature-store", feature_store(OBJECT_STORE))], True,
+              culprit=(K8S_PROVIDER, "cluster"), config=CUSTOMER),
 ]

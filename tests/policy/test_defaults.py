@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from platform_policies import ALL_POLICIES
+from platform_policies import ALL_POLICIES, CUSTOMER_CLUSTER
 
 from infra.preview.engine import run_preview
 
@@ -16,23 +16,60 @@ POLICIES = {p.name: p for p in ALL_POLICIES}
 # What the stacks' config files relax, each entry with a written reason; every other setting
 # they give restates a default or is stricter than it.
 RELAXED = {"k8s-no-privileged-or-host-namespaces", "k8s-workloads-run-as-non-root", "k8s-no-added-capabilities",
-           "k8s-images-pinned"}
-STRICTER = {("load-balancer-listeners-tls", "requireTls13Policy"): True}
+           "k8s-images-pinned", "nothing-exposed-outside-the-cluster"}
+CUSTOMER_RULES = {p.name for p in CUSTOMER_CLUSTER}
+STRICTER = {("load-balancer-listeners-tls", "requireTls13Policy"): True,
+            # turns a customer-cluster rule on (off, `aws`, by default)
+            **{(name, "deployment"): "customer-cluster" for name in CUSTOMER_RULES}}
+# What a customer-cluster stack's config names of the customer's own infrastructure, in place
+# of the defaults (the in-region ECR, no object store): checked in test_customer_cluster_config.
+SITE_SPECIFIC = {("k8s-images-from-allowed-registries", "allowedRegistries"),
+                 ("k8s-charts-from-allowed-registries", "allowedRegistries"),
+                 ("object-store-endpoints-allowed", "allowedEndpoints")}
+
+
+def _customer_cluster(config: dict) -> bool:
+    return any(isinstance(entry, dict) and entry.get("deployment") == "customer-cluster" for entry in config.values())
 
 
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.json")), ids=lambda p: p.stem)
 def test_stack_config_matches_the_rules_schemas(path):
     config = json.loads(path.read_text())
     assert config.pop("all") == "mandatory"
+    customer = _customer_cluster(config)
     for name, entry in config.items():
         properties = POLICIES[name].config_schema.properties
         settings = {k: v for k, v in entry.items() if k != "enforcementLevel"}
         jsonschema.validate(settings, {"type": "object", "properties": properties, "additionalProperties": False})
         for key, value in settings.items():
-            if name in RELAXED:
+            if customer and (name, key) in SITE_SPECIFIC:
+                continue
+            if name in RELAXED and isinstance(value, list):
                 assert all(item["reason"].strip() for item in value)
             elif STRICTER.get((name, key)) != value:
                 assert value == properties[key]["default"], f"{path.name}: {name}.{key} relaxes the default"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_customer_cluster_config(path):
+    """A customer-cluster stack's config turns every customer-cluster rule on (one left at
+    `aws` would silently not judge), allows only the customer's registry, by a repository
+    prefix (not the registry's other projects, such as a proxy cache of Docker Hub), for
+    images and charts alike, and only https object-store endpoints; an AWS stack's config
+    turns none on."""
+    config = json.loads(path.read_text())
+    deployments = {name: (config.get(name) or {}).get("deployment", "aws") for name in CUSTOMER_RULES}
+    if not _customer_cluster(config):
+        assert set(deployments.values()) == {"aws"}
+        return
+    assert set(deployments.values()) == {"customer-cluster"}, deployments
+    images = config["k8s-images-from-allowed-registries"]["allowedRegistries"]
+    assert images == config["k8s-charts-from-allowed-registries"]["allowedRegistries"]
+    for registry in images:
+        host, _, prefix = registry.partition("/")
+        assert "*" not in host and "amazonaws.com" not in host and prefix, registry
+    endpoints = config["object-store-endpoints-allowed"]["allowedEndpoints"]
+    assert endpoints and all(e.startswith("https://") and "amazonaws.com" not in e for e in endpoints)
 
 
 def test_dev_without_policy_config_flags_only_what_the_allow_lists_excuse(tmp_path):

@@ -1,6 +1,9 @@
-"""The pack as the Pulumi CLI sees it: a process speaking the analyzer gRPC protocol."""
+"""The pack as the Pulumi CLI sees it: a process speaking the analyzer gRPC protocol (one
+process for the whole policy suite: the `pack` fixture in conftest.py)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from google.protobuf import empty_pb2, struct_pb2
@@ -8,15 +11,7 @@ from platform_policies import ALL_POLICIES
 from pulumi.runtime.proto import analyzer_pb2
 from pulumi_policy import StackValidationPolicy
 
-from infra.preview.analyzer import PolicyPackProcess
 from tests.policy.cases import RESOURCE_CASES, STACK_CASES
-
-
-@pytest.fixture(scope="module")
-def pack():
-    process = PolicyPackProcess()
-    yield process
-    process.close()
 
 
 def _struct(values: dict) -> struct_pb2.Struct:
@@ -88,10 +83,28 @@ def test_every_rule_has_remediation_and_control_over_grpc(pack):
         assert bool(policy.scope) == policy.stack_policy, policy.name
 
 
+def _by_config(cases: list) -> dict[str, tuple[dict, list]]:
+    """The cases grouped by the pack config they need ({rule: its settings}), so the pack is
+    configured once per group."""
+    groups: dict[str, tuple[dict, list]] = {}
+    for case in cases:
+        config = {case.rule: case.config} if case.config is not None else {}
+        groups.setdefault(json.dumps(config, sort_keys=True), (config, []))[1].append(case)
+    return groups
+
+
 def test_resource_table_over_grpc(pack):
-    pack.configure(pack.info(), {}, "test")
     wrong = []
-    for case in RESOURCE_CASES:
+    info = pack.info()
+    for config, cases in _by_config(RESOURCE_CASES).values():
+        pack.configure(info, config, "test")
+        wrong += _wrong_resource_answers(pack, cases)
+    assert wrong == []
+
+
+def _wrong_resource_answers(pack, cases: list) -> list:
+    wrong = []
+    for case in cases:
         request = analyzer_pb2.AnalyzeRequest(type=case.type, urn=_urn(case.type, case.name), name=case.name,
                                               properties=_struct(case.props))
         provider = _provider(case.provider)
@@ -103,13 +116,21 @@ def test_resource_table_over_grpc(pack):
         ok = judged and (bool(mine) == case.fails) and all(d.enforcementLevel == analyzer_pb2.MANDATORY for d in mine)
         if not ok:
             wrong.append((case.id, judged, [d.message for d in mine]))
-    assert wrong == []
+    return wrong
 
 
 def test_stack_table_over_grpc(pack):
-    pack.configure(pack.info(), {}, "test")
     wrong = []
-    for case in STACK_CASES:
+    info = pack.info()
+    for config, cases in _by_config(STACK_CASES).values():
+        pack.configure(info, config, "test")
+        wrong += _wrong_stack_answers(pack, cases)
+    assert wrong == []
+
+
+def _wrong_stack_answers(pack, cases: list) -> list:
+    wrong = []
+    for case in cases:
         resources = []
         for spec in case.resources:
             resource = analyzer_pb2.AnalyzerResource(type=spec.type, urn=_urn(spec.type, spec.name), name=spec.name,
@@ -123,7 +144,7 @@ def test_stack_table_over_grpc(pack):
         expected = [_urn(*case.culprit)] if case.fails else []
         if mine != expected:
             wrong.append((case.id, mine))
-    assert wrong == []
+    return wrong
 
 
 @pytest.mark.parametrize(("kind", "props", "rule"), [

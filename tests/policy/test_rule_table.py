@@ -24,7 +24,8 @@ def test_every_rule_has_a_passing_and_a_failing_case():
 
 @pytest.mark.parametrize("case", RESOURCE_CASES, ids=lambda c: c.id)
 def test_resource_rule(case: Case):
-    found = check(POLICIES[case.rule], case.type, case.props, provider_props=case.provider, name=case.name)
+    found = check(POLICIES[case.rule], case.type, case.props, provider_props=case.provider, name=case.name,
+                  config=case.config)
     assert found != NOT_APPLICABLE
     if case.fails:
         assert found, f"{case.rule} let a non-compliant {case.type} pass"
@@ -43,7 +44,7 @@ def build_stack(case: StackCase) -> dict[tuple[str, str], object]:
 @pytest.mark.parametrize("case", STACK_CASES, ids=lambda c: c.id)
 def test_stack_rule(case: StackCase):
     resources = build_stack(case)
-    found = check_stack(POLICIES[case.rule], list(resources.values()))
+    found = check_stack(POLICIES[case.rule], list(resources.values()), case.config)
     if case.fails:
         culprit = resources[case.culprit]
         assert [urn for _, urn in found] == [culprit.urn], found
