@@ -238,7 +238,7 @@ class Fabric(_Strict):
 
         rates = FABRICS[self.kind].port_rates_gbps
         if self.port_rate_gbps not in rates:
-            raise _FieldError("portRateGbps", f"{self.port_rate_gbps} is not a {self.kind} port rate; allowed: "
+            raise _FieldError("portRateGbps", f"{self.port_rate_gbps} is not a port rate of {self.kind}; allowed: "
                               f"{', '.join(map(str, rates))}")
         if self.kind == "roce" and self.gid_index is None:
             raise _FieldError("gidIndex", "is required on RoCE (the GID index of RoCE v2, NCCL_IB_GID_INDEX; "
@@ -370,18 +370,20 @@ class CustomerClusterDescriptor(_Strict):
 
     @model_validator(mode="after")
     def _groups(self) -> CustomerClusterDescriptor:
+        from infra.config import _FieldError
+
         names = [g.name for g in self.nodes]
         for name in names:
             if names.count(name) > 1:
-                raise ValueError(f"node group {name!r} is named twice; names must be unique")
+                raise _FieldError("nodes", f"node group {name!r} is named twice; names must be unique")
         classes: dict[str, NodeGroup] = {}
         for group in self.nodes:
             other = classes.setdefault(group.instance_type, group)
             if other.node_class() != group.node_class() or other.fabric != group.fabric:
-                raise ValueError(f"groups {other.name!r} and {group.name!r} share instanceType "
-                                 f"{group.instance_type!r} but not their facts; give each kind of node its own")
+                raise _FieldError("nodes", f"groups {other.name!r} and {group.name!r} share instanceType "
+                                  f"{group.instance_type!r} but not their facts; give each kind of node its own")
         if not any(g.role in ("system", "cpu") for g in self.nodes):
-            raise ValueError("no system or cpu group: the platform's services need nodes without GPUs")
+            raise _FieldError("nodes", "no system or cpu group: the platform's services need nodes without GPUs")
         return self
 
     # What the cluster layer reads the same way from either descriptor.
@@ -456,7 +458,7 @@ def parse_descriptor(data: Any, *, layer: str, source: str, environment: str,
                     "re-run the cloud layer's `pulumi up` so it exports it, or set it in the descriptor")
             raise ConfigError(f"{where} lacks `{field}`; {hint}") from None
         if first["type"] == "extra_forbidden":
-            raise ConfigError(f"{where}: `{field}`: unknown key; docs/onprem.md lists the descriptor's fields") from None
+            raise ConfigError(f"{where}: `{field}`: {_unknown_key(model, tuple(first['loc']))}") from None
         from infra.config import _FieldError
 
         error = (first.get("ctx") or {}).get("error")
@@ -534,6 +536,20 @@ def customer_settings(descriptor: CustomerClusterDescriptor, where: str) -> dict
         # tenant's claim of the ReadWriteMany class.
         "storage": {"lustre": {"enabled": descriptor.storage_classes.shared is not None}},
     }
+
+
+def _unknown_key(model: type[_Model], loc: tuple[Any, ...]) -> str:
+    """'unknown key', with the closest key the descriptor knows there."""
+    import difflib
+
+    from infra.config import _model_at
+
+    at = _model_at(model, loc[:-1])
+    known = sorted(f.alias or name for name, f in at.model_fields.items()) if at else []
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key; did you mean `{close[0]}`?"
+    return f"unknown key; the keys here are {', '.join(known)}" if known else "unknown key; remove it"
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:

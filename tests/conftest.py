@@ -16,7 +16,10 @@ sys.path.insert(0, str(REPO / "policies"))
 # The environments, each a cloud-layer stack (`prod`) and a cluster-layer stack (`prod-cluster`).
 DESCRIPTOR = "clusterDescriptor"
 STACKS = ("dev", "staging", "prod", "smb")
-CLUSTER_STACKS = tuple(f"{s}-cluster" for s in STACKS)
+# Cluster layers on a customer's own cluster: their descriptor is in their stack config, and
+# they have no cloud layer (docs/onprem.md). Bare-metal GPU nodes run the GPU Operator only.
+CUSTOMER_STACKS = ("onprem",)
+CLUSTER_STACKS = tuple(f"{s}-cluster" for s in STACKS) + CUSTOMER_STACKS
 # The two ways a stack can advertise GPUs (mlplat:addons.devicePluginMode); every stack with
 # GPU pools is also previewed in the mode its file does not choose (without GPUs the mode
 # changes nothing: no device plugin is installed either way).
@@ -34,6 +37,7 @@ def _variants() -> tuple[tuple[str, str], ...]:
         has_gpus = any(lookup(pool.instance_type).has_gpu for pool in config.node_pools)
         found += [(f"{stack}-cluster", mode)
                   for mode in (DEVICE_PLUGIN_MODES if has_gpus else (config.addons.device_plugin_mode,))]
+    found += [(stack, "gpu-operator") for stack in CUSTOMER_STACKS]
     return tuple(found)
 
 
@@ -54,6 +58,9 @@ def preview(stack: str, device_plugin_mode: str | None = None):
     from infra.config import CLUSTER_SUFFIX
     from infra.preview.engine import run_preview
 
+    if stack in CUSTOMER_STACKS:
+        assert device_plugin_mode in (None, "gpu-operator"), "a customer's bare-metal nodes run the GPU Operator"
+        return preview(stack) if device_plugin_mode is not None else run_preview(stack)
     if not stack.endswith(CLUSTER_SUFFIX):
         assert device_plugin_mode is None, "the device-plugin mode changes only the cluster layer"
         return run_preview(stack)
@@ -66,6 +73,17 @@ def preview(stack: str, device_plugin_mode: str | None = None):
     else:
         settings["addons"]["devicePluginMode"] = device_plugin_mode
     return run_preview(stack, stack_references={environment: outputs})
+
+
+def registry_of(stack: str) -> str | None:
+    """The registry host a customer's stack names in its descriptor; None for the AWS
+    environments (the account's in-region ECR)."""
+    from infra.config import load_layer
+
+    environment = stack.removesuffix("-cluster")
+    if environment not in CUSTOMER_STACKS:
+        return None
+    return load_layer(environment).descriptor["registry"]["host"]
 
 
 def both_layers(environment: str, device_plugin_mode: str | None = None):

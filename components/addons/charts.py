@@ -35,7 +35,14 @@ _GPU_OPERATOR_CRDS = ("Applies the chart's CRDs before an upgrade, because Helm 
 _EG_CERTGEN = ("Envoy Gateway's certgen writes the TLS secrets its controller and proxies authenticate each other "
                "with; without them the controller never starts. The platform applies the same Job and its "
                "account as ordinary objects before the chart (components/rollout_values.py certgen_objects).")
+_KEEP_NCP = ("Marks a NicClusterPolicy that older charts deployed themselves with helm.sh/resource-policy: keep, so "
+             "a chart upgrade does not delete it. The platform's NicClusterPolicy was never the chart's: it is the "
+             "program's own object (components/addons/values.py nic_cluster_policy), which no chart upgrade touches.")
 DROPPED_HOOKS: dict[tuple[str, str, str], str] = {
+    ("network-operator", "ServiceAccount", "network-operator-hooks-keep-ncp-sa"): _KEEP_NCP,
+    ("network-operator", "ClusterRole", "network-operator-hooks-keep-ncp-role"): _KEEP_NCP,
+    ("network-operator", "ClusterRoleBinding", "network-operator-hooks-scale-binding"): _KEEP_NCP,
+    ("network-operator", "Job", "network-operator-keep-ncp"): _KEEP_NCP,
     **{("gateway-helm", kind, "gateway-helm-certgen"): _EG_CERTGEN
        for kind in ("ServiceAccount", "Role", "RoleBinding", "Job")},
     **{("nvidia-device-plugin", kind, "nvidia-device-plugin-node-feature-discovery-prune"): _NFD_PRUNE

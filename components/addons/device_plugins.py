@@ -15,6 +15,7 @@ from components.addons.values import (
     gpu_operator_values,
     network_operator_values,
     nic_cluster_policy,
+    nvidia_nic_rule,
     nvidia_device_plugin_values,
 )
 
@@ -54,6 +55,9 @@ class DevicePlugins(pulumi.ComponentResource):
             network = helm_chart("network-operator", network_operator_values(ctx), args.chart_mirror,
                                  pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[gpu_operator])))
             self.releases.append(network)
+            # NFD's NodeFeatureRule kind comes with the GPU Operator's NFD.
+            create(nvidia_nic_rule(), pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[gpu_operator])))
             # The operator's CRD comes with its chart: the policy once the chart is in.
             self.nic_cluster_policy = create(nic_cluster_policy(ctx), pulumi.ResourceOptions(
                 parent=self, depends_on=[*args.depends_on, network]))

@@ -424,6 +424,11 @@ def kube_prometheus_stack_values(ctx: AddonContext) -> dict[str, Any]:
             "image": {**_split_image(ctx.image("node-exporter"), "digest", prefixed=True), "distroless": False},
             "tolerations": [GPU_TOLERATION, EFA_TOLERATION],
             "resources": SMALL,
+            # On a customer's cluster nothing listens on the nodes' own addresses (the pack's
+            # nothing-exposed-outside-the-cluster): off the host network, every node metric but
+            # those of the host's network interfaces still comes through the read-only host
+            # mounts and hostPID.
+            **({"hostNetwork": False} if ctx.bare_metal else {}),
         },
     }
 
@@ -564,12 +569,13 @@ RDMA_HCA_MAX = 63
 def network_operator_values(ctx: AddonContext) -> dict[str, Any]:
     """The Network Operator's controller only: its NicClusterPolicy is the platform's own
     object (nic_cluster_policy), and the GPU Operator's NFD already labels the nodes (one
-    NFD per cluster), so the chart's NFD is off while its NodeFeatureRule for NVIDIA NICs
-    stays on. SR-IOV and the maintenance operator are not used."""
+    NFD per cluster), so the chart's NFD and its NodeFeatureRule are off: the rule is ours
+    (nvidia_nic_rule), applied once the GPU Operator's NFD serves its kind. SR-IOV and the
+    maintenance operator are not used."""
     operator = ctx.image("network-operator")
     init = ctx.image("network-operator-init-container")
     return {
-        "nfd": {"enabled": False, "deployNodeFeatureRules": True},
+        "nfd": {"enabled": False, "deployNodeFeatureRules": False},
         "sriovNetworkOperator": {"enabled": False},
         "maintenanceOperator": {"enabled": False},
         # Helm hooks do not run under the Kubernetes provider, and its CRDs are applied as
@@ -581,6 +587,23 @@ def network_operator_values(ctx: AddonContext) -> dict[str, Any]:
             "ofedDriver": {"initContainer": {"enable": True, "repository": init.prefix, "image": init.image,
                                              "version": init.tag}},
         },
+    }
+
+
+def nvidia_nic_rule() -> dict[str, Any]:
+    """NFD labels nodes with an NVIDIA (Mellanox) NIC `feature.node.kubernetes.io/pci-15b3.present`,
+    which the Network Operator's DaemonSets select (the chart's own rule, nvidia-nics-rules,
+    as it renders it at 26.4.1): Ethernet (0200) and InfiniBand (0207) controllers."""
+    return {
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeatureRule",
+        "metadata": {"name": "nvidia-nics-rules"},
+        "spec": {"rules": [{
+            "name": "Nvidia NICs PCI",
+            "labels": {"pci-15b3.present": "true"},
+            "matchFeatures": [{"feature": "pci.device", "matchExpressions": {
+                "vendor": {"op": "In", "value": [MELLANOX_VENDOR]},
+                "class": {"op": "In", "value": ["0200", "0207"]}}}],
+        }]},
     }
 
 

@@ -107,13 +107,13 @@ class SharedScratch:
 
 
 def shared_scratch_claim(namespace: str, scratch: SharedScratch) -> dict[str, Any]:
-    """Dynamically provisioned. Pulumi does not wait for it to bind: a class that binds on
-    first use (WaitForFirstConsumer) binds only when a job's pod mounts it."""
+    """Dynamically provisioned: the provider waits for it to bind, or, with a class that
+    binds on first use (WaitForFirstConsumer), only for it to be Pending
+    (pulumi/pulumi-kubernetes#3130), so it never waits for a job to mount it."""
     return {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": SHARED_SCRATCH_CLAIM, "namespace": namespace,
-                     "labels": {"mlplat.io/tenant": namespace, "app.kubernetes.io/part-of": "mlplat"},
-                     "annotations": {"pulumi.com/skipAwait": "true"}},
+                     "labels": {"mlplat.io/tenant": namespace, "app.kubernetes.io/part-of": "mlplat"}},
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "storageClassName": scratch.storage_class,

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.versions import IMAGES, UNBUILT, Image, image_uri
+from infra.versions import DIGEST, IMAGES, UNBUILT, Image, image_ref, registry_host
 
 # `image`, `initImage`, `configReloaderImage`, ...
 IMAGE_KEY = re.compile(r"(^i|I)mage$")
@@ -37,6 +37,8 @@ def compose(parts: Mapping[str, Any]) -> str:
         ref = f"{parts['registry']}/{ref}"
     tag = parts.get("tag") or parts.get("version")
     ref = f"{ref}:{tag}" if tag else ref
+    if str(tag or "").startswith("sha256:"):  # an operator's version that is a digest (the DOCA driver's)
+        return f"{ref.rsplit(':', 1)[0]}@{tag}"
     digest = parts.get("digest") or parts.get("sha")
     if digest:  # kube-prometheus-stack's `sha` may leave out `sha256:`
         return f"{ref}@{digest if str(digest).startswith('sha256:') else f'sha256:{digest}'}"
@@ -122,17 +124,25 @@ def pulled_references(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def plan_references(account: str, region: str, environment: str,
-                    built: Mapping[str, str] | None = None) -> dict[str, Image]:
+                    built: Mapping[str, str] | None = None, registry: str | None = None) -> dict[str, Image]:
     """Every reference the registry plan allows in the environment:
     `<host>/mlplat/<environment>/.../<name>:<tag>@<digest>`, by digest and nothing else
-    (platform images: at the digests in `built`, by default the preview's stand-in)."""
+    (platform images: at the digests in `built`, by default the preview's stand-in). The
+    host is the account's in-region ECR, or `registry` (a customer's in-country registry).
+    A pinned mirror may also be named by its digest alone (`<repository>@<digest>`: how
+    an operator is given a driver whose tags name an OS)."""
     built = built or {name: UNBUILT for name, image in IMAGES.items() if image.built_here}
-    return {image_uri(name, account, region, environment, built): image for name, image in IMAGES.items()}
+    host = registry or registry_host(account, region)
+    refs = {image_ref(name, host, environment, built): image for name, image in IMAGES.items()}
+    refs.update({f"{host}/{image.repository(environment)}@{image.digest}": image for image in IMAGES.values()
+                 if not image.built_here and DIGEST.match(image.digest)})
+    return refs
 
 
-def out_of_plan(found: Sequence[tuple[str, str]], account: str, region: str, environment: str) -> list[str]:
+def out_of_plan(found: Sequence[tuple[str, str]], account: str, region: str, environment: str,
+                registry: str | None = None) -> list[str]:
     """Every reference that is not an in-region mirror of the plan, by digest."""
-    allowed = plan_references(account, region, environment)
+    allowed = plan_references(account, region, environment, registry=registry)
     return [f"{where}: {ref} (image is an in-region mirror of the plan, by digest)" for where, ref in found
             if ref not in allowed]
 
@@ -158,10 +168,10 @@ class Drift:
 
 
 def drift(ours: Sequence[Mapping[str, Any]], upstream: Sequence[Mapping[str, Any]], account: str,
-          region: str, environment: str) -> list[Drift]:
+          region: str, environment: str, registry: str | None = None) -> list[Drift]:
     """Compare, field by field, the images of a release rendered with our values and
     rendered with our values less the image overrides."""
-    plan = plan_references(account, region, environment)
+    plan = plan_references(account, region, environment, registry=registry)
     theirs = {object_id(o): dict(references(o)) for o in upstream}
     found = []
     for obj in ours:

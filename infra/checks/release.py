@@ -17,13 +17,15 @@ from infra.checks.images import drift, object_id, out_of_plan, pulled_references
 from infra.render import Rendered, render
 
 
-def findings(rendered: Rendered, account: str, region: str, environment: str) -> list[str]:
+def findings(rendered: Rendered, account: str, region: str, environment: str,
+             registry: str | None = None) -> list[str]:
+    """`registry`: the environment's registry host where it is not the account's ECR."""
     release = f"release {rendered.release.name}"
     lines = refusals([(release, obj) for obj in rendered.objects])
     pulled = [(f"{object_id(obj)}: {where}", ref) for obj in rendered.objects
               if obj.get("kind") != "CustomResourceDefinition" for where, ref in pulled_references(obj)]
-    lines += [f"{release}: {line}" for line in out_of_plan(pulled, account, region, environment)]
+    lines += [f"{release}: {line}" for line in out_of_plan(pulled, account, region, environment, registry)]
     spec = rendered.release
     upstream = render(replace(spec, values=without_images(spec.values)))
-    lines += [f"{release}: {d}" for d in drift(rendered.objects, upstream.objects, account, region, environment)]
+    lines += [f"{release}: {d}" for d in drift(rendered.objects, upstream.objects, account, region, environment, registry)]
     return lines

@@ -31,7 +31,7 @@ from infra.preview.charts import CHART_TYPE
 from infra.preview.fixtures import ACCOUNT_ID
 from infra.render import _load_chart, first_deploy_api_versions, locate, render
 from infra.versions import KUBERNETES_VERSION
-from tests.conftest import VARIANTS, preview
+from tests.conftest import VARIANTS, preview, registry_of
 
 IDS = [f"{stack}-{mode}" for stack, mode in VARIANTS]
 
@@ -123,7 +123,7 @@ def test_every_release_passes_the_render_check():
     """In-region images from the plan, mirrors equal to what the pinned charts run, and
     nothing the API server refuses, release by release."""
     problems = [line for environment, rendered in renders(with_environment=True)
-                for line in findings(rendered, ACCOUNT_ID, "me-central-1", environment)]
+                for line in findings(rendered, ACCOUNT_ID, "me-central-1", environment, registry_of(environment))]
     assert problems == []
 
 

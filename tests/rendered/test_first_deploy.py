@@ -9,7 +9,7 @@ import pytest
 
 from infra.checks.first_deploy import SKIP_AWAIT, SKIP_AWAIT_REASONS, waits
 from infra.preview.engine import kubernetes_objects
-from tests.conftest import VARIANTS, preview
+from tests.conftest import CUSTOMER_STACKS, VARIANTS, preview
 
 DATA_BUCKETS = ("models", "datasets")  # filled after the deploy: by training, export and data loads
 GPU_PRESENT = "nvidia.com/gpu.present"
@@ -42,12 +42,33 @@ def gpu_node_labels(result) -> dict[str, frozenset[str]]:
             frozenset(labels[key] for labels in other if key in labels) for key in keys}
 
 
+def customer_facts(stack: str) -> tuple[list[str], dict[str, frozenset[str]]]:
+    """A customer's cluster: its data buckets and the labels only its GPU groups carry, from
+    its descriptor (its GPU nodes are there before the layer, but advertise GPUs only once
+    the GPU Operator has built their driver)."""
+    from infra.config import load_layer
+    from infra.descriptor import parse_descriptor
+
+    layer = load_layer(stack)
+    descriptor = parse_descriptor(layer.descriptor, layer=stack, source="test", environment=layer.environment,
+                                  region=layer.region)
+    gpu = [g.selector for g in descriptor.nodes if g.gpus]
+    other = [g.selector for g in descriptor.nodes if not g.gpus]
+    labels = {key: frozenset(s[key] for s in gpu if key in s) - frozenset(s[key] for s in other if key in s)
+              for s in gpu for key in s}
+    return [f"s3://{descriptor.buckets[name]}" for name in DATA_BUCKETS], labels
+
+
 def first_deploy_waits(result, objects=None) -> list[str]:
     """What the cluster layer (`result`) would wait on, against the buckets and node
-    groups its cloud layer creates."""
-    cloud = preview(result.stack.removesuffix("-cluster"))
+    groups its cloud layer creates (a customer's: its descriptor's)."""
+    if result.stack in CUSTOMER_STACKS:
+        locations, labels = customer_facts(result.stack)
+    else:
+        cloud = preview(result.stack.removesuffix("-cluster"))
+        locations, labels = data_locations(cloud), gpu_node_labels(cloud)
     return waits(objects if objects is not None else kubernetes_objects(result.registrations),
-                 data_locations=data_locations(cloud), gpu_node_labels=gpu_node_labels(cloud))
+                 data_locations=locations, gpu_node_labels=labels)
 
 
 @pytest.mark.parametrize(("stack", "mode"), VARIANTS, ids=[f"{s}-{m}" for s, m in VARIANTS])

@@ -1,0 +1,170 @@
+"""The cluster layer on a customer's own in-country cluster (stacks/Pulumi.onprem.yaml): it
+previews offline with no mandatory violation and nothing of AWS; it installs the GPU
+Operator with the driver, the toolkit and GPUDirect RDMA, and the Network Operator with a
+NicClusterPolicy serving the fabric's RDMA resource; the training JobSet asks for that
+resource with NCCL's InfiniBand settings; every image and chart comes from the customer's
+registry; and the descriptor's bad inputs stop `mlplat preview` with one line, exit 2,
+before anything is registered. (The rendered objects go through the render checks of
+tests/rendered with every other stack: tests/conftest.py VARIANTS.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.addons.values import NIC_CLUSTER_POLICY
+from components.specs.cluster import PLATFORM_CONFIG_MAP, PLATFORM_NAMESPACE
+from components.training_spec import EFA_RESOURCE, FORBIDDEN_ENV, TrainingPlan
+from infra.checks.images import object_id, out_of_plan, pulled_references
+from infra.config import load_layer
+from infra.descriptor import CustomerClusterDescriptor, parse_descriptor
+from infra.preview.engine import kubernetes_objects
+from infra.preview.fixtures import ACCOUNT_ID
+from infra.versions import CHARTS
+from tests.conftest import preview
+from tests.helpers import of_type, one
+
+STACK = "onprem"
+MLPLAT = [sys.executable, "-m", "infra.cli"]
+CHART = "kubernetes:helm.sh/v4:Chart"
+
+
+@pytest.fixture(scope="module")
+def result():
+    return preview(STACK)
+
+
+@pytest.fixture(scope="module")
+def descriptor() -> CustomerClusterDescriptor:
+    layer = load_layer(STACK)
+    found = parse_descriptor(layer.descriptor, layer=STACK, source="mlplat:descriptor",
+                             environment=layer.environment, region=layer.region)
+    assert isinstance(found, CustomerClusterDescriptor)
+    return found
+
+
+def objects(result, kind: str) -> list[dict]:
+    return [o for _owner, o in kubernetes_objects(result.registrations) if o["kind"] == kind]
+
+
+def test_previews_with_no_mandatory_violation_and_nothing_of_aws(result):
+    assert result.engine_errors == []
+    assert [v.message for v in result.verdict.mandatory] == []
+    assert result.exit_code == 0
+    assert [r.urn for r in result.registrations if r.type.startswith("aws:") or "providers:aws" in r.type] == []
+    [provider] = of_type(result, "pulumi:providers:kubernetes")
+    assert provider.inputs()["context"] == "mlplat-onprem"  # the customer's kubeconfig context, no EKS token
+
+
+def test_installs_no_aws_only_add_on_and_no_storage_class(result):
+    charts = {r.name for r in of_type(result, CHART)}
+    assert charts == {"kube-prometheus-stack", "gpu-operator", "network-operator", "jobset", "kueue"}
+    assert of_type(result, "kubernetes:storage.k8s.io/v1:StorageClass") == []  # the customer's own classes
+    kinds = {o["kind"] for _owner, o in kubernetes_objects(result.registrations)}
+    assert "PersistentVolume" not in kinds  # no static (Lustre) volumes: dynamic claims of the shared class
+
+
+def test_the_gpu_operator_installs_the_driver_the_toolkit_and_nvidia_peermem(result):
+    [policy] = objects(result, "ClusterPolicy")
+    spec = policy["spec"]
+    assert spec["driver"]["enabled"] is True and spec["toolkit"]["enabled"] is True
+    assert spec["driver"]["rdma"] == {"enabled": True, "useHostMofed": False}  # GPUDirect RDMA, DOCA's MOFED
+
+
+def test_the_nic_cluster_policy_serves_the_fabrics_rdma_resource(result, descriptor):
+    [policy] = objects(result, "NicClusterPolicy")
+    assert policy["metadata"]["name"] == NIC_CLUSTER_POLICY
+    spec = policy["spec"]
+    assert spec["ofedDriver"]["image"] == "doca-driver"
+    [entry] = json.loads(spec["rdmaSharedDevicePlugin"]["config"])["configList"]
+    [fabric] = descriptor.fabrics.values()
+    assert f"{entry['resourcePrefix']}/{entry['resourceName']}" == fabric.rdma_resource
+    assert entry["selectors"] == {"vendors": ["15b3"], "linkTypes": ["infiniband"]}
+    [term] = spec["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "mlplat.io/pool", "operator": "In", "values": ["train-h100"]}]
+    # Kueue admits jobs that ask for it: the resource is out of quota, like huge pages.
+    kueue = one(result, CHART, "kueue").inputs()["values"]["managerConfig"]["controllerManagerConfigYaml"]
+    assert "rdma/" in yaml.safe_load(kueue)["resources"]["excludeResourcePrefixes"]
+
+
+def test_the_training_jobset_asks_for_rdma_with_infiniband_settings(result, descriptor):
+    if "fabric" not in {f.name for f in fields(TrainingPlan)}:
+        pytest.skip("TrainingPlan has no `fabric` yet (components/training_spec.py)")
+    [fabric] = descriptor.fabrics.values()
+    jobsets = objects(result, "JobSet")
+    assert jobsets
+    for jobset in jobsets:
+        for replicated in jobset["spec"]["replicatedJobs"]:
+            pod = replicated["template"]["spec"]["template"]["spec"]
+            for container in pod["containers"]:
+                if "nvidia.com/gpu" not in container["resources"]["limits"]:
+                    continue
+                assert container["resources"]["limits"][fabric.rdma_resource] == "1"
+                assert EFA_RESOURCE not in container["resources"]["limits"]
+                env = {e["name"]: e.get("value") for e in container["env"]}
+                # `=`: exactly these HCAs; `:1`: their one port each.
+                assert env["NCCL_IB_HCA"] == "=" + ",".join(f"{hca}:1" for hca in fabric.hcas)
+                assert not set(env) & set(FORBIDDEN_ENV)
+            assert {"key": "mlplat.io/pool", "operator": "In", "values": ["train-h100"]} in \
+                pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                    "nodeSelectorTerms"][0]["matchExpressions"]
+
+
+def test_each_tenant_keeps_checkpoints_on_a_claim_of_the_shared_class(result, descriptor):
+    claims = {c["metadata"]["namespace"]: c for c in objects(result, "PersistentVolumeClaim")}
+    assert set(claims) == {"research", "applied"}
+    for claim in claims.values():
+        assert claim["spec"]["storageClassName"] == descriptor.storage_classes.shared
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    [trainer] = [j for j in objects(result, "JobSet") if not j["metadata"]["name"].endswith("allreduce")]
+    pod = trainer["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert {"name": "scratch", "persistentVolumeClaim": {"claimName": "shared-scratch"}} in pod["volumes"]
+
+
+def test_every_image_and_chart_comes_from_the_customers_registry(result, descriptor):
+    """Every image a node may pull (operands the GPU Operator leaves off are never pulled:
+    infra/checks/images.py inert), ours and the charts'."""
+    host = descriptor.registry_host
+    refs = [(f"{object_id(obj)} {where}", ref) for _owner, obj in kubernetes_objects(result.registrations)
+            if obj["kind"] != "CustomResourceDefinition" for where, ref in pulled_references(obj)]
+    assert refs and all(ref.startswith(f"{host}/mlplat/onprem/") for _where, ref in refs)
+    assert out_of_plan(refs, ACCOUNT_ID, "me-central-1", STACK, registry=host) == []
+    for chart in of_type(result, CHART):
+        assert chart.inputs()["chart"] == f"oci://{host}/{CHARTS[chart.name].mirror_repository(STACK)}"
+
+
+def test_the_platform_config_map_states_the_stores_encryption_at_rest(result, descriptor):
+    [config] = [c for c in objects(result, "ConfigMap")
+                if c["metadata"] == {"name": PLATFORM_CONFIG_MAP, "namespace": PLATFORM_NAMESPACE,
+                                     "labels": {"app.kubernetes.io/part-of": "mlplat"}}]
+    data = config["data"]
+    assert data["objectStore.encryptionAtRest"] == descriptor.object_storage.encryption_at_rest
+    assert data["objectStore.endpoint"] == "https://s3.dc1.example.ae"
+    assert data["nodes.train-h100.fabric"].startswith("infiniband, 8 x 400 Gb/s")
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    (lambda d: d["registry"].update(host="registry.example.com"),
+     "`registry.host`: registry.example.com is not in the registry allow-list of policies/config/onprem.json"),
+    (lambda d: d["nodes"][1]["fabric"].update(kind="omnipath"),
+     "`nodes[1].fabric.kind`: 'omnipath' is not a fabric in the catalog; known: infiniband, roce"),
+    (lambda d: d["objectStorage"].update(endpoint="http://s3.dc1.example.ae"),
+     "`objectStorage.endpoint`: 'http://s3.dc1.example.ae' has no TLS; the object store must be reached over "
+     "https://"),
+], ids=["registry-outside-the-allow-list", "unknown-fabric", "endpoint-without-tls"])
+def test_a_bad_descriptor_stops_the_preview_with_one_line_and_exit_2(tmp_path: Path, change, line):
+    stack = yaml.safe_load((Path(__file__).resolve().parents[2] / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
+    change(stack["config"]["mlplat:descriptor"])
+    (tmp_path / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(stack))
+    done = subprocess.run([*MLPLAT, "preview", "--stack", STACK, "--stacks-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    error = [text for text in done.stderr.splitlines() if text.startswith("mlplat: error:")]
+    assert len(error) == 1 and error[0].startswith(f"mlplat: error: cluster layer onprem: mlplat:descriptor: {line}")
+    assert "Plan for stack" not in done.stdout  # nothing was registered
