@@ -137,7 +137,8 @@ def _charts(args: argparse.Namespace) -> int:
 
 def _mirror(args: argparse.Namespace) -> int:
     from infra.catalog import lookup
-    from infra.config import CLUSTER_SUFFIX, ConfigError, load_stack
+    from infra.config import CLUSTER_SUFFIX, ConfigError
+    from infra.descriptor import environment_settings
     from infra.mirror import Mirror, MirrorError, check_registry, plan, summary_text
     from infra.skopeo import RegistryError, Skopeo, Unreachable, auth_file
     from infra.versions import PlanError
@@ -149,7 +150,7 @@ def _mirror(args: argparse.Namespace) -> int:
 
     environment = args.stack.removesuffix(CLUSTER_SUFFIX)
     try:
-        config = load_stack(environment)
+        config = environment_settings(args.stack, args.registry)  # a customer's: its descriptor's
         check_registry(args.registry, config.region)
         artifacts = plan(environment, config.region, args.registry,
                          {lookup(pool.instance_type).platform for pool in config.node_pools})

@@ -595,3 +595,27 @@ def from_stack_reference(cloud_stack: str) -> Any:
     # awaitable form, and the referenced stack's outputs are known in previews too.
     details = _sync_await(reference.get_output_details(OUTPUT))
     return details.value if details.value is not None else details.secret_value
+
+
+def environment_settings(stack: str, registry: str | None = None) -> Any:
+    """The settings (a PlatformConfig) of the environment `stack` belongs to, for the verbs
+    that run outside the program (`mlplat mirror`): the cloud layer's stack file, or what a
+    customer's cluster layer states in its descriptor, checked as the program checks it.
+    `registry`: where the verb copies to, which must be the descriptor's registry."""
+    from infra.config import CLUSTER_SUFFIX, ClusterLayerConfig, load_layer, load_stack, settings_from_descriptor
+
+    environment = stack.removesuffix(CLUSTER_SUFFIX)
+    layer = load_layer(stack)
+    if not isinstance(layer, ClusterLayerConfig) or layer.descriptor is None:
+        return load_stack(environment)
+    source = f"{PROJECT}:descriptor"
+    descriptor = parse_descriptor(layer.descriptor, layer=stack, source=source, environment=layer.environment,
+                                  region=layer.region)
+    where = f"cluster layer {stack}: {source}"
+    if isinstance(descriptor, CustomerClusterDescriptor) and registry not in (None, descriptor.registry_host):
+        raise ConfigError(f"{where}: registry.host is {descriptor.registry_host}, but the copy goes to {registry}; "
+                          "mirror into the registry the cluster pulls from")
+    settings = customer_settings(descriptor, where) if isinstance(descriptor, CustomerClusterDescriptor) \
+        else descriptor.settings
+    return settings_from_descriptor(settings, f"{where}: settings",
+                                    customer_site=isinstance(descriptor, CustomerClusterDescriptor))

@@ -140,3 +140,14 @@ def test_a_cloud_descriptor_is_still_read_as_the_cloud_layers():
     with pytest.raises(ConfigError, match=r"lacks `accountId`; re-run the cloud layer's `pulumi up`"):
         parse_descriptor({"environment": "prod", "region": "me-central-1"}, layer="prod-cluster",
                          source="mlplat:descriptor", environment="prod", region="me-central-1")
+
+
+def test_mlplat_mirror_reads_a_customers_environment_from_its_descriptor():
+    from infra.descriptor import environment_settings
+
+    config = environment_settings("onprem", "harbor.dc1.example.ae")
+    assert {lookup(p.instance_type).platform for p in config.node_pools} == {"linux/amd64"}
+    with pytest.raises(ConfigError, match=r"registry.host is harbor.dc1.example.ae, but the copy goes to "
+                                          r"ecr.example; mirror into the registry the cluster pulls from$"):
+        environment_settings("onprem", "ecr.example")
+    assert environment_settings("prod-cluster").environment == "prod"  # a cloud layer's, as before
