@@ -23,7 +23,8 @@ from components.features import FeatureProject
 from components.tracking import TrackingServer
 from components.training import TrainingJob
 from infra.cluster_services import ClusterServices, build_cluster_services, build_customer_services
-from infra.config import PROJECT, ClusterLayerConfig, ConfigError, PlatformConfig, settings_from_descriptor
+from infra.config import (PROJECT, ClusterLayerConfig, ConfigError, PlatformConfig, settings_from_descriptor,
+                          site_of)
 from infra.descriptor import (OUTPUT, ClusterDescriptor, CustomerClusterDescriptor, customer_settings,
                               from_stack_reference, parse_descriptor)
 from infra.inference import build_inference
@@ -81,7 +82,7 @@ def check_supply(layer: ClusterLayerConfig, stack: str) -> None:
     """Every image by digest, before anything is registered: the mirror's pins from the
     plan, the platform's own images from what CI recorded when it built them. A preview
     shows a mirror not yet pinned by its tag; an update refuses it."""
-    missing = unpinned()
+    missing = unpinned(site_of(layer.environment))
     if missing and not pulumi.runtime.is_dry_run():
         raise ConfigError(f"cluster layer {stack}: {', '.join(missing)} in infra/versions.py without a digest; pin "
                           "them (images are referenced by digest only, and `mlplat mirror` copies by digest)")

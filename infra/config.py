@@ -866,6 +866,14 @@ class InferenceConfig(_Model):
 
 
 Environment = Literal["dev", "staging", "prod", "smb", "onprem"]
+# The environments on a customer's own cluster (docs/onprem.md): a cluster layer with the
+# descriptor in its config, and no cloud layer. Every other environment is on AWS.
+CUSTOMER_ENVIRONMENTS = ("onprem",)
+
+
+def site_of(environment: str) -> str:
+    """Where an environment runs: `customer` or `aws` (infra/versions.py SITES)."""
+    return "customer" if environment in CUSTOMER_ENVIRONMENTS else "aws"
 # Validation context of the settings of a cluster the customer runs (infra/descriptor.py
 # customer_settings): the checks of what only the cloud layer builds (zones, the EKS
 # administrators, Lustre's placement) do not apply there.
@@ -904,6 +912,13 @@ class PlatformConfig(_Model):
     # The in-VPC runner the cluster layer deploys from. None: no runner (the cluster layer is
     # applied from elsewhere inside the network, e.g. a bastion).
     deploy_runner: DeployRunnerConfig | None = None
+
+    @model_validator(mode="after")
+    def _site(self, info: ValidationInfo) -> PlatformConfig:
+        if self.environment in CUSTOMER_ENVIRONMENTS and not _customer_site(info):
+            raise _KeyError(f"{PROJECT}:environment", f"{self.environment!r} runs on a customer's own cluster: it has "
+                            "a cluster layer only (mlplat:layer: cluster, with mlplat:descriptor; docs/onprem.md)")
+        return self
 
     @model_validator(mode="after")
     def _region_in_allow_list(self) -> PlatformConfig:

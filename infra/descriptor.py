@@ -472,6 +472,11 @@ def parse_descriptor(data: Any, *, layer: str, source: str, environment: str,
         raise ConfigError(f"{where} describes environment {descriptor.environment!r}, but this layer is "
                           f"{environment!r}; point it at the cloud layer of its own environment")
     if isinstance(descriptor, CustomerClusterDescriptor):
+        from infra.config import CUSTOMER_ENVIRONMENTS
+
+        if descriptor.environment not in CUSTOMER_ENVIRONMENTS:
+            raise ConfigError(f"{where}: `environment`: {descriptor.environment!r} runs on AWS, with its cloud "
+                              f"layer's descriptor; a customer's cluster is {', '.join(CUSTOMER_ENVIRONMENTS)}")
         check_registry_allowed(descriptor, where)
     return descriptor
 
@@ -488,6 +493,16 @@ _NOT_CUSTOMER_SETTINGS = {
     "cluster": "the descriptor's `cluster` names the kubeconfig context",
     "deployRunner": "the cluster layer is applied from inside the customer's network",
     "layer": "the stack's mlplat:layer says it",
+}
+
+
+# What the cluster layer does not build on a customer's cluster yet: each reads its
+# credentials through AWS today (docs/onprem.md, "Not yet"). Turned on, it is refused, never
+# silently left out.
+NOT_YET_ON_CUSTOMER_CLUSTERS = {
+    "tracking": "the tracking server (MLflow on services.postgres)",
+    "features": "the feature store (Feast on services.redis)",
+    "inference": "serving (Triton, the gateway, rollouts, request logs)",
 }
 
 
@@ -519,6 +534,11 @@ def customer_settings(descriptor: CustomerClusterDescriptor, where: str) -> dict
             raise ConfigError(f"{where}: `settings.{key}.enabled`: is true but the descriptor names no {needs}; "
                               f"add it, or set settings.{key}.enabled: false")
         settings[key] = section
+    for key, what in NOT_YET_ON_CUSTOMER_CLUSTERS.items():
+        section = settings.get(key)
+        if section is not None and (not isinstance(section, dict) or section.get("enabled", True)):
+            raise ConfigError(f"{where}: `settings.{key}`: {what} is not built on a customer's cluster yet "
+                              f"(docs/onprem.md); remove it{' or set enabled: false' if key != 'inference' else ''}")
     for index, group in enumerate(descriptor.nodes):
         try:
             register_node_class(group.node_class())

@@ -80,8 +80,11 @@ def plan(environment: str, region: str, registry: str, platforms: Iterable[str],
          images: Iterable[Image] | None = None, charts: Iterable[Chart] | None = None) -> list[Artifact]:
     """Every artifact of the environment's plan, images first. An image or chart without
     a digest is a PlanError naming all of them."""
-    images = list(IMAGES.values() if images is None else images)
-    charts = list(CHARTS.values() if charts is None else charts)
+    from infra.config import site_of
+
+    site = site_of(environment)  # the plan of what the environment's site runs
+    images = [i for i in IMAGES.values() if site in i.sites] if images is None else list(images)
+    charts = [c for c in CHARTS.values() if site in c.sites] if charts is None else list(charts)
     unpinned = [f"image {i.name}" for i in images if not i.built_here and not DIGEST.match(i.digest)]
     unpinned += [f"chart {c.name}" for c in charts if not DIGEST.match(c.digest)]
     if unpinned:

@@ -30,7 +30,7 @@ from components.network import Network
 from components.registry import ImageRegistry, RegistryArgs
 from components.volumes import VolumeEncryption, VolumeEncryptionArgs
 from infra.config import PROJECT, PlatformConfig
-from infra.versions import CHARTS, IMAGES
+from infra.versions import plan_charts, plan_images
 
 # Which key encrypts which bucket.
 BUCKET_KEYS = {"datasets": "datasets", "models": "models", "checkpoints": "checkpoints",
@@ -151,7 +151,7 @@ def build_storage(
         opts=opts,
     )
     registry = ImageRegistry(
-        "registry", RegistryArgs(environment=config.environment, images=IMAGES, charts=CHARTS,
+        "registry", RegistryArgs(environment=config.environment, images=plan_images("aws"), charts=plan_charts("aws"),
                                  kms_key_arn=key["images"], force_delete=storage.force_destroy),
         opts=opts,
     )

@@ -96,6 +96,15 @@ def eks_registry(region: str) -> str:
     return registry_host(account, region)
 
 
+# Where an image or chart of the plan runs: the AWS environments (their in-region ECR
+# repositories) and a customer's own cluster (its registry). Each environment's plan holds
+# only what its site runs, so an AWS account keeps no copy of the bare-metal driver builds
+# and a customer's registry none of the AWS-only add-ons.
+SITES = ("aws", "customer")
+AWS_ONLY = ("aws",)
+CUSTOMER_ONLY = ("customer",)
+
+
 @dataclass(frozen=True)
 class Image:
     name: str  # key in IMAGES, and the repository's last path segment
@@ -112,6 +121,7 @@ class Image:
     # Why this mirror is not the image its chart runs upstream, where it is not; empty: it
     # is (the render check compares each mirror with the chart's own choice).
     differs_from_chart: str = ""
+    sites: tuple[str, ...] = SITES  # where it runs (SITES)
 
     def repository(self, environment: str) -> str:
         """The in-region ECR repository name."""
@@ -180,21 +190,22 @@ IMAGES: dict[str, Image] = {
         # bundle of v26.3.3.
         Image("nvidia-driver", "nvcr.io/nvidia/driver", f"{GPU_DRIVER_VERSION}-{NODE_OS}",
               differs_from_chart=f"the chart names the driver version ({GPU_DRIVER_VERSION}) and the operator "
-              f"appends the node's OS; the mirror copies that build for {NODE_OS}"),
+              f"appends the node's OS; the mirror copies that build for {NODE_OS}", sites=CUSTOMER_ONLY),
         Image("container-toolkit", "nvcr.io/nvidia/k8s/container-toolkit", "v1.19.1",
-              "sha256:c927adbc9b7755c5cb90022fdcc5c1295f5fe5fe1f38200a2dc65e85632b029c"),
+              "sha256:c927adbc9b7755c5cb90022fdcc5c1295f5fe5fe1f38200a2dc65e85632b029c", sites=CUSTOMER_ONLY),
         Image("k8s-driver-manager", "nvcr.io/nvidia/cloud-native/k8s-driver-manager", "v0.11.0",
-              "sha256:8aec215a8b159b0162b55e688065efd58ebfa848ebc999c1797221686ff1243d"),
+              "sha256:8aec215a8b159b0162b55e688065efd58ebfa848ebc999c1797221686ff1243d", sites=CUSTOMER_ONLY),
         # NVIDIA Network Operator v26.4.1 (chart network-operator 26.4.1) and the operands its
         # NicClusterPolicy runs (hack/release.yaml at the tag): the DOCA (MOFED) driver, whose
         # tag names the node OS and architecture as the driver's does, and the RDMA shared
         # device plugin.
-        Image("network-operator", "nvcr.io/nvidia/cloud-native/network-operator", "v26.4.1"),
+        Image("network-operator", "nvcr.io/nvidia/cloud-native/network-operator", "v26.4.1", sites=CUSTOMER_ONLY),
         Image("network-operator-init-container", "nvcr.io/nvidia/mellanox/network-operator-init-container",
-              "network-operator-v26.4.1"),
-        Image("doca-driver", "nvcr.io/nvidia/mellanox/doca-driver", f"{DOCA_DRIVER_VERSION}-{NODE_OS}-amd64"),
+              "network-operator-v26.4.1", sites=CUSTOMER_ONLY),
+        Image("doca-driver", "nvcr.io/nvidia/mellanox/doca-driver", f"{DOCA_DRIVER_VERSION}-{NODE_OS}-amd64",
+              sites=CUSTOMER_ONLY),
         Image("k8s-rdma-shared-dev-plugin", "nvcr.io/nvidia/mellanox/k8s-rdma-shared-dev-plugin",
-              "network-operator-v26.4.1"),
+              "network-operator-v26.4.1", sites=CUSTOMER_ONLY),
         # The GPU Operator's NFD (its bundled NFD chart 0.18.3).
         Image("node-feature-discovery", "registry.k8s.io/nfd/node-feature-discovery", "v0.18.3",
               "sha256:f9ef2ebee55141a1758d3c0a87bb701f5db2adf6856f7218b11bc2bac7b63862"),
@@ -207,7 +218,7 @@ IMAGES: dict[str, Image] = {
         # image from a registry in every region, and the mirror copies it from the stack's own.
         Image("aws-efa-k8s-device-plugin", f"{EKS_REGISTRY}/eks/aws-efa-k8s-device-plugin", "v0.5.20",
               differs_from_chart="the chart pulls from EKS's us-west-2 registry; the mirror copies the same image "
-              "from EKS's registry in the stack's region"),
+              "from EKS's registry in the stack's region", sites=AWS_ONLY),
         # Telemetry (kube-prometheus-stack 88.3.0: prometheus-operator v0.93, kube-state-metrics
         # chart 8.2.0, prometheus-node-exporter chart 4.56.1).
         Image("prometheus", "quay.io/prometheus/prometheus", "v3.13.2-distroless",
@@ -238,12 +249,13 @@ IMAGES: dict[str, Image] = {
               differs_from_chart=f"{_GIT_TREE} (us-central1-docker.pkg.dev/k8s-staging-images/jobset/jobset:main "
               "in git)"),
         # FSx for Lustre CSI driver 1.16.0 and its sidecars.
-        Image("aws-fsx-csi-driver", "public.ecr.aws/fsx-csi-driver/aws-fsx-csi-driver", "v1.8.0"),
-        Image("livenessprobe", "public.ecr.aws/csi-components/livenessprobe", "v2.18.0-eksbuild.3"),
+        Image("aws-fsx-csi-driver", "public.ecr.aws/fsx-csi-driver/aws-fsx-csi-driver", "v1.8.0", sites=AWS_ONLY),
+        Image("livenessprobe", "public.ecr.aws/csi-components/livenessprobe", "v2.18.0-eksbuild.3", sites=AWS_ONLY),
         Image("node-driver-registrar", "public.ecr.aws/csi-components/csi-node-driver-registrar",
-              "v2.16.0-eksbuild.3"),
-        Image("external-provisioner", "public.ecr.aws/csi-components/csi-provisioner", "v6.2.0-eksbuild.2"),
-        Image("external-resizer", "public.ecr.aws/csi-components/csi-resizer", "v2.1.0-eksbuild.3"),
+              "v2.16.0-eksbuild.3", sites=AWS_ONLY),
+        Image("external-provisioner", "public.ecr.aws/csi-components/csi-provisioner", "v6.2.0-eksbuild.2",
+              sites=AWS_ONLY),
+        Image("external-resizer", "public.ecr.aws/csi-components/csi-resizer", "v2.1.0-eksbuild.3", sites=AWS_ONLY),
         # The inference gateway: Envoy Gateway v1.9.0 (chart gateway-helm v1.9.0) and the Envoy
         # it runs as the proxy (v1.9.0's built-in default; set in the EnvoyProxy, not the chart).
         Image("envoy-gateway", "docker.io/envoyproxy/gateway", "v1.9.0"),
@@ -281,10 +293,19 @@ IMAGES: dict[str, Image] = {
 }
 
 
-def unpinned() -> list[str]:
-    """Mirror images and charts of the plan that have no digest."""
-    return [f"image {i.name}" for i in IMAGES.values() if not i.built_here and not DIGEST.match(i.digest)] + \
-        [f"chart {c.name}" for c in CHARTS.values() if not DIGEST.match(c.digest)]
+def plan_images(site: str = "aws") -> dict[str, Image]:
+    """The images of the plan a site runs (an environment's: infra/config.py site_of)."""
+    return {name: image for name, image in IMAGES.items() if site in image.sites}
+
+
+def plan_charts(site: str = "aws") -> dict[str, Chart]:
+    return {name: chart for name, chart in CHARTS.items() if site in chart.sites}
+
+
+def unpinned(site: str = "aws") -> list[str]:
+    """Mirror images and charts of a site's plan that have no digest."""
+    return [f"image {i.name}" for i in plan_images(site).values() if not i.built_here and not DIGEST.match(i.digest)] \
+        + [f"chart {c.name}" for c in plan_charts(site).values() if not DIGEST.match(c.digest)]
 
 
 def registry_host(account: str, region: str) -> str:
@@ -328,6 +349,7 @@ class Chart:
     # pushes it to the in-region registry as an OCI artifact. From an OCI registry: the
     # chart's manifest digest, copied by digest like an image.
     digest: str = ""
+    sites: tuple[str, ...] = SITES  # where it runs (SITES)
 
     def mirror_repository(self, environment: str) -> str:
         """The in-region ECR repository the chart is pushed to (`oci://<host>/<this>`)."""
@@ -352,7 +374,7 @@ CHARTS: dict[str, Chart] = {
         Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.3.3",
               "sha256:59abb5852a24b3ae0ef757bfea3051f419acbf559ee5efd72f0672d28af56a68"),
         Chart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.29",
-              "sha256:078610ef669714f39be77d133674c7721fb3ca123213b3d6b16938c8c0d2e034"),
+              "sha256:078610ef669714f39be77d133674c7721fb3ca123213b3d6b16938c8c0d2e034", sites=AWS_ONLY),
         Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2",
               "sha256:1c5535c03ebab3f021444df6016fce1cd7871385122e115c6ed24c804b623803"),
         Chart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "88.3.0",
@@ -364,13 +386,13 @@ CHARTS: dict[str, Chart] = {
         Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0",
               "sha256:02808a890a0b0e03a1d3bf5959e2f562b3b47c15e446bbba358c1d24e1f81b24"),
         Chart("aws-fsx-csi-driver", "https://kubernetes-sigs.github.io/aws-fsx-csi-driver", "1.16.0",
-              "sha256:d744eae4633f49450680f5fc5a7caaf3fb227eaf8c5303ffa9e4c1c351d09951"),
+              "sha256:d744eae4633f49450680f5fc5a7caaf3fb227eaf8c5303ffa9e4c1c351d09951", sites=AWS_ONLY),
         # Not pinned yet: their registries were not reachable when they were added.
         Chart("gateway-helm", "oci://docker.io/envoyproxy", "v1.9.0"),
         Chart("argo-rollouts", "https://argoproj.github.io/argo-helm", "2.41.0"),
         # A customer's InfiniBand or RoCE fabric: the DOCA driver, the RDMA shared device
         # plugin and GPUDirect RDMA (nvidia-peermem, through the GPU Operator's driver).
-        Chart("network-operator", "https://helm.ngc.nvidia.com/nvidia", "26.4.1"),
+        Chart("network-operator", "https://helm.ngc.nvidia.com/nvidia", "26.4.1", sites=CUSTOMER_ONLY),
     )
 }
 

@@ -16,7 +16,7 @@ import pytest
 from components.specs import deploy_runner
 from infra.preview.fixtures import ACCOUNT_ID
 from infra.preview.report import awaiting_pin
-from infra.versions import CHARTS, IMAGES, UNBUILT, registry_host, unpinned
+from infra.versions import CHARTS, IMAGES, UNBUILT, plan_charts, plan_images, registry_host, unpinned
 from tests.conftest import DESCRIPTOR, STACKS, both_layers
 
 # `image`, `initImage`, `configReloaderImage`, ...
@@ -188,8 +188,9 @@ def test_every_referenced_repository_exists_in_the_stack(environment):
     host = registry_host(ACCOUNT_ID, cluster.region)
     assert cloud.stack_outputs[DESCRIPTOR]["registryHost"] == host
     created = {r.inputs()["name"] for r in cloud.registrations if r.type == "aws:ecr/repository:Repository"}
-    assert created == {image.repository(environment) for image in IMAGES.values()} | {
-        chart.mirror_repository(environment) for chart in CHARTS.values()}
+    # The plan of what AWS runs: no copy of a customer's bare-metal driver builds or fabric.
+    assert created == {image.repository(environment) for image in plan_images("aws").values()} | {
+        chart.mirror_repository(environment) for chart in plan_charts("aws").values()}
     assert [r.urn for r in cluster.registrations if r.type == "aws:ecr/repository:Repository"] == []
     for _, ref in stack_references(cluster):
         repository = ref.removeprefix(f"{host}/").split("@")[0].rsplit(":", 1)[0]

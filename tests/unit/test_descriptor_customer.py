@@ -151,3 +151,20 @@ def test_mlplat_mirror_reads_a_customers_environment_from_its_descriptor():
                                           r"ecr.example; mirror into the registry the cluster pulls from$"):
         environment_settings("onprem", "ecr.example")
     assert environment_settings("prod-cluster").environment == "prod"  # a cloud layer's, as before
+
+
+@pytest.mark.parametrize(("key", "section", "what"), [
+    ("inference", {"device": "gpu", "modelName": "gpt"}, "serving (Triton, the gateway, rollouts, request logs)"),
+    ("features", {"enabled": True}, None),
+])
+def test_what_is_not_built_on_a_customers_cluster_is_refused_not_left_out(key, section, what):
+    def change(d):
+        d["settings"][key] = section
+        if key == "features":
+            d["services"] = {"redis": {"endpoint": "redis.dc1.example.ae:6380", "cidrs": ["10.40.9.0/28"],
+                                       "passwordSecret": {"name": "feast-redis", "key": "password"}}}
+    message = refused(change)
+    assert message.startswith(f"{WHERE}: `settings.{key}`: ")
+    assert "is not built on a customer's cluster yet (docs/onprem.md)" in message
+    if what:
+        assert what in message

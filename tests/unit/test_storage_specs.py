@@ -14,7 +14,7 @@ from components.bucket_policy import TrailDelivery, bucket_name, bucket_policy, 
 from components.key_policy import KeyUse, StorageNames, data_class_uses, key_policy
 from components.registry_policy import lifecycle_policy
 from infra.config import ConfigError, parse_config
-from infra.versions import CHARTS, DIGEST, IMAGES, PlanError, image_uri, unpinned
+from infra.versions import CHARTS, DIGEST, IMAGES, SITES, PlanError, image_uri, unpinned
 
 ACCOUNT, REGION = "111122223333", "me-central-1"
 ROOT = f"arn:aws:iam::{ACCOUNT}:root"
@@ -273,8 +273,11 @@ def test_the_efa_plugin_is_copied_from_the_eks_registry_of_the_stacks_own_region
 
 def test_unpinned_lists_exactly_the_mirrors_without_a_digest():
     # The images and charts listed here await a registry that answers.
-    assert unpinned() == [f"image {n}" for n, i in IMAGES.items() if not i.built_here and not i.digest] + \
-        [f"chart {n}" for n, c in CHARTS.items() if not c.digest]
+    for site in SITES:  # each site's plan: what the environments there run
+        assert unpinned(site) == [f"image {n}" for n, i in IMAGES.items()
+                                  if site in i.sites and not i.built_here and not i.digest] + \
+            [f"chart {n}" for n, c in CHARTS.items() if site in c.sites and not c.digest]
+    assert unpinned() == unpinned("aws")
     assert all(DIGEST.match(c.digest) for c in CHARTS.values() if c.digest)
     assert all(DIGEST.match(i.digest) for i in IMAGES.values() if i.digest)
 
