@@ -20,6 +20,7 @@ from components.tracking_spec import (
     SERVER_URI,
     DatabasePlan,
     ServerPlan,
+    customer_objects,
     deployment,
     disruption_budget,
     log_group_name,
@@ -134,7 +135,7 @@ class TrackingServer(pulumi.ComponentResource):
         ns = create(namespace(), pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         # Fences and the ServiceAccount first, so no server pod runs without them.
-        ready = [create(o, in_ns) for o in (*network_policies(plan), service_account())]
+        ready = [create(o, in_ns) for o in (*network_policies(plan), service_account(), *customer_objects(plan))]
         run = pulumi.ResourceOptions(parent=self, depends_on=[ns, *ready, *args.depends_on])
         for o in (deployment(plan), service(), disruption_budget()):
             create(o, run)

@@ -16,11 +16,13 @@ every credential from Secrets Manager through Pod Identity at start and follows 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from components.specs.cluster import CA_CONFIG_MAP, CA_DIR, CA_FILE, ca_config_map
 from components.tenancy_spec import POD_IDENTITY_AGENT, pod_security_labels
 from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, instance_type_affinity
+from workloads.tracking.server import DSN_FILE_ENV, USERS_DIR_ENV
 
 NAMESPACE = "mlflow"
 NAME = "mlflow"
@@ -109,6 +111,39 @@ def tenant_statements(secret_arn: str, tracking_key_arn: str, region: str) -> li
 
 
 @dataclass(frozen=True)
+class CustomerStores:
+    """On a customer's cluster (docs/onprem.md): the database and the object store the
+    server uses, through the customer's Kubernetes Secrets in the server's namespace."""
+
+    database_secret: str  # the Secret with the PostgreSQL DSN
+    database_key: str
+    database_port: int
+    database_cidrs: tuple[str, ...]
+    endpoint: str  # the S3-compatible store, https://
+    region: str  # what the store signs for
+    credentials_secret: str  # its key `credentials`: an AWS shared-credentials file for the models bucket
+    store_cidrs: tuple[str, ...]
+    ca_bundle: str  # PEM of the customer's CA (the store's, and the DSN's sslrootcert may name it)
+
+    @property
+    def store_port(self) -> int:
+        host = self.endpoint.removeprefix("https://")
+        return int(host.rsplit(":", 1)[1]) if ":" in host else 443
+
+
+# The customer's Secret with the server's users: ADMIN_KEY, FLASK_KEY_FILE and
+# `tenant.<name>` per tenant (workloads/tracking/server.py settings_from_files).
+TRACKING_USERS = "mlflow-users"
+USERS_DIR = "/etc/mlplat/tracking-users"
+DATABASE_DIR = "/etc/mlplat/tracking-database"
+# The object store's keys, as a file (never in the environment): `credentials` of the
+# descriptor's objectStorage.credentialsSecret, in the AWS shared-credentials format boto3
+# and MLflow's artifact client read.
+STORE_CREDENTIALS_DIR = "/etc/mlplat/object-store"
+STORE_CREDENTIALS_KEY = "credentials"
+
+
+@dataclass(frozen=True)
 class ServerPlan:
     image: str
     replicas: int
@@ -125,6 +160,7 @@ class ServerPlan:
     cpu: str = "1"
     cpu_limit: str = "2"  # gunicorn's workers burst on registry searches
     memory: str = "2Gi"
+    customer: CustomerStores | None = None  # a customer's cluster: Secrets, not Secrets Manager
 
 
 
@@ -145,6 +181,8 @@ def service_account() -> dict[str, Any]:
 
 
 def deployment(plan: ServerPlan) -> dict[str, Any]:
+    if plan.customer is not None:
+        return customer_deployment(plan, plan.customer)
     env = {
         "MLPLAT_DB_HOST": plan.db_host, "MLPLAT_DB_PORT": str(DB_PORT), "MLPLAT_DB_NAME": DB_NAME,
         "MLPLAT_DB_CA_BUNDLE": CA_BUNDLE, "MLPLAT_DB_SECRET_ARN": plan.master_secret_arn,
@@ -208,7 +246,21 @@ def _policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 def network_policies(plan: ServerPlan) -> list[dict[str, Any]]:
     """Default deny; in: the tenants' namespaces on the server's port; out: DNS, the
-    database inside the VPC, the Pod Identity agent and the AWS APIs."""
+    database inside the VPC, the Pod Identity agent and the AWS APIs (on a customer's
+    cluster: its database and its object store)."""
+    if plan.customer is not None:
+        stores = plan.customer
+        return [*network_policies_without_egress(plan), _policy("allow-egress", {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                _DNS_EGRESS,
+                {"to": [{"ipBlock": {"cidr": c}} for c in stores.database_cidrs],
+                 "ports": [{"protocol": "TCP", "port": stores.database_port}]},
+                {"to": [{"ipBlock": {"cidr": c}} for c in stores.store_cidrs],
+                 "ports": [{"protocol": "TCP", "port": stores.store_port}]},
+            ],
+        })]
     return [
         _policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         _policy("allow-tenants", {
@@ -233,3 +285,53 @@ def network_policies(plan: ServerPlan) -> list[dict[str, Any]]:
         }),
     ]
 
+
+
+_DNS_EGRESS = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                       "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+               "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+
+
+def network_policies_without_egress(plan: ServerPlan) -> list[dict[str, Any]]:
+    return [p for p in network_policies(replace(plan, customer=None)) if p["metadata"]["name"] != "allow-egress"]
+
+
+# --- on a customer's cluster ---------------------------------------------------------
+
+
+def customer_deployment(plan: ServerPlan, stores: CustomerStores) -> dict[str, Any]:
+    """The same server, its credentials mounted from the customer's Secrets (read again
+    every round, so a rotation restarts it), its artifacts on the customer's S3-compatible
+    store, verified against the customer's CA. The first deploy does not wait for it: the
+    Secrets can only be made once this layer has made the namespace (docs/onprem.md)."""
+    manifest = deployment(replace(plan, customer=None))
+    pod = manifest["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {
+        DSN_FILE_ENV: f"{DATABASE_DIR}/dsn", USERS_DIR_ENV: USERS_DIR,
+        "MLPLAT_ARTIFACTS": plan.artifacts, "MLPLAT_PORT": str(PORT), "MLPLAT_WORKERS": "2",
+        # MLflow's artifact client and boto3 both: the customer's store, never AWS S3.
+        "MLFLOW_S3_ENDPOINT_URL": stores.endpoint, "AWS_ENDPOINT_URL_S3": stores.endpoint,
+        "AWS_REGION": stores.region, "AWS_DEFAULT_REGION": stores.region, "AWS_CA_BUNDLE": CA_FILE,
+        "AWS_SHARED_CREDENTIALS_FILE": f"{STORE_CREDENTIALS_DIR}/{STORE_CREDENTIALS_KEY}",
+    }
+    container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    container["volumeMounts"] += [{"name": "database", "mountPath": DATABASE_DIR, "readOnly": True},
+                                  {"name": "users", "mountPath": USERS_DIR, "readOnly": True},
+                                  {"name": "store", "mountPath": STORE_CREDENTIALS_DIR, "readOnly": True},
+                                  {"name": "ca", "mountPath": CA_DIR, "readOnly": True}]
+    pod["volumes"] += [
+        {"name": "database", "secret": {"secretName": stores.database_secret, "defaultMode": 0o440,
+                                        "items": [{"key": stores.database_key, "path": "dsn"}]}},
+        {"name": "users", "secret": {"secretName": TRACKING_USERS, "defaultMode": 0o440}},
+        {"name": "store", "secret": {"secretName": stores.credentials_secret, "defaultMode": 0o440,
+                                     "items": [{"key": STORE_CREDENTIALS_KEY, "path": STORE_CREDENTIALS_KEY}]}},
+        {"name": "ca", "configMap": {"name": CA_CONFIG_MAP}},
+    ]
+    manifest["metadata"]["annotations"] = {"pulumi.com/skipAwait": "true"}
+    return manifest
+
+
+def customer_objects(plan: ServerPlan) -> list[dict[str, Any]]:
+    """What the server needs in its namespace on a customer's cluster: the customer's CA."""
+    return [] if plan.customer is None else [ca_config_map(NAMESPACE, plan.customer.ca_bundle)]

@@ -137,10 +137,11 @@ def build_customer_cluster_layer(layer: ClusterLayerConfig, descriptor: Customer
     provider = k8s.Provider(PROVIDER_NAME, context=descriptor.cluster.context, enable_server_side_apply=True)
     platform_record(descriptor, provider)
     services = build_customer_services(config, descriptor, provider)
+    tracking = build_tracking_server(config, descriptor, services, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster.context)
-    return ClusterLayer(descriptor, config, provider, None, services, training)
+    return ClusterLayer(descriptor, config, provider, None, services, training, tracking=tracking)
 
 
 def platform_facts(descriptor: CustomerClusterDescriptor) -> dict[str, str]:

@@ -158,8 +158,8 @@ class ObjectStorage(_Strict):
     encryption_at_rest: str = Field(min_length=10)
     # Where the endpoint's addresses are: pods that reach it get egress to these on 443.
     cidrs: tuple[str, ...] = Field(min_length=1)
-    # The Secret (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) each namespace that reads or
-    # writes the store holds, with that namespace's own rights.
+    # The Secret each namespace that reads or writes the store holds, with that namespace's
+    # own rights: its key `credentials` is an AWS shared-credentials file, mounted as a file.
     credentials_secret: str = Field(default="object-store", pattern=_NAME)
 
     _networks = field_validator("cidrs")(_cidrs)
@@ -326,6 +326,7 @@ class PostgresService(_Strict):
     # The DSN (postgresql://user:password@host:5432/mlflow?sslmode=verify-full) in a Secret of
     # the tracking server's namespace: never in the stack config or Pulumi's state.
     dsn_secret: SecretKeyRef
+    port: int = Field(default=5432, ge=1, le=65535)  # the DSN's, for the server's egress policy
     cidrs: tuple[str, ...] = Field(min_length=1)
 
     _networks = field_validator("cidrs")(_cidrs)
@@ -500,7 +501,6 @@ _NOT_CUSTOMER_SETTINGS = {
 # credentials through AWS today (docs/onprem.md, "Not yet"). Turned on, it is refused, never
 # silently left out.
 NOT_YET_ON_CUSTOMER_CLUSTERS = {
-    "tracking": "the tracking server (MLflow on services.postgres)",
     "features": "the feature store (Feast on services.redis)",
     "inference": "serving (Triton, the gateway, rollouts, request logs)",
 }

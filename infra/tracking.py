@@ -16,14 +16,15 @@ from components.tracking_spec import (
     ARTIFACTS_PREFIX,
     NAMESPACE,
     SERVICE_ACCOUNT,
+    CustomerStores,
     DatabasePlan,
     ServerPlan,
     secret_names,
     server_statements,
 )
 from infra.config import NodePoolConfig, PlatformConfig
-from infra.descriptor import ClusterDescriptor
-from infra.versions import image_uri
+from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
+from infra.versions import image_ref, image_uri
 
 
 def tracking_pool(config: PlatformConfig) -> NodePoolConfig:
@@ -73,7 +74,32 @@ def tracking_output(database: TrackingDatabase | None) -> pulumi.Output[dict[str
                        "tenantSecretArns": {k: a for k, a in v["secrets"].items() if k != "admin"}})
 
 
-def server_plan(config: PlatformConfig, descriptor: ClusterDescriptor, built: dict[str, str]) -> ServerPlan | None:
+def customer_server_plan(config: PlatformConfig, descriptor: CustomerClusterDescriptor,
+                         built: dict[str, str]) -> ServerPlan | None:
+    """On a customer's cluster: its PostgreSQL (the DSN in its Secret) and its object store."""
+    postgres = descriptor.services.postgres
+    if postgres is None or not config.tracking.enabled:
+        return None
+    pool = tracking_pool(config)
+    store = descriptor.object_storage
+    return ServerPlan(
+        image=image_ref("tracking", descriptor.registry_host, config.environment, built),
+        replicas=config.tracking.replicas, instance_types=(pool.instance_type,),
+        db_host="", master_secret_arn="", admin_secret_arn="", tenant_secret_arns={},
+        artifacts=f"s3://{descriptor.buckets['models']}/{ARTIFACTS_PREFIX}",
+        region=store.region, vpc_cidr="", endpoint_cidrs=(), tenants=tuple(x.name for x in config.tenants),
+        customer=CustomerStores(
+            database_secret=postgres.dsn_secret.name, database_key=postgres.dsn_secret.key,
+            database_port=postgres.port, database_cidrs=tuple(postgres.cidrs), endpoint=store.endpoint,
+            region=store.region, credentials_secret=store.credentials_secret, store_cidrs=tuple(store.cidrs),
+            ca_bundle=store.ca_bundle),
+    )
+
+
+def server_plan(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
+                built: dict[str, str]) -> ServerPlan | None:
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        return customer_server_plan(config, descriptor, built)
     t = descriptor.tracking
     if t is None or not config.tracking.enabled:
         return None
@@ -90,7 +116,8 @@ def server_plan(config: PlatformConfig, descriptor: ClusterDescriptor, built: di
     )
 
 
-def build_tracking_server(config: PlatformConfig, descriptor: ClusterDescriptor, services: Any,
+def build_tracking_server(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
+                          services: Any,
                           k8s_provider: k8s.Provider, built: dict[str, str]) -> TrackingServer | None:
     plan = server_plan(config, descriptor, built)
     if plan is None:

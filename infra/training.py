@@ -84,7 +84,7 @@ def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor | Custome
     """The trainer's MLflow run as its tenant's user (the password read from the tenant's
     secret with the job's own role), and the checkpoints bucket rank 0 copies to."""
     if isinstance(descriptor, CustomerClusterDescriptor):
-        return ()  # TODO(onprem): the tracking server on a customer's cluster
+        return ()  # no tracking server on a customer's cluster yet (docs/onprem.md): runs are not tracked
     if descriptor.tracking is None or not config.tracking.enabled:
         return ()
     return (

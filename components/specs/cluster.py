@@ -78,11 +78,13 @@ VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
 # read it (policies/platform_policies/customer_cluster.py judges its encryption statement).
 PLATFORM_NAMESPACE = "mlplat-system"
 PLATFORM_CONFIG_MAP = "mlplat-platform"
-# Each namespace whose pods reach the object store gets its CA in this ConfigMap, mounted
-# where AWS_CA_BUNDLE points.
-CA_CONFIG_MAP = "object-store-ca"
+# The CA that signed the customer's services' certificates (the descriptor's
+# objectStorage.caBundle): each namespace whose pods reach them gets it in this ConfigMap,
+# mounted at CA_DIR, where AWS_CA_BUNDLE points (and a PostgreSQL DSN's sslrootcert may).
+CA_CONFIG_MAP = "customer-ca"
 CA_KEY = "ca.crt"
-CA_DIR = "/etc/mlplat/object-store-ca"
+CA_DIR = "/etc/mlplat/ca"
+CA_FILE = f"{CA_DIR}/{CA_KEY}"
 
 
 def platform_config_map(facts: dict[str, str]) -> dict[str, Any]:

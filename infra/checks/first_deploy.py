@@ -30,6 +30,9 @@ SKIP_AWAIT_REASONS: dict[str, str] = {
        for variant in ("stable", "canary")},
     "Service monitoring/dcgm-exporter": "the exporter runs only on GPU instance types; a new environment may have "
                                         "no GPU node for weeks, and Prometheus finds the pods when they come",
+    "Deployment mlflow/mlflow": "a customer's cluster: the server's database DSN and users are the customer's "
+                                "Secrets in the mlflow namespace, which can be made only once this layer has made "
+                                "the namespace (docs/onprem.md); the server starts when they exist",
 }
 # Objects whose containers name a data location only as where they write (object id ->
 # why): they start without anything there.

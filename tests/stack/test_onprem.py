@@ -168,3 +168,20 @@ def test_a_bad_descriptor_stops_the_preview_with_one_line_and_exit_2(tmp_path: P
     error = [text for text in done.stderr.splitlines() if text.startswith("mlplat: error:")]
     assert len(error) == 1 and error[0].startswith(f"mlplat: error: cluster layer onprem: mlplat:descriptor: {line}")
     assert "Plan for stack" not in done.stdout  # nothing was registered
+
+
+def test_the_tracking_server_uses_the_customers_database_and_store(result, descriptor):
+    [server] = [d for d in objects(result, "Deployment") if d["metadata"]["namespace"] == "mlflow"]
+    [container] = server["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MLFLOW_S3_ENDPOINT_URL"] == descriptor.object_storage.endpoint
+    assert env["MLPLAT_ARTIFACTS"] == f"s3://{descriptor.buckets['models']}/mlflow"
+    volumes = {v["name"]: v for v in server["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["database"]["secret"]["secretName"] == descriptor.services.postgres.dsn_secret.name
+    [ca] = [c for c in objects(result, "ConfigMap") if c["metadata"]["namespace"] == "mlflow"]
+    assert ca["data"]["ca.crt"] == descriptor.object_storage.ca_bundle
+    [egress] = [p for p in objects(result, "NetworkPolicy")
+                if p["metadata"] == {"name": "allow-egress", "namespace": "mlflow"}]
+    allowed = {(b["ipBlock"]["cidr"], port["port"]) for rule in egress["spec"]["egress"] for b in rule["to"]
+               if "ipBlock" in b for port in rule["ports"]}
+    assert allowed == {("10.40.9.0/28", 5432), ("10.40.8.0/27", 443)}

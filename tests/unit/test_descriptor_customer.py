@@ -64,7 +64,7 @@ def test_its_settings_are_the_environments_with_pools_of_registered_node_classes
     assert node.customer_node_class and node.gpudirect_rdma and not lookup("p5.48xlarge").customer_node_class
     assert config.addons.device_plugin_mode == "gpu-operator"
     assert config.storage.lustre.enabled  # the shared scratch class stands for Lustre
-    assert not config.tracking.enabled and not config.features.enabled  # no PostgreSQL or Redis named
+    assert config.tracking.enabled and not config.features.enabled  # PostgreSQL named, no Redis
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -123,7 +123,7 @@ def test_its_settings_are_the_environments_with_pools_of_registered_node_classes
     (lambda d: d["settings"].update(addons={"devicePluginMode": "device-plugin"}),
      f"{WHERE}: `settings.addons.devicePluginMode`: 'device-plugin': bare-metal GPU nodes need the driver and the "
      "container toolkit, which only the GPU Operator installs; use gpu-operator or leave it unset"),
-    (lambda d: d["settings"].update(tracking={"enabled": True}),
+    (lambda d: (d.pop("services"), d["settings"].update(tracking={"enabled": True})),
      f"{WHERE}: `settings.tracking.enabled`: is true but the descriptor names no services.postgres (MLflow's "
      "database); add it, or set settings.tracking.enabled: false"),
     (lambda d: d["storageClasses"].pop("shared"),

@@ -15,6 +15,14 @@ At start, and whenever a credential changes:
 - the auth database is created where missing;
 - every tenant's user is created, or its password set, from its secret.
 Nothing secret is in the pod spec or in Pulumi state.
+
+On a customer's own cluster (docs/onprem.md) there is no Secrets Manager: the credentials
+are Kubernetes Secrets the customer makes, mounted as files and read the same way, again
+on every round, so a rotated one restarts the server or resets the user's password:
+- `MLPLAT_DB_DSN_FILE`: the PostgreSQL DSN (`postgresql://user:password@host:port/db?
+  sslmode=verify-full&sslrootcert=...`);
+- `MLPLAT_USERS_DIR`: `admin` (the admin's password), `flask-secret-key`, and
+  `tenant.<name>` (each tenant's password).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import requests
 
@@ -209,12 +217,55 @@ def _read_settings(secrets: Any) -> tuple[ServerSettings, dict[str, str]]:
                           port=int(env.get("MLPLAT_PORT", "5000")), workers=int(env.get("MLPLAT_WORKERS", "2"))), tenants
 
 
+# --- on a customer's cluster: the credentials as mounted Kubernetes Secrets ---------------
+
+DSN_FILE_ENV = "MLPLAT_DB_DSN_FILE"
+USERS_DIR_ENV = "MLPLAT_USERS_DIR"
+ADMIN_KEY = "admin"
+FLASK_KEY_FILE = "flask-secret-key"
+TENANT_PREFIX = "tenant."
+
+
+def database_from_dsn(dsn: str) -> Database:
+    """A PostgreSQL DSN as libpq writes it; TLS verified unless it says otherwise."""
+    parts = urlsplit(dsn.strip())
+    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or not parts.username:
+        raise ValueError("the database DSN is not postgresql://<user>:<password>@<host>[:<port>]/<database>")
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    return Database(host=parts.hostname, port=parts.port or 5432, name=parts.path.lstrip("/") or "mlflow",
+                    user=unquote(parts.username), password=unquote(parts.password or ""),
+                    sslmode=query.get("sslmode", "verify-full"), sslrootcert=query.get("sslrootcert", ""))
+
+
+def settings_from_files(env: Mapping[str, str]) -> tuple[ServerSettings, dict[str, str]]:
+    """The settings and the tenants' passwords from the mounted Secrets."""
+    users = Path(env[USERS_DIR_ENV])
+
+    def read(path: Path) -> str:
+        value = path.read_text(encoding="utf-8").strip()
+        if not value:
+            raise ValueError(f"{path} is empty")
+        return value
+
+    tenants = {path.name.removeprefix(TENANT_PREFIX): read(path) for path in sorted(users.glob(f"{TENANT_PREFIX}*"))}
+    return ServerSettings(database=database_from_dsn(read(Path(env[DSN_FILE_ENV]))), artifacts=env["MLPLAT_ARTIFACTS"],
+                          admin_password=read(users / ADMIN_KEY), secret_key=read(users / FLASK_KEY_FILE),
+                          port=int(env.get("MLPLAT_PORT", "5000")), workers=int(env.get("MLPLAT_WORKERS", "2"))), tenants
+
+
 def main() -> int:
     """Run the server; read the secrets again every POLL_S and restart it when the
     database password or the admin password has rotated."""
-    import boto3
+    if os.environ.get(DSN_FILE_ENV):
+        def read_settings() -> tuple[ServerSettings, dict[str, str]]:
+            return settings_from_files(os.environ)
+    else:
+        import boto3
 
-    secrets = boto3.client("secretsmanager")
+        secrets = boto3.client("secretsmanager")
+
+        def read_settings() -> tuple[ServerSettings, dict[str, str]]:
+            return _read_settings(secrets)
     stopping = False
 
     def stop(*_: Any) -> None:
@@ -222,7 +273,7 @@ def main() -> int:
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    settings, tenants = _read_settings(secrets)
+    settings, tenants = read_settings()
     uri = f"http://127.0.0.1:{settings.port}"
     process = start(settings)
     wait_ready(uri, process)
@@ -233,7 +284,7 @@ def main() -> int:
         if time.monotonic() - checked < POLL_S:
             continue
         checked = time.monotonic()
-        fresh, tenants = _read_settings(secrets)
+        fresh, tenants = read_settings()
         if fresh != settings:
             process.terminate()
             process.wait(timeout=60)
