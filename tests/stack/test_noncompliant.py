@@ -54,22 +54,33 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     "untagged_volume.py": "storage-and-compute-tagged",
     "feature_server_exposed.py": "feature-server-in-cluster",
 }
+# Previewed with a customer's cluster's policy config (the rules judge only there).
+CUSTOMER_CONFIG = Path(__file__).resolve().parents[2] / "policies" / "config" / "onprem.json"
+EXPECTED_ON_CUSTOMER_CLUSTER: dict[str, str] = {
+    "customer_aws_resource.py": "no-aws-resources-on-customer-cluster",
+    "customer_http_object_store.py": "object-store-endpoints-allowed",
+    "customer_load_balancer.py": "nothing-exposed-outside-the-cluster",
+    "customer_encryption_unnamed.py": "object-store-encryption-named",
+    "customer_encryption_unstated.py": "object-store-encryption-stated",
+}
 
 
 def test_every_rule_has_a_fixture_and_every_fixture_an_expectation():
     named = {r for rules in EXPECTED.values() for r in ((rules,) if isinstance(rules, str) else rules)}
+    named |= set(EXPECTED_ON_CUSTOMER_CLUSTER.values())
     assert sorted(named) == sorted(p.name for p in ALL_POLICIES)
     programs = {p.name for p in PROGRAMS.glob("*.py") if not p.name.startswith("_")}
     # default_provider.py is an engine error, covered in test_preview_cli.py
-    assert programs - {"default_provider.py"} == set(EXPECTED)
+    assert programs - {"default_provider.py"} == set(EXPECTED) | set(EXPECTED_ON_CUSTOMER_CLUSTER)
 
 
-@pytest.mark.parametrize(("program", "rule"), sorted(EXPECTED.items()))
+@pytest.mark.parametrize(("program", "rule"), sorted(EXPECTED.items()) + sorted(EXPECTED_ON_CUSTOMER_CLUSTER.items()))
 def test_fixture_is_blocked_by_its_rule(program, rule, tmp_path, capsys):
     rules = {rule} if isinstance(rule, str) else set(rule)
     report_path = tmp_path / "report.json"
+    customer = ["--policy-config", str(CUSTOMER_CONFIG)] if program in EXPECTED_ON_CUSTOMER_CLUSTER else []
     code = main(["preview", "--stack", "dev", "--program", str(PROGRAMS / program), "--json", str(report_path),
-                 "--quiet"])
+                 "--quiet", *customer])
     out = capsys.readouterr().out
     assert code == 1, out
     report = json.loads(report_path.read_text())
