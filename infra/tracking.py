@@ -85,7 +85,8 @@ def customer_server_plan(config: PlatformConfig, descriptor: CustomerClusterDesc
     return ServerPlan(
         image=image_ref("tracking", descriptor.registry_host, config.environment, built),
         replicas=config.tracking.replicas, instance_types=(pool.instance_type,),
-        db_host="", master_secret_arn="", admin_secret_arn="", tenant_secret_arns={},
+        # No RDS host and no Secrets Manager secrets: the customer's Secrets, mounted (customer).
+        **dict.fromkeys(("db_host", "master_secret_arn", "admin_secret_arn"), ""), tenant_secret_arns={},
         artifacts=f"s3://{descriptor.buckets['models']}/{ARTIFACTS_PREFIX}",
         region=store.region, vpc_cidr="", endpoint_cidrs=(), tenants=tuple(x.name for x in config.tenants),
         customer=CustomerStores(

@@ -105,7 +105,7 @@ def test_stack_outputs_name_every_key_bucket_file_system_and_repository():
     from infra.platform import build_platform
     from infra.preview.fixtures import RegionFixture
     from infra.preview.mocks import PreviewMocks, RecordingMonitor, run_program
-    from infra.versions import IMAGES
+    from infra.versions import plan_images
 
     config = load_stack("prod")
     mocks = PreviewMocks(RegionFixture(config.region))
@@ -119,7 +119,7 @@ def test_stack_outputs_name_every_key_bucket_file_system_and_repository():
     assert out["buckets"] == {p: f"mlplat-prod-{p}-111122223333-me-central-1"
                               for p in ("datasets", "models", "checkpoints", "audit", "access-logs")}
     assert out["repositories"] == {n: f"111122223333.dkr.ecr.me-central-1.amazonaws.com/{i.repository('prod')}"
-                                   for n, i in IMAGES.items()}
+                                   for n, i in plan_images("aws").items()}
     assert out["lustre"]["dnsName"] == f"{out['lustre']['fileSystemId']}.fsx.me-central-1.amazonaws.com"
     assert out["lustre"]["path"] == "/datasets" and out["lustre"]["mountName"]
     assert out["auditTrail"] == "arn:aws:cloudtrail:me-central-1:111122223333:trail/mlplat-prod-audit"

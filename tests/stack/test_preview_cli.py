@@ -51,8 +51,8 @@ def test_unknown_stack_is_one_line_exit_2():
     done = run("preview", "--stack", "nosuch", "--quiet")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "mlplat: error: unknown stack 'nosuch': no stacks/Pulumi.nosuch.yaml; available: dev, dev-cluster, prod, "
-        "prod-cluster, smb, smb-cluster, staging, staging-cluster"
+        "mlplat: error: unknown stack 'nosuch': no stacks/Pulumi.nosuch.yaml; available: dev, dev-cluster, onprem, "
+        "prod, prod-cluster, smb, smb-cluster, staging, staging-cluster"
     ]
     assert "Traceback" not in done.stderr
 
