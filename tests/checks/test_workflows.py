@@ -172,10 +172,11 @@ def test_the_pull_request_preview_compares_the_base_commit_with_the_head_offline
     assert steps[base]["with"]["path"] == "base" and steps[base]["with"]["persist-credentials"] is False
     tests = steps.index(_step(steps, "Tests"))
     assert tests < base  # the tests never see the base's files
-    base_preview = _step(steps, "Preview both layers of every environment at the base")
+    base_preview = _step(steps, "Preview every environment at the base")
     assert base_preview["working-directory"] == "base" and steps.index(base_preview) > base
-    assert "-m infra.cli preview --env" in base_preview["run"] and "--out ../out/base" in base_preview["run"]
-    head = _step(steps, "Preview both layers of every environment at the head")
+    assert "-m infra.cli preview $target" in base_preview["run"] and "--out ../out/base" in base_preview["run"]
+    assert '"--env prod"' in base_preview["run"] and '"--stack onprem"' in base_preview["run"]
+    head = _step(steps, "Preview every environment at the head")
     assert steps.index(head) > steps.index(base_preview)
     assert "--against out/base --detailed-exitcode" in head["run"]
     upload = _step(steps, "Keep the reports")
@@ -183,13 +184,14 @@ def test_the_pull_request_preview_compares_the_base_commit_with_the_head_offline
 
 
 STUB_MLPLAT = """#!/bin/bash
-# preview --env ENV --quiet --out out [--against out/base --detailed-exitcode]
+# preview --env ENV|--stack STACK --quiet --out out [--against out/base --detailed-exitcode]
 env="$3"; against=0
 for arg in "$@"; do [ "$arg" = --against ] && against=1; done
 echo "$env $against" >> calls.log
 code_name="CODE_${env}_${against}"; code="${!code_name:-0}"
 if [ "$code" = 2 ]; then echo "mlplat: error: base report out/base/$env.json has no reportVersion" >&2; exit 2; fi
-for stack in "$env" "$env-cluster"; do
+stacks="$env"; [ "$2" = --env ] && stacks="$env $env-cluster"
+for stack in $stacks; do
   echo "report of $stack" > "out/$stack.md"
   if [ "$against" = 1 ]; then echo "### diff of $stack" > "out/$stack.diff.md"; fi
 done
@@ -202,7 +204,7 @@ def _run_head_step(tmp_path: Path, **codes: int) -> tuple[subprocess.CompletedPr
     writes reports and diffs and exits with CODE_<env>_<0|1 with --against>."""
     import os
 
-    script = _step(_offline_steps(), "Preview both layers of every environment at the head")["run"]
+    script = _step(_offline_steps(), "Preview every environment at the head")["run"]
     stub = tmp_path / ".venv" / "bin" / "mlplat"
     stub.parent.mkdir(parents=True)
     stub.write_text(STUB_MLPLAT)
@@ -220,11 +222,12 @@ def _run_head_step(tmp_path: Path, **codes: int) -> tuple[subprocess.CompletedPr
 def test_the_comment_is_the_diff_of_every_stack_summary_first(tmp_path):
     done, comment, calls = _run_head_step(tmp_path, CODE_dev_1=4, CODE_prod_1=0)
     assert done.returncode == 0, done.stderr  # 4: changes, not a failure
-    assert calls == ["dev 1", "staging 1", "prod 1", "smb 1"]
+    assert calls == ["dev 1", "staging 1", "prod 1", "smb 1", "onprem 1"]
     assert comment.startswith("## Offline preview: what this pull request changes\n\n")
     assert "at the base 0123456789ab and at the head" in comment
     stacks = [line.removeprefix("### diff of ") for line in comment.splitlines() if line.startswith("### ")]
-    assert stacks == ["dev", "dev-cluster", "staging", "staging-cluster", "prod", "prod-cluster", "smb", "smb-cluster"]
+    assert stacks == ["dev", "dev-cluster", "staging", "staging-cluster", "prod", "prod-cluster", "smb", "smb-cluster",
+                      "onprem"]
     assert "report of" not in comment  # the whole reports stay in the artifact
     assert (tmp_path / "out" / "pr-number").read_text() == "42\n"
     assert (tmp_path / "summary.md").read_text() == comment
@@ -233,7 +236,7 @@ def test_the_comment_is_the_diff_of_every_stack_summary_first(tmp_path):
 def test_a_base_that_cannot_be_compared_falls_back_to_the_head_report_and_a_block_fails(tmp_path):
     done, comment, calls = _run_head_step(tmp_path, CODE_staging_1=2, CODE_smb_1=1)
     assert done.returncode == 1  # smb's head is blocked
-    assert calls == ["dev 1", "staging 1", "staging 0", "prod 1", "smb 1"]
+    assert calls == ["dev 1", "staging 1", "staging 0", "prod 1", "smb 1", "onprem 1"]
     section = comment[comment.index("### `staging`"):comment.index("### diff of prod")]
     assert "### `staging`: no diff against the base" in section
     assert "mlplat: error: base report out/base/staging.json has no reportVersion" in section
