@@ -75,6 +75,15 @@ On a customer's cluster the plan carries the nodes' InfiniBand or RoCE fabric in
   bounded by the locked-memory limit instead, which pods inherit from the container
   runtime: the customer's nodes must run containerd with `LimitMEMLOCK=infinity`, as the
   EKS AMIs do.
+
+A run on a customer's cluster is tracked as on AWS, but with no Pod Identity to read its
+credentials: the tenant's MLflow password is a `secretKeyRef` variable
+(`tracking_secret_env`, MLflow's own MLFLOW_TRACKING_PASSWORD), the object store's keys a
+Secret key mounted as an AWS shared-credentials file (`secret_files`, never in the
+environment), both from Secrets the customer makes in the tenant's namespace, and the
+store's CA a `customer-ca` ConfigMap (`ca_bundle`) mounted where AWS_CA_BUNDLE points. Only
+the pods that run the tenant's work get the Secrets (the trainer, every framework's pods,
+horovod's launcher); the collective check gets none.
 """
 
 from __future__ import annotations
@@ -86,6 +95,7 @@ from typing import Any
 
 from components import fabric_spec
 from components.fabric_spec import NodeFabric
+from components.specs.cluster import CA_CONFIG_MAP, CA_DIR, ca_config_map
 from infra.catalog import InstanceType
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -122,6 +132,21 @@ PEAK_TFLOPS_ENV = "MLPLAT_GPU_PEAK_TFLOPS"  # workloads/train/metrics.py reads i
 
 
 @dataclass(frozen=True)
+class SecretFile:
+    """One key of a Secret in the tenant's namespace, mounted read-only as
+    `<directory>/<key>` (the kubelet refreshes it when the Secret changes)."""
+
+    volume: str  # the pod's volume name
+    secret: str
+    key: str
+    directory: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.directory}/{self.key}"
+
+
+@dataclass(frozen=True)
 class TrainingPlan:
     """Everything the manifests depend on, resolved from the stack's config and catalog."""
 
@@ -152,6 +177,12 @@ class TrainingPlan:
     command: tuple[str, ...] = ()
     # A customer's node: its InfiniBand or RoCE fabric (module docstring); None: EFA or nothing.
     fabric: NodeFabric | None = None
+    # A customer's cluster (module docstring): (variable, Secret, key) read by secretKeyRef,
+    # and Secret keys mounted as files, in the pods that run the tenant's work; the CA (PEM)
+    # of the customer's services, in a customer-ca ConfigMap mounted at CA_DIR.
+    tracking_secret_env: tuple[tuple[str, str, str], ...] = ()
+    secret_files: tuple[SecretFile, ...] = ()
+    ca_bundle: str = ""
 
     def __post_init__(self) -> None:
         if self.fabric is not None and self.efa:
@@ -226,6 +257,19 @@ def nccl_env(plan: TrainingPlan) -> list[dict[str, str]]:
         env.append({"name": PEAK_TFLOPS_ENV, "value": str(plan.instance.gpu.bf16_tflops)})
     env += [{"name": k, "value": v} for k, v in plan.tracking_env]
     return env
+
+
+def secret_env(plan: TrainingPlan) -> list[dict[str, Any]]:
+    """The tenant's credentials from Secrets in its namespace (a customer's cluster); a
+    missing Secret keeps the pod from starting, with the Secret's name in its events."""
+    return [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for name, secret, key in plan.tracking_secret_env]
+
+
+def job_env(plan: TrainingPlan) -> list[dict[str, Any]]:
+    """The environment of the pods that run the tenant's work: NCCL's and the tracking
+    settings, then the credentials from Secrets."""
+    return [*nccl_env(plan), *secret_env(plan)]
 
 
 def host(plan: TrainingPlan, replicated_job: str, index: int = 0) -> str:
@@ -313,6 +357,14 @@ def _volumes(plan: TrainingPlan, scratch: bool) -> tuple[list[dict[str, Any]], l
         else:
             volumes.append({"name": "scratch", "emptyDir": {}})
             mounts.append({"name": "scratch", "mountPath": LOCAL_SCRATCH})
+        # The tenant's work only: the credentials mounted from the tenant's Secrets.
+        for f in plan.secret_files:
+            volumes.append({"name": f.volume, "secret": {"secretName": f.secret, "defaultMode": 0o440,
+                                                         "items": [{"key": f.key, "path": f.key}]}})
+            mounts.append({"name": f.volume, "mountPath": f.directory, "readOnly": True})
+    if plan.ca_bundle:  # where AWS_CA_BUNDLE points, in every pod that has the tracking settings
+        volumes.append({"name": "ca", "configMap": {"name": CA_CONFIG_MAP}})
+        mounts.append({"name": "ca", "mountPath": CA_DIR, "readOnly": True})
     return volumes, mounts
 
 
@@ -367,7 +419,9 @@ def gpu_pod_spec(plan: TrainingPlan, replicated_job: str, module: str, args: lis
     """A pod of the platform's own image running `module` under torchrun."""
     volumes, mounts = _volumes(plan, scratch)
     ports = [{"name": "rendezvous", "containerPort": RDZV_PORT, "protocol": "TCP"}]
-    main = gpu_container(plan, replicated_job, plan.image, torchrun(plan, replicated_job, module, args), mounts, ports)
+    # With its scratch, the pod runs the tenant's work (the trainer), which gets its credentials.
+    main = gpu_container(plan, replicated_job, plan.image, torchrun(plan, replicated_job, module, args), mounts, ports,
+                         job_env(plan) if scratch else None)
     return gpu_pod(plan, main, volumes)
 
 
@@ -435,15 +489,19 @@ def training_jobset(plan: TrainingPlan) -> dict[str, Any]:
 
 
 def training_config_maps(plan: TrainingPlan) -> list[dict[str, Any]]:
-    """What the job's pods mount besides their volumes: horovod's hostfile and sshd_config."""
-    return [mpi_config_map(plan)] if plan.framework == "horovod" and plan.nodes > 1 else []
+    """What the job's pods mount besides their volumes: horovod's hostfile and sshd_config;
+    on a customer's cluster, its CA."""
+    maps = [mpi_config_map(plan)] if plan.framework == "horovod" and plan.nodes > 1 else []
+    if plan.ca_bundle:
+        maps.append(ca_config_map(plan.namespace, plan.ca_bundle))
+    return maps
 
 
 # --- the tenant's frameworks (module docstring) -----------------------------------------
 
 
 def user_env(plan: TrainingPlan) -> list[dict[str, Any]]:
-    return [*nccl_env(plan), {"name": WORK_DIR_ENV, "value": plan.work_dir}]
+    return [*job_env(plan), {"name": WORK_DIR_ENV, "value": plan.work_dir}]
 
 
 def user_gpu_pod(plan: TrainingPlan, command: list[str], ports: list[dict[str, Any]],

@@ -17,8 +17,9 @@ from components.addons.volumes import SCRATCH_CLAIM, SHARED_SCRATCH_CLAIM
 from components.fabric_spec import NodeFabric
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.training import TrainingJob, TrainingJobArgs
-from components.tracking_spec import SERVER_URI, tenant_statements
-from components.training_spec import TrainingPlan, s3_statements, training_args
+from components.specs.cluster import CA_FILE
+from components.tracking_spec import SERVER_URI, STORE_CREDENTIALS_DIR, STORE_CREDENTIALS_KEY, tenant_statements
+from components.training_spec import SecretFile, TrainingPlan, s3_statements, training_args
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
 from infra.training_plan import ResolvedTraining, resolve_training
@@ -27,6 +28,13 @@ from infra.versions import image_ref, registry_host
 # Synthetic shards when no data path is given: enough tokens that a smoke run of a few
 # hundred steps does not repeat its data much, small enough to write in seconds.
 SYNTHETIC_TOKENS = 20_000_000
+
+# On a customer's cluster, the Secrets the customer makes in each tenant's namespace
+# (docs/onprem.md): the tenant's MLflow password (the value of `tenant.<name>` in the
+# mlflow namespace's mlflow-users), and, named as objectStorage.credentialsSecret, the
+# object store's keys for the datasets and checkpoints buckets as an AWS shared-credentials file.
+TENANT_TRACKING_CREDENTIALS = "mlflow-tracking"
+TENANT_TRACKING_KEY = "password"
 
 
 def with_fabric(plan: TrainingPlan, fabric: NodeFabric | None) -> TrainingPlan:
@@ -82,9 +90,10 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
 def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
                  plan: TrainingPlan) -> tuple[tuple[str, str], ...]:
     """The trainer's MLflow run as its tenant's user (the password read from the tenant's
-    secret with the job's own role), and the checkpoints bucket rank 0 copies to."""
+    secret with the job's own role), and the checkpoints bucket rank 0 copies to. On a
+    customer's cluster, the plain half of `customer_tracking` (its Secrets are in the plan)."""
     if isinstance(descriptor, CustomerClusterDescriptor):
-        return ()  # no tracking server on a customer's cluster yet (docs/onprem.md): runs are not tracked
+        return customer_tracking(config, descriptor, plan).tracking_env
     if descriptor.tracking is None or not config.tracking.enabled:
         return ()
     return (
@@ -96,6 +105,35 @@ def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor | Custome
         ("MLPLAT_IMAGE", plan.user_image or plan.image),  # the image that trains
         ("AWS_REGION", config.region),
     )
+
+
+def customer_tracking(config: PlatformConfig, descriptor: CustomerClusterDescriptor,
+                      plan: TrainingPlan) -> TrainingPlan:
+    """The plan on a customer's cluster, tracked as on AWS when the tracking server runs
+    there (infra/tracking.py: on the descriptor's PostgreSQL): the server's in-cluster URI
+    and the tenant's user, its password from the tenant's Secret (MLflow's own variable);
+    checkpoints copied to the customer's store at its https endpoint, verified against its
+    CA, with the keys of the tenant's Secret mounted as a shared-credentials file."""
+    if descriptor.services.postgres is None or not config.tracking.enabled:
+        return plan  # no tracking server: the run is not tracked
+    store = descriptor.object_storage
+    credentials = SecretFile("object-store", store.credentials_secret, STORE_CREDENTIALS_KEY, STORE_CREDENTIALS_DIR)
+    env = (
+        ("MLFLOW_TRACKING_URI", SERVER_URI),
+        ("MLFLOW_TRACKING_USERNAME", plan.namespace),
+        ("MLPLAT_EXPERIMENT", f"{plan.namespace}/{plan.name}"),
+        ("MLPLAT_CHECKPOINT_UPLOAD", f"s3://{descriptor.buckets['checkpoints']}/runs"),
+        ("MLPLAT_IMAGE", plan.user_image or plan.image),  # the image that trains
+        # boto3 (workloads/tracking/store.py): the customer's store, never AWS S3.
+        ("AWS_ENDPOINT_URL_S3", store.endpoint),
+        ("AWS_CA_BUNDLE", CA_FILE),
+        ("AWS_REGION", store.region),
+        ("AWS_DEFAULT_REGION", store.region),
+        ("AWS_SHARED_CREDENTIALS_FILE", credentials.path),
+    )
+    return replace(plan, tracking_env=env, ca_bundle=store.ca_bundle, secret_files=(credentials,),
+                   tracking_secret_env=(("MLFLOW_TRACKING_PASSWORD", TENANT_TRACKING_CREDENTIALS,
+                                         TENANT_TRACKING_KEY),))
 
 
 def training_identity(
@@ -134,6 +172,18 @@ def training_identity(
     )
 
 
+def cluster_plan(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
+                 job: ResolvedTraining, built: Mapping[str, str]) -> TrainingPlan:
+    """The job's plan as the cluster layer deploys it: on AWS, or on a customer's cluster
+    (its registry, fabric, shared scratch class, and its Secrets for tracking)."""
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        plan = training_plan(config, job, "", built, registry=descriptor.registry_host,
+                             fabric=descriptor.fabrics.get(job.pool.name), scratch_claim=SHARED_SCRATCH_CLAIM)
+        return customer_tracking(config, descriptor, plan)
+    plan = training_plan(config, job, descriptor.account_id, built, registry=descriptor.registry_host)
+    return replace(plan, tracking_env=tracking_env(config, descriptor, plan))
+
+
 def build_training(
     config: PlatformConfig,
     descriptor: ClusterDescriptor | CustomerClusterDescriptor,
@@ -145,12 +195,7 @@ def build_training(
     job = resolve_training(config)
     if job is None:
         return None
-    if isinstance(descriptor, CustomerClusterDescriptor):
-        plan = training_plan(config, job, "", built, registry=descriptor.registry_host,
-                             fabric=descriptor.fabrics.get(job.pool.name), scratch_claim=SHARED_SCRATCH_CLAIM)
-    else:
-        plan = training_plan(config, job, descriptor.account_id, built, registry=descriptor.registry_host)
-    plan = replace(plan, tracking_env=tracking_env(config, descriptor, plan))
+    plan = cluster_plan(config, descriptor, job, built)
     namespace = services.tenancy.namespaces.get(plan.namespace)
     return TrainingJob(
         f"training-{plan.name}",
