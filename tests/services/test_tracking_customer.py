@@ -6,8 +6,10 @@ standing in for Ceph RGW or MinIO); nothing asks Secrets Manager."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -108,3 +110,98 @@ def test_tenants_log_to_the_customers_store_with_the_mounted_passwords(customer_
                         auth=("applied", TENANTS["applied"]), timeout=10).status_code == 403
     assert requests.get(f"{uri}/api/2.0/mlflow/experiments/search", params={"max_results": 1},
                         auth=("research", "wrong"), timeout=10).status_code == 401
+
+
+# --- the trainer's checkpoint upload on a customer's cluster ------------------------------
+# What the onprem trainer's pod gets (infra/training.py customer_tracking), against an
+# S3-compatible store over TLS with a certificate of the customer's own CA (a moto server
+# standing in for Ceph RGW): workloads/tracking/store.py's boto3 client goes to
+# AWS_ENDPOINT_URL_S3, trusts AWS_CA_BUNDLE and signs with the mounted credentials file.
+
+UPLOAD = ("import json, os, sys; from pathlib import Path; from workloads.tracking.store import upload; "
+          "print(json.dumps(upload(Path(sys.argv[1]), os.environ['MLPLAT_CHECKPOINT_UPLOAD'], run_id='run-1', "
+          "dataset='sha256:' + '0' * 64, config={'step': 5})))")
+
+
+def _customer_ca_and_store_certificate(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA, and a server certificate it signed for 127.0.0.1."""
+    ca, ca_key = folder / "ca.crt", folder / "ca.key"
+    cert, key, csr, ext = folder / "store.crt", folder / "store.key", folder / "store.csr", folder / "store.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,"
+                   "keyEncipherment\nextendedKeyUsage=serverAuth\nauthorityKeyIdentifier=keyid\n")
+    for command in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=customer-ca", "-keyout",
+         str(ca_key), "-out", str(ca), "-addext", "basicConstraints=critical,CA:TRUE", "-addext",
+         "keyUsage=critical,keyCertSign,cRLSign"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(csr)],
+        ["x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial", "-days", "2",
+         "-out", str(cert), "-extfile", str(ext)],
+    ):
+        subprocess.run(["openssl", *command], check=True, capture_output=True, timeout=60)
+    return ca, cert, key
+
+
+def test_the_trainers_checkpoint_upload_goes_to_the_customers_store_over_its_ca(tmp_path):
+    from infra.config import load_layer
+    from infra.descriptor import environment_settings, parse_descriptor
+    from infra.training import cluster_plan
+    from infra.training_plan import resolve_training
+
+    require_tracking()
+    layer = load_layer("onprem")
+    descriptor = parse_descriptor(layer.descriptor, layer="onprem", source="mlplat:descriptor",
+                                  environment=layer.environment, region=layer.region)
+    config = environment_settings("onprem")
+    built = {"training": "0.1.0@sha256:" + "0" * 64, "checks": "0.1.0@sha256:" + "1" * 64}
+    plan = cluster_plan(config, descriptor, resolve_training(config), built)
+    pod_env = dict(plan.tracking_env)
+    ca, cert, key = _customer_ca_and_store_certificate(tmp_path)
+    port = free_port()
+    processes: list[subprocess.Popen] = []
+    try:
+        processes.append(subprocess.Popen(
+            [str(TRACKING_VENV / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(port), "-c", str(cert), "-k",
+             str(key)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        store = f"https://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                requests.get(store, verify=str(ca), timeout=1)
+                break
+            except requests.RequestException:
+                if time.monotonic() > deadline or processes[0].poll() is not None:
+                    raise
+                time.sleep(0.2)
+        bucket = pod_env["MLPLAT_CHECKPOINT_UPLOAD"].removeprefix("s3://").split("/", 1)[0]
+        s3 = boto3.client("s3", endpoint_url=store, region_name=pod_env["AWS_REGION"], verify=str(ca),
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": pod_env["AWS_REGION"]})
+        checkpoint = tmp_path / "step_00000005"
+        checkpoint.mkdir()
+        (checkpoint / "model.pt").write_bytes(b"weights" * 100)
+        (checkpoint / "config.json").write_text('{"step": 5}')
+        (tmp_path / "credentials").write_text("[default]\naws_access_key_id = testing\n"
+                                              "aws_secret_access_key = testing\n")
+        # The pod's variables as rendered, with its mounted files' paths and the store's
+        # address here; nothing else of AWS (no keys in the environment, no ~/.aws).
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
+               **{k: v for k, v in pod_env.items() if k.startswith(("AWS_", "MLPLAT_CHECKPOINT"))},
+               "AWS_ENDPOINT_URL_S3": store, "AWS_CA_BUNDLE": str(ca),
+               "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials"), "AWS_EC2_METADATA_DISABLED": "true"}
+        assert set(env) - {"PATH", "PYTHONPATH", "HOME", "AWS_EC2_METADATA_DISABLED"} == {
+            "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_SHARED_CREDENTIALS_FILE",
+            "MLPLAT_CHECKPOINT_UPLOAD"}
+        done = subprocess.run([sys.executable, "-c", UPLOAD, str(checkpoint)], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-1500:]
+        manifest, _digest = json.loads(done.stdout)
+        assert manifest == f"{pod_env['MLPLAT_CHECKPOINT_UPLOAD']}/run-1/step_00000005/manifest.json"
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
+        assert keys == {f"runs/run-1/step_00000005/{name}" for name in ("model.pt", "config.json", "manifest.json")}
+        # Without the customer's CA, the store's certificate is not trusted: nothing is sent.
+        untrusted = {k: v for k, v in env.items() if k != "AWS_CA_BUNDLE"}
+        refused = subprocess.run([sys.executable, "-c", UPLOAD, str(checkpoint)], env=untrusted, cwd=REPO,
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode != 0 and "SSLError" in refused.stderr, refused.stderr[-1500:]
+    finally:
+        stop_processes(processes)
