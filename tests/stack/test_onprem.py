@@ -185,3 +185,38 @@ def test_the_tracking_server_uses_the_customers_database_and_store(result, descr
     allowed = {(b["ipBlock"]["cidr"], port["port"]) for rule in egress["spec"]["egress"] for b in rule["to"]
                if "ipBlock" in b for port in rule["ports"]}
     assert allowed == {("10.40.9.0/28", 5432), ("10.40.8.0/27", 443)}
+
+
+def test_training_runs_are_tracked_with_the_tenants_secrets_and_the_customers_store(result, descriptor):
+    """The trainer's pods reach the tracking server as their tenant (the password from the
+    tenant's Secret) and copy checkpoints to the customer's store at its endpoint, over its CA."""
+    [trainer] = [j for j in objects(result, "JobSet") if not j["metadata"]["name"].endswith("allreduce")]
+    tenant = trainer["metadata"]["namespace"]
+    pod = trainer["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "mlflow-tracking",
+                                                                             "key": "password"}}
+    plain = {name: e.get("value") for name, e in env.items()}
+    assert plain["MLFLOW_TRACKING_URI"] == "http://mlflow.mlflow.svc.cluster.local:5000"
+    assert plain["MLFLOW_TRACKING_USERNAME"] == tenant
+    assert plain["MLPLAT_CHECKPOINT_UPLOAD"] == f"s3://{descriptor.buckets['checkpoints']}/runs"
+    assert plain["AWS_ENDPOINT_URL_S3"] == descriptor.object_storage.endpoint == "https://s3.dc1.example.ae"
+    assert plain["AWS_CA_BUNDLE"] == "/etc/mlplat/ca/ca.crt"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["object-store"]["secret"]["secretName"] == descriptor.object_storage.credentials_secret
+    assert volumes["ca"]["configMap"] == {"name": "customer-ca"}
+    [ca] = [c for c in objects(result, "ConfigMap") if c["metadata"] == {
+        "name": "customer-ca", "namespace": tenant, "labels": {"app.kubernetes.io/part-of": "mlplat"}}]
+    assert ca["data"]["ca.crt"] == descriptor.object_storage.ca_bundle
+    # The network lets them: the tenant's egress to the server and the store, the server's ingress.
+    policies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p["spec"]
+                for p in objects(result, "NetworkPolicy")}
+    [to_server] = policies[(tenant, "allow-tracking")]["egress"]
+    assert to_server["ports"] == [{"protocol": "TCP", "port": 5000}]
+    assert to_server["to"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "mlflow"}}
+    [to_store] = policies[(tenant, "allow-vpc-endpoints")]["egress"]
+    assert {b["ipBlock"]["cidr"] for b in to_store["to"]} == set(descriptor.object_storage.cidrs)
+    assert to_store["ports"] == [{"protocol": "TCP", "port": 443}]
+    [admitted] = policies[("mlflow", "allow-tenants")]["ingress"]
+    assert tenant in admitted["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
