@@ -29,12 +29,15 @@ from infra.versions import image_ref, registry_host
 # hundred steps does not repeat its data much, small enough to write in seconds.
 SYNTHETIC_TOKENS = 20_000_000
 
-# On a customer's cluster, the Secrets the customer makes in each tenant's namespace
+# On a customer's cluster, the Secrets the customer makes in the training tenant's namespace
 # (docs/onprem.md): the tenant's MLflow password (the value of `tenant.<name>` in the
-# mlflow namespace's mlflow-users), and, named as objectStorage.credentialsSecret, the
-# object store's keys for the datasets and checkpoints buckets as an AWS shared-credentials file.
+# mlflow namespace's mlflow-users), and the object store's keys for training (read the
+# datasets bucket, read and write the checkpoints bucket) as an AWS shared-credentials file
+# under STORE_CREDENTIALS_KEY: a Secret of its own, so the feature store's keys in the same
+# namespace (objectStorage.credentialsSecret, its prefix only) stay narrower.
 TENANT_TRACKING_CREDENTIALS = "mlflow-tracking"
 TENANT_TRACKING_KEY = "password"
+TRAINING_STORE_CREDENTIALS = "training-object-store"
 
 
 def with_fabric(plan: TrainingPlan, fabric: NodeFabric | None) -> TrainingPlan:
@@ -117,7 +120,7 @@ def customer_tracking(config: PlatformConfig, descriptor: CustomerClusterDescrip
     if descriptor.services.postgres is None or not config.tracking.enabled:
         return plan  # no tracking server: the run is not tracked
     store = descriptor.object_storage
-    credentials = SecretFile("object-store", store.credentials_secret, STORE_CREDENTIALS_KEY, STORE_CREDENTIALS_DIR)
+    credentials = SecretFile("object-store", TRAINING_STORE_CREDENTIALS, STORE_CREDENTIALS_KEY, STORE_CREDENTIALS_DIR)
     env = (
         ("MLFLOW_TRACKING_URI", SERVER_URI),
         ("MLFLOW_TRACKING_USERNAME", plan.namespace),

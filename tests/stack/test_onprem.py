@@ -204,7 +204,7 @@ def test_training_runs_are_tracked_with_the_tenants_secrets_and_the_customers_st
     assert plain["AWS_ENDPOINT_URL_S3"] == descriptor.object_storage.endpoint == "https://s3.dc1.example.ae"
     assert plain["AWS_CA_BUNDLE"] == "/etc/mlplat/ca/ca.crt"
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["object-store"]["secret"]["secretName"] == descriptor.object_storage.credentials_secret
+    assert volumes["object-store"]["secret"]["secretName"] == "training-object-store"
     assert volumes["ca"]["configMap"] == {"name": "customer-ca"}
     [ca] = [c for c in objects(result, "ConfigMap") if c["metadata"] == {
         "name": "customer-ca", "namespace": tenant, "labels": {"app.kubernetes.io/part-of": "mlplat"}}]

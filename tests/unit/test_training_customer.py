@@ -26,7 +26,12 @@ from components.training_spec import (
 )
 from infra.config import load_layer
 from infra.descriptor import CustomerClusterDescriptor, environment_settings, parse_descriptor
-from infra.training import TENANT_TRACKING_CREDENTIALS, TENANT_TRACKING_KEY, cluster_plan
+from infra.training import (
+    TENANT_TRACKING_CREDENTIALS,
+    TENANT_TRACKING_KEY,
+    TRAINING_STORE_CREDENTIALS,
+    cluster_plan,
+)
 from infra.training_plan import resolve_training
 from infra.versions import KUBERNETES_VERSION
 
@@ -87,7 +92,8 @@ def assert_tracked(pod: dict, container: dict, plan: TrainingPlan, descriptor: C
     credentials = plain["AWS_SHARED_CREDENTIALS_FILE"]
     directory, key = credentials.rsplit("/", 1)
     store_volume = volumes[mounts[directory]["name"]]["secret"]
-    assert store_volume["secretName"] == store.credentials_secret
+    # Training's own keys, not the feature store's (objectStorage.credentialsSecret, narrower).
+    assert store_volume["secretName"] == TRAINING_STORE_CREDENTIALS != store.credentials_secret
     assert store_volume["items"] == [{"key": key, "path": key}] and mounts[directory]["readOnly"]
     assert volumes[mounts[CA_DIR]["name"]] == {"name": "ca", "configMap": {"name": CA_CONFIG_MAP}}
 
