@@ -124,8 +124,9 @@ class FeatureProject(pulumi.ComponentResource):
         super().__init__("mlplat:features:FeatureProject", name, None, opts)
         objects = project_objects(args.plan)
         first = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        ready = [create(o, first) for o in objects[:3]]
+        fences = 4 if args.plan.customer is not None else 3  # and the customer's CA
+        ready = [create(o, first) for o in objects[:fences]]
         run = pulumi.ResourceOptions(parent=self, depends_on=[*ready, *args.depends_on])
-        for o in objects[3:]:
+        for o in objects[fences:]:
             create(o, run)
         self.register_outputs({"project": args.plan.project})

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.addons.queues import LOCAL_QUEUE
+from components.specs.cluster import CA_KEY
 from components.tenancy_spec import MONITORING_NAMESPACE
 from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, instance_type_affinity
 
@@ -44,6 +45,20 @@ ONLINE_STORE_TYPE = "workloads.features.online.IamRedisOnlineStore"
 # writing only over the version it read (workloads/features/registry.py).
 REGISTRY_STORE_TYPE = "workloads.features.registry.TenantS3RegistryStore"
 SERIALIZATION_VERSION = 3
+# On a customer's cluster (docs/onprem.md): the online store is the customer's Redis, each
+# tenant's user authenticated by a password the pods read from the customer's Secret,
+# mounted as a file and read again for every new connection (a rotation needs no restart).
+PASSWORD_STORE_TYPE = "workloads.features.online.PasswordFileRedisOnlineStore"
+REDIS_PASSWORD_DIR = "/etc/mlplat/feature-store-redis"
+REDIS_PASSWORD_FILE = f"{REDIS_PASSWORD_DIR}/password"
+# The object store's keys for the tenant's prefix, as an AWS shared-credentials file (the
+# descriptor's objectStorage.credentialsSecret, key `credentials`), never in the environment.
+STORE_CREDENTIALS_DIR = "/etc/mlplat/object-store"
+STORE_CREDENTIALS_KEY = "credentials"
+# The customer's CA (objectStorage.caBundle), which signed its Redis's and its store's certificates.
+CA_CONFIG_MAP_CUSTOMER = "feature-store-ca"
+CUSTOMER_CA_DIR = "/etc/mlplat/feature-store-ca"
+CUSTOMER_CA_FILE = f"{CUSTOMER_CA_DIR}/{CA_KEY}"
 MAX_ID = 40  # ElastiCache's longest replication group id
 
 
@@ -151,6 +166,27 @@ def tenant_statements(*, datasets_arn: str, datasets_key_arn: str, replication_g
 
 
 @dataclass(frozen=True)
+class CustomerFeatureStores:
+    """On a customer's cluster: its Redis (TLS, a password per tenant's user in the
+    customer's Secret of the tenant's namespace) and its S3-compatible store (the registry
+    and the offline Parquet under `features/<tenant>/` of the datasets bucket)."""
+
+    redis_port: int
+    password_secret: str  # the Secret in the tenant's namespace...
+    password_key: str  # ...and its key with the tenant's Redis password
+    redis_cidrs: tuple[str, ...]
+    endpoint: str  # the object store, https://host[:port]
+    credentials_secret: str  # its key `credentials`: an AWS shared-credentials file
+    store_cidrs: tuple[str, ...]
+    ca_bundle: str  # PEM of the customer's CA
+
+    @property
+    def store_port(self) -> int:
+        host = self.endpoint.removeprefix("https://")
+        return int(host.rsplit(":", 1)[1]) if ":" in host else 443
+
+
+@dataclass(frozen=True)
 class ProjectPlan:
     """One tenant's project: where its stores are and how its server and job run."""
 
@@ -170,11 +206,14 @@ class ProjectPlan:
     cpu_limit: str = "2"
     memory: str = "1Gi"
     workers: int = 2
+    customer: CustomerFeatureStores | None = None  # a customer's cluster: its Redis and store
 
 
 def feature_store_yaml(plan: ProjectPlan) -> dict[str, Any]:
     """The tenant's feature_store.yaml, which the server, the job and the tenant's own
     pipelines read (workloads/features/repo.py checks it before use)."""
+    if plan.customer is not None:
+        return _customer_feature_store_yaml(plan, plan.customer)
     return {
         "project": plan.project,
         "provider": "local",
@@ -187,6 +226,27 @@ def feature_store_yaml(plan: ProjectPlan) -> dict[str, Any]:
             "user": plan.user,
             "cache_name": plan.replication_group_id,
             "region": plan.region,
+            "full_scan_for_deletion": False,
+        },
+        "entity_key_serialization_version": SERIALIZATION_VERSION,
+    }
+
+
+def _customer_feature_store_yaml(plan: ProjectPlan, stores: CustomerFeatureStores) -> dict[str, Any]:
+    """The customer's Redis over TLS verified against its CA, as the tenant's user with the
+    password from the mounted Secret; the registry and the offline store on its object store
+    (the pods' AWS_ENDPOINT_URL_S3 and FEAST_S3_ENDPOINT_URL name it)."""
+    return {
+        "project": plan.project,
+        "provider": "local",
+        "registry": {"registry_type": "file", "path": registry_path(plan.datasets_bucket, plan.tenant),
+                     "registry_store_type": REGISTRY_STORE_TYPE, "cache_ttl_seconds": 60},
+        "offline_store": {"type": "file"},
+        "online_store": {
+            "type": PASSWORD_STORE_TYPE,
+            "connection_string": f"{plan.redis_host}:{stores.redis_port},ssl=true,ssl_ca_certs={CUSTOMER_CA_FILE}",
+            "user": plan.user,
+            "password_file": REDIS_PASSWORD_FILE,
             "full_scan_for_deletion": False,
         },
         "entity_key_serialization_version": SERIALIZATION_VERSION,
@@ -239,7 +299,30 @@ def _pod_spec(plan: ProjectPlan, args: list[str], ports: list[dict[str, Any]], p
     }
     if restart:
         spec["restartPolicy"] = restart
+    if plan.customer is not None:
+        _customer_pod(spec, plan, plan.customer)
     return spec
+
+
+def _customer_pod(spec: dict[str, Any], plan: ProjectPlan, stores: CustomerFeatureStores) -> None:
+    """On a customer's cluster: the store's endpoint for every S3 client in the pod (boto3,
+    Feast's registry, the Parquet readers), its CA, and the credentials as mounted files."""
+    [container] = spec["containers"]
+    container["env"] += [{"name": k, "value": v} for k, v in {
+        "AWS_ENDPOINT_URL_S3": stores.endpoint, "FEAST_S3_ENDPOINT_URL": stores.endpoint,
+        "AWS_CA_BUNDLE": CUSTOMER_CA_FILE,
+        "AWS_SHARED_CREDENTIALS_FILE": f"{STORE_CREDENTIALS_DIR}/{STORE_CREDENTIALS_KEY}",
+    }.items()]
+    container["volumeMounts"] += [{"name": "redis", "mountPath": REDIS_PASSWORD_DIR, "readOnly": True},
+                                  {"name": "store", "mountPath": STORE_CREDENTIALS_DIR, "readOnly": True},
+                                  {"name": "ca", "mountPath": CUSTOMER_CA_DIR, "readOnly": True}]
+    spec["volumes"] += [
+        {"name": "redis", "secret": {"secretName": stores.password_secret, "defaultMode": 0o440,
+                                     "items": [{"key": stores.password_key, "path": "password"}]}},
+        {"name": "store", "secret": {"secretName": stores.credentials_secret, "defaultMode": 0o440,
+                                     "items": [{"key": STORE_CREDENTIALS_KEY, "path": STORE_CREDENTIALS_KEY}]}},
+        {"name": "ca", "configMap": {"name": CA_CONFIG_MAP_CUSTOMER}},
+    ]
 
 
 def _pod_labels(name: str) -> dict[str, str]:
@@ -255,15 +338,24 @@ def deployment(plan: ProjectPlan) -> dict[str, Any]:
         {"readinessProbe": probe, "livenessProbe": {**probe, "initialDelaySeconds": 30, "failureThreshold": 6}},
         spread=NAME)
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(plan, NAME),
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _awaited(plan, _meta(plan, NAME)),
         "spec": {"replicas": plan.replicas, "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
                  "template": {"metadata": {"labels": _pod_labels(NAME)}, "spec": spec}},
     }
 
 
+def _awaited(plan: ProjectPlan, meta: dict[str, Any]) -> dict[str, Any]:
+    """On a customer's cluster the first deploy does not wait for the server: its Redis
+    password and store credentials are the customer's Secrets in the tenant's namespace,
+    which can be made only once this layer has made it (infra/checks/first_deploy.py)."""
+    if plan.customer is not None:
+        meta["annotations"] = {"pulumi.com/skipAwait": "true"}
+    return meta
+
+
 def service(plan: ProjectPlan) -> dict[str, Any]:
     """In-cluster only: ClusterIP, and the tenant's default-deny admits its own pods alone."""
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(plan, NAME),
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _awaited(plan, _meta(plan, NAME)),
             "spec": {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": NAME},
                      "ports": [{"name": "http", "port": PORT, "targetPort": "http"},
                                {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]}}
@@ -310,7 +402,17 @@ def materialize_job(plan: ProjectPlan) -> dict[str, Any]:
 def network_policy(plan: ProjectPlan) -> dict[str, Any]:
     """The tenant's default-deny, extended: the server and the job (and no other pod) may
     reach the online store inside the VPC. HTTPS to S3, DNS and the Pod Identity agent the
-    tenant's policies already allow; the server is reached from the tenant's own pods only."""
+    tenant's policies already allow; the server is reached from the tenant's own pods only.
+    On a customer's cluster: the customer's Redis and its object store, at their CIDRs only."""
+    if plan.customer is not None:
+        stores = plan.customer
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": "allow-feature-store", "namespace": plan.tenant},
+                "spec": {"podSelector": {"matchLabels": {ROLE_LABEL: "true"}}, "policyTypes": ["Egress"],
+                         "egress": [{"to": [{"ipBlock": {"cidr": c}} for c in stores.redis_cidrs],
+                                     "ports": [{"protocol": "TCP", "port": stores.redis_port}]},
+                                    {"to": [{"ipBlock": {"cidr": c}} for c in stores.store_cidrs],
+                                     "ports": [{"protocol": "TCP", "port": stores.store_port}]}]}}
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": "allow-feature-store", "namespace": plan.tenant},
             "spec": {"podSelector": {"matchLabels": {ROLE_LABEL: "true"}}, "policyTypes": ["Egress"],
@@ -324,10 +426,21 @@ def pod_monitor(plan: ProjectPlan) -> dict[str, Any]:
                      "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}]}}
 
 
+def customer_ca(plan: ProjectPlan) -> dict[str, Any]:
+    """The customer's CA in the tenant's namespace, for its Redis's and its store's TLS."""
+    assert plan.customer is not None
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": CA_CONFIG_MAP_CUSTOMER, "namespace": plan.tenant, "labels": LABELS},
+            "data": {CA_KEY: plan.customer.ca_bundle}}
+
+
 def project_objects(plan: ProjectPlan) -> list[dict[str, Any]]:
-    """Fences and identity first, then what runs in them."""
-    return [network_policy(plan), service_account(plan), config_map(plan), deployment(plan), service(plan),
-            disruption_budget(plan), materialize_job(plan), pod_monitor(plan)]
+    """Fences and identity first (on a customer's cluster its CA too), then what runs in them."""
+    first = [network_policy(plan), service_account(plan), config_map(plan)]
+    if plan.customer is not None:
+        first.append(customer_ca(plan))
+    return [*first, deployment(plan), service(plan), disruption_budget(plan), materialize_job(plan),
+            pod_monitor(plan)]
 
 
 FRESHNESS = "feast_feature_freshness_seconds"

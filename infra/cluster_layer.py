@@ -138,10 +138,12 @@ def build_customer_cluster_layer(layer: ClusterLayerConfig, descriptor: Customer
     platform_record(descriptor, provider)
     services = build_customer_services(config, descriptor, provider)
     tracking = build_tracking_server(config, descriptor, services, provider, layer.platform_images)
+    features = build_feature_projects(config, descriptor, services, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster.context)
-    return ClusterLayer(descriptor, config, provider, None, services, training, tracking=tracking)
+    return ClusterLayer(descriptor, config, provider, None, services, training, tracking=tracking,
+                        features=tuple(features))
 
 
 def platform_facts(descriptor: CustomerClusterDescriptor) -> dict[str, str]:

@@ -501,7 +501,6 @@ _NOT_CUSTOMER_SETTINGS = {
 # credentials through AWS today (docs/onprem.md, "Not yet"). Turned on, it is refused, never
 # silently left out.
 NOT_YET_ON_CUSTOMER_CLUSTERS = {
-    "features": "the feature store (Feast on services.redis)",
     "inference": "serving (Triton, the gateway, rollouts, request logs)",
 }
 

@@ -14,16 +14,18 @@ from components.addons.objects import create
 from components.features import FeatureOnlineStore, FeatureOnlineStoreArgs, FeatureProject, FeatureProjectArgs
 from components.features_spec import (
     SERVICE_ACCOUNT,
+    CustomerFeatureStores,
     ProjectPlan,
     cache_plan,
     freshness_rules,
     role_name,
     tenant_statements,
+    user_id,
 )
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
-from infra.config import PlatformConfig
-from infra.descriptor import ClusterDescriptor
-from infra.versions import image_uri
+from infra.config import PROJECT, PlatformConfig
+from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
+from infra.versions import image_ref, image_uri
 
 
 def build_online_store(config: PlatformConfig, prefix: str, compute: Any, keys: dict[str, aws.kms.Key],
@@ -71,7 +73,36 @@ def features_output(store: FeatureOnlineStore | None) -> pulumi.Output[dict[str,
                    "projects": dict(plan.projects)})
 
 
-def project_plans(config: PlatformConfig, descriptor: ClusterDescriptor, built: dict[str, str]) -> list[ProjectPlan]:
+def customer_project_plans(config: PlatformConfig, descriptor: CustomerClusterDescriptor,
+                           built: dict[str, str]) -> list[ProjectPlan]:
+    """On a customer's cluster: its Redis (services.redis; each tenant's user is
+    `mlplat-<environment>-features-<tenant>`, its password in the customer's Secret) and its
+    object store (the datasets bucket, its endpoint and CA)."""
+    redis = descriptor.services.redis
+    if redis is None or not config.feature_projects:
+        return []
+    pool = config.service_pool(config.features.pool, "features")
+    store = descriptor.object_storage
+    stores = CustomerFeatureStores(
+        redis_port=redis.port, password_secret=redis.password_secret.name, password_key=redis.password_secret.key,
+        redis_cidrs=tuple(redis.cidrs), endpoint=store.endpoint, credentials_secret=store.credentials_secret,
+        store_cidrs=tuple(store.cidrs), ca_bundle=store.ca_bundle)
+    image = image_ref("features", descriptor.registry_host, config.environment, built)
+    prefix = f"{PROJECT}-{config.environment}"
+    return [
+        ProjectPlan(tenant=tenant, project=project, image=image, datasets_bucket=descriptor.buckets["datasets"],
+                    redis_host=redis.host, replication_group_id="", user=user_id(prefix, tenant),
+                    region=store.region, vpc_cidr="", instance_types=(pool.instance_type,),
+                    replicas=config.features.server_replicas,
+                    materialize_every_minutes=config.features.materialize_every_minutes, customer=stores)
+        for tenant, project in config.feature_projects.items()
+    ]
+
+
+def project_plans(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
+                  built: dict[str, str]) -> list[ProjectPlan]:
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        return customer_project_plans(config, descriptor, built)
     f = descriptor.features
     if f is None or not config.feature_projects:
         return []
@@ -88,7 +119,8 @@ def project_plans(config: PlatformConfig, descriptor: ClusterDescriptor, built: 
     ]
 
 
-def build_feature_projects(config: PlatformConfig, descriptor: ClusterDescriptor, services: Any,
+def build_feature_projects(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
+                           services: Any,
                            k8s_provider: k8s.Provider, built: dict[str, str]) -> list[FeatureProject]:
     plans = project_plans(config, descriptor, built)
     if not plans:

@@ -33,6 +33,11 @@ SKIP_AWAIT_REASONS: dict[str, str] = {
     "Deployment mlflow/mlflow": "a customer's cluster: the server's database DSN and users are the customer's "
                                 "Secrets in the mlflow namespace, which can be made only once this layer has made "
                                 "the namespace (docs/onprem.md); the server starts when they exist",
+    # A customer's cluster, in each tenant's namespace (`*`: any namespace).
+    **{f"{kind} */feature-server": "a customer's cluster: the feature server's Redis password and object-store "
+                                   "credentials are the customer's Secrets in the tenant's namespace, which can be "
+                                   "made only once this layer has made the namespace (docs/onprem.md); the server "
+                                   "starts when they exist" for kind in ("Deployment", "Service")},
 }
 # Objects whose containers name a data location only as where they write (object id ->
 # why): they start without anything there.
@@ -59,7 +64,7 @@ def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: S
         kind = str(obj.get("kind"))
         ident = object_id(obj)
         if _skips_await(obj):
-            if ident not in skip_reasons:
+            if ident not in skip_reasons and _in_any_namespace(ident) not in skip_reasons:
                 lines.append(f"{owner}: {ident}: sets {SKIP_AWAIT} with no reason listed beside it")
             continue
         if kind not in AWAITED or (AWAITED[kind] and _replicas(obj) == 0):
@@ -69,6 +74,12 @@ def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: S
             lines.append(f"{owner}: {ident}: waits for {' and '.join(needs)}, which a new environment does not have")
     lines += _services_without_pods(objects, data_locations, gpu_node_labels)
     return lines
+
+
+def _in_any_namespace(ident: str) -> str:
+    """`Kind namespace/name` -> `Kind */name`: a reason that holds in every namespace."""
+    kind, _, path = ident.partition(" ")
+    return f"{kind} */{path.split('/', 1)[-1]}"
 
 
 def _skips_await(obj: Mapping[str, Any]) -> bool:

@@ -45,12 +45,14 @@ class Redis:
     port: int
     ca: Path
     process: subprocess.Popen
+    passwords: dict[str, str] = field(default_factory=dict)  # user -> password; others take any
 
     def cli(self, user: str, *command: str) -> str:
         """One command as `user` (any password: see above), through redis-cli over TLS;
         its reply, errors included, as text."""
         done = subprocess.run(["redis-cli", "--tls", "--cacert", str(self.ca), "-h", "127.0.0.1", "-p", str(self.port),
-                               "--user", user, "--pass", "iam-token-stand-in", "--no-auth-warning", *command],
+                               "--user", user, "--pass", self.passwords.get(user, "iam-token-stand-in"),
+                               "--no-auth-warning", *command],
                               capture_output=True, text=True, timeout=20)
         return (done.stdout + done.stderr).strip()
 
@@ -59,23 +61,26 @@ class Redis:
         self.process.wait(timeout=20)
 
 
-def start_redis(folder: Path, users: dict[str, str]) -> Redis:
+def start_redis(folder: Path, users: dict[str, str], passwords: dict[str, str] | None = None) -> Redis:
     """TLS only (no plain port), the default user off, and `users` (user -> project) with
-    the platform's access string."""
+    the platform's access string; a user in `passwords` (a customer's Redis) needs its own."""
+    passwords = passwords or {}
     folder.mkdir(parents=True, exist_ok=True)
     key, cert = folder / "redis.key", folder / "redis.crt"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
                     "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
     acl = folder / "users.acl"
-    acl.write_text("user default off\n" + "".join(f"user {u} nopass {access_string(p)}\n" for u, p in users.items()))
+    secrets = {u: f">{passwords[u]}" if u in passwords else "nopass" for u in users}
+    acl.write_text("user default off\n" + "".join(f"user {u} {secrets[u]} {access_string(p)}\n"
+                                                  for u, p in users.items()))
     port = free_port()
     process = subprocess.Popen(
         ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--tls-cert-file", str(cert),
          "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no",
          "--aclfile", str(acl), "--save", "", "--appendonly", "no", "--dir", str(folder)],
         stdout=(folder / "redis.log").open("w"), stderr=subprocess.STDOUT)
-    redis = Redis(port, cert, process)
+    redis = Redis(port, cert, process, passwords)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if process.poll() is not None:

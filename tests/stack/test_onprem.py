@@ -187,6 +187,33 @@ def test_the_tracking_server_uses_the_customers_database_and_store(result, descr
     assert allowed == {("10.40.9.0/28", 5432), ("10.40.8.0/27", 443)}
 
 
+def test_each_tenants_feature_store_uses_the_customers_redis_and_store_in_cluster_only(result, descriptor):
+    redis = descriptor.services.redis
+    servers = {d["metadata"]["namespace"]: d for d in objects(result, "Deployment")
+               if d["metadata"]["name"] == "feature-server"}
+    assert set(servers) == {"research", "applied"}
+    for tenant, server in servers.items():
+        [container] = server["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["AWS_ENDPOINT_URL_S3"] == descriptor.object_storage.endpoint
+        volumes = {v["name"]: v for v in server["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["redis"]["secret"]["secretName"] == redis.password_secret.name
+        [store] = [c for c in objects(result, "ConfigMap")
+                   if c["metadata"] == {"name": "feature-store", "namespace": tenant,
+                                        "labels": {"app.kubernetes.io/part-of": "mlplat-features",
+                                                   "app.kubernetes.io/name": "feature-store"}}]
+        online = yaml.safe_load(store["data"]["feature_store.yaml"])["online_store"]
+        assert online["connection_string"].startswith(f"{redis.endpoint},ssl=true,")
+        assert online["user"] == f"mlplat-onprem-features-{tenant}"
+        [fence] = [p for p in objects(result, "NetworkPolicy")
+                   if p["metadata"] == {"name": "allow-feature-store", "namespace": tenant}]
+        allowed = {(b["ipBlock"]["cidr"], port["port"]) for rule in fence["spec"]["egress"] for b in rule["to"]
+                   for port in rule["ports"]}
+        assert allowed == {("10.40.9.16/28", 6380), ("10.40.8.0/27", 443)}
+    services = [s for s in objects(result, "Service") if s["metadata"]["name"] == "feature-server"]
+    assert len(services) == 2 and all(s["spec"]["type"] == "ClusterIP" for s in services)
+
+
 def test_training_runs_are_tracked_with_the_tenants_secrets_and_the_customers_store(result, descriptor):
     """The trainer's pods reach the tracking server as their tenant (the password from the
     tenant's Secret) and copy checkpoints to the customer's store at its endpoint, over its CA."""

@@ -64,7 +64,7 @@ def test_its_settings_are_the_environments_with_pools_of_registered_node_classes
     assert node.customer_node_class and node.gpudirect_rdma and not lookup("p5.48xlarge").customer_node_class
     assert config.addons.device_plugin_mode == "gpu-operator"
     assert config.storage.lustre.enabled  # the shared scratch class stands for Lustre
-    assert config.tracking.enabled and not config.features.enabled  # PostgreSQL named, no Redis
+    assert config.tracking.enabled and config.features.enabled  # PostgreSQL and Redis named
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -155,7 +155,6 @@ def test_mlplat_mirror_reads_a_customers_environment_from_its_descriptor():
 
 @pytest.mark.parametrize(("key", "section", "what"), [
     ("inference", {"device": "gpu", "modelName": "gpt"}, "serving (Triton, the gateway, rollouts, request logs)"),
-    ("features", {"enabled": True}, None),
 ])
 def test_what_is_not_built_on_a_customers_cluster_is_refused_not_left_out(key, section, what):
     def change(d):

@@ -82,3 +82,65 @@ class IamRedisOnlineStore(RedisOnlineStore):
         if not self._client_async:
             self._client_async = redis_asyncio.Redis(**self._connection(online_store_config))
         return self._client_async
+
+
+# --- A customer's cluster ---------------------------------------------------------------
+#
+# The customer's own Redis (docs/onprem.md): the tenant's user and its password, which the
+# customer's Kubernetes Secret holds and the pod has as a mounted file. The file is read for
+# every new connection, so a rotated password (the kubelet updates the file) is picked up
+# without a restart; the password is never in feature_store.yaml or the environment.
+
+
+class PasswordFileCredentials(CredentialProvider):
+    def __init__(self, user: str, password_file: str) -> None:
+        self.user, self.password_file = user, password_file
+
+    def get_credentials(self) -> tuple[str, str]:
+        try:
+            with open(self.password_file, encoding="utf-8") as f:
+                password = f.read().strip()
+        except OSError as err:
+            raise RuntimeError(f"{self.password_file}: cannot read the Redis password ({err.strerror or err}); the "
+                               "customer's Secret must be in the tenant's namespace") from None
+        if not password:
+            raise RuntimeError(f"{self.password_file}: is empty; the customer's Secret holds no Redis password")
+        return self.user, password
+
+
+class PasswordFileRedisOnlineStoreConfig(RedisOnlineStoreConfig):
+    type: Literal["workloads.features.online.PasswordFileRedisOnlineStore"] = \
+        "workloads.features.online.PasswordFileRedisOnlineStore"
+    user: StrictStr  # the tenant's Redis user, whose ACL reaches its project's keys alone
+    password_file: StrictStr
+
+    @field_validator("redis_type")
+    @classmethod
+    def _one_primary(cls, value: RedisType) -> RedisType:
+        if value != RedisType.redis:
+            raise ValueError("only redis_type: redis (one primary endpoint) is supported")
+        return value
+
+    @field_validator("connection_string")
+    @classmethod
+    def _no_password_inline(cls, value: str) -> str:
+        if any(part.strip().startswith(("password=", "username=")) for part in value.split(",")):
+            raise ValueError("names a password or user; the user is `user`, the password `password_file`")
+        return value
+
+
+class PasswordFileRedisOnlineStore(RedisOnlineStore):
+    def _connection(self, config: PasswordFileRedisOnlineStoreConfig) -> dict:
+        nodes, kwargs = self._parse_connection_string(config.connection_string)
+        return {"host": nodes[0]["host"], "port": int(nodes[0]["port"]),
+                "credential_provider": PasswordFileCredentials(config.user, config.password_file), **kwargs}
+
+    def _get_client(self, online_store_config: PasswordFileRedisOnlineStoreConfig):
+        if not self._client:
+            self._client = Redis(**self._connection(online_store_config))
+        return self._client
+
+    async def _get_client_async(self, online_store_config: PasswordFileRedisOnlineStoreConfig):
+        if not self._client_async:
+            self._client_async = redis_asyncio.Redis(**self._connection(online_store_config))
+        return self._client_async

@@ -19,7 +19,8 @@ import yaml
 # The platform's constants, kept in step with components/features_spec.py (the image holds
 # only workloads/).
 PREFIX = "features"
-STORE_TYPES = ("workloads.features.online.IamRedisOnlineStore", "redis")
+STORE_TYPES = ("workloads.features.online.IamRedisOnlineStore", "redis",
+               "workloads.features.online.PasswordFileRedisOnlineStore")  # the last: a customer's cluster
 REGISTRY_STORE = "workloads.features.registry.TenantS3RegistryStore"
 
 
