@@ -16,6 +16,7 @@ from components.inference_spec import (
     ENVOY_GATEWAY_NAMESPACE,
     adapter_values,
     autoscaler,
+    customer_objects,
     deployment,
     disruption_budget,
     load_balancer_service,
@@ -128,6 +129,7 @@ class InferenceService(pulumi.ComponentResource):
         sa = create(service_account(plan), in_ns)
         # Deny-all first, so no pod ever runs without its fences.
         fences = [create(policy, in_ns) for policy in network_policies(plan)]
+        fences += [create(obj, in_ns) for obj in customer_objects(plan)]  # a customer's CA
 
         # The Pod Identity association is the cloud layer's, applied before this layer, so
         # pods started here get credentials; the repository is fetched only at start.

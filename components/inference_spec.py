@@ -16,9 +16,10 @@ Prometheus stack through prometheus-adapter. Nothing here imports Pulumi;
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from components.specs.cluster import CA_CONFIG_MAP, CA_DIR, CA_FILE, ca_config_map
 from components.tenancy_spec import MONITORING_NAMESPACE, POD_IDENTITY_AGENT, pod_security_labels
 from components.training_spec import CONTAINER_SECURITY, GPU_RESOURCE, GPU_TOLERATION, POD_SECURITY, pool_affinity
 
@@ -104,6 +105,28 @@ class LoadBalancerPlan:
 
 
 @dataclass(frozen=True)
+class CustomerModelStore:
+    """On a customer's cluster (docs/onprem.md): the model repository on its S3-compatible
+    store, read with the keys of the customer's Secret in the serving namespace (an AWS
+    shared-credentials file, mounted), verified against its CA."""
+
+    endpoint: str  # https://host[:port]
+    region: str  # what the store signs for
+    credentials_secret: str  # its key `credentials`: read-only on the repository's prefix
+    cidrs: tuple[str, ...]
+    ca_bundle: str
+
+    @property
+    def port(self) -> int:
+        host = self.endpoint.removeprefix("https://")
+        return int(host.rsplit(":", 1)[1]) if ":" in host else 443
+
+
+STORE_CREDENTIALS_DIR = "/etc/mlplat/object-store"
+STORE_CREDENTIALS_KEY = "credentials"
+
+
+@dataclass(frozen=True)
 class ServingPlan:
     """Everything the manifests depend on, resolved from the stack's config."""
 
@@ -128,6 +151,7 @@ class ServingPlan:
     name: str = SERVICE_ACCOUNT  # Deployment, Rollout, ServiceAccount, HPA, PDB
     repository_gi: int = 20  # the pod's copy of its model (keepVersions + 2 versions during an export)
     version: int | None = None  # the version served; None: every published one
+    customer: CustomerModelStore | None = None  # a customer's cluster: its store, no Pod Identity
 
     @property
     def service_account(self) -> str:
@@ -235,7 +259,21 @@ def fetch_container(plan: ServingPlan) -> dict[str, Any]:
         "volumeMounts": [{"name": "models", "mountPath": LOCAL_REPOSITORY},
                          {"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": CONTAINER_SECURITY,
-    }
+    } if plan.customer is None else _customer_fetch(plan, plan.customer, amounts)
+
+
+def _customer_fetch(plan: ServingPlan, store: CustomerModelStore, amounts: dict[str, str]) -> dict[str, Any]:
+    """The same copy from the customer's store: the AWS CLI at its endpoint, verified
+    against its CA, with the keys of the customer's Secret as a mounted file."""
+    container = fetch_container(replace(plan, customer=None))
+    env = {"AWS_REGION": store.region, "AWS_DEFAULT_REGION": store.region, "AWS_ENDPOINT_URL_S3": store.endpoint,
+           "AWS_CA_BUNDLE": CA_FILE,
+           "AWS_SHARED_CREDENTIALS_FILE": f"{STORE_CREDENTIALS_DIR}/{STORE_CREDENTIALS_KEY}",
+           "AWS_EC2_METADATA_DISABLED": "true", "HOME": "/tmp"}
+    container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    container["volumeMounts"] += [{"name": "store", "mountPath": STORE_CREDENTIALS_DIR, "readOnly": True},
+                                  {"name": "ca", "mountPath": CA_DIR, "readOnly": True}]
+    return container
 
 
 def pod_spec(plan: ServingPlan) -> dict[str, Any]:
@@ -285,6 +323,15 @@ def pod_spec(plan: ServingPlan) -> dict[str, Any]:
     }
     if plan.gpus:
         spec["tolerations"] = [GPU_TOLERATION]
+    if plan.customer is not None:
+        # A customer's nodes need not carry zone labels (a pod whose hard zone spread finds
+        # none would never schedule): hosts only. Pod Identity does not exist there.
+        spec["topologySpreadConstraints"] = [c for c in spec["topologySpreadConstraints"]
+                                             if c["topologyKey"] != ZONE_KEY]
+        spec["volumes"] += [
+            {"name": "store", "secret": {"secretName": plan.customer.credentials_secret, "defaultMode": 0o440,
+                                         "items": [{"key": STORE_CREDENTIALS_KEY, "path": STORE_CREDENTIALS_KEY}]}},
+            {"name": "ca", "configMap": {"name": CA_CONFIG_MAP}}]
     return spec
 
 
@@ -447,6 +494,15 @@ def network_policies(plan: ServingPlan) -> list[dict[str, Any]]:
     client_sources: list[dict[str, Any]] = [{
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ENVOY_GATEWAY_NAMESPACE}},
         "podSelector": {"matchLabels": gateway_pods(plan.namespace)}}]
+    if plan.customer is not None:
+        # A customer's cluster: its object store at its CIDRs, in place of the AWS endpoints
+        # and the Pod Identity agent.
+        aws = {"allow-aws-endpoints", "allow-pod-identity"}
+        kept = [p for p in network_policies(replace(plan, customer=None))
+                if p["metadata"]["name"] not in aws]
+        store = _policy(plan, "allow-object-store", {**pods, "policyTypes": ["Egress"], "egress": [{
+            "to": [{"ipBlock": {"cidr": cidr}} for cidr in plan.customer.cidrs], "ports": _tcp(plan.customer.port)}]})
+        return [*kept[:2], store, *kept[2:]]
     return [
         _policy(plan, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         _policy(plan, "allow-dns", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{
@@ -467,10 +523,16 @@ def network_policies(plan: ServingPlan) -> list[dict[str, Any]]:
     ]
 
 
+def customer_objects(plan: ServingPlan) -> list[dict[str, Any]]:
+    """What the pods need in the serving namespace on a customer's cluster: its CA."""
+    return [] if plan.customer is None else [ca_config_map(plan.namespace, plan.customer.ca_bundle)]
+
+
 def objects(plan: ServingPlan) -> list[dict[str, Any]]:
     """Every object of the service, in the order they are applied (the rollout's and the
     gateway's are components/rollout_spec.py's)."""
-    found = [namespace(plan), service_account(plan), *network_policies(plan), deployment(plan)]
+    found = [namespace(plan), service_account(plan), *network_policies(plan), *customer_objects(plan),
+             deployment(plan)]
     lb = load_balancer_service(plan)
     if lb is not None:
         found.append(lb)

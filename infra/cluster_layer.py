@@ -27,7 +27,7 @@ from infra.config import (PROJECT, ClusterLayerConfig, ConfigError, PlatformConf
                           site_of)
 from infra.descriptor import (OUTPUT, ClusterDescriptor, CustomerClusterDescriptor, customer_settings,
                               from_stack_reference, parse_descriptor)
-from infra.inference import build_inference
+from infra.inference import build_customer_inference, build_inference
 from infra.features import build_feature_projects
 from infra.tracking import build_tracking_server
 from infra.training import build_training
@@ -140,10 +140,11 @@ def build_customer_cluster_layer(layer: ClusterLayerConfig, descriptor: Customer
     tracking = build_tracking_server(config, descriptor, services, provider, layer.platform_images)
     features = build_feature_projects(config, descriptor, services, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
+    inference = build_customer_inference(config, descriptor, services, provider, layer.platform_images)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster.context)
-    return ClusterLayer(descriptor, config, provider, None, services, training, tracking=tracking,
-                        features=tuple(features))
+    return ClusterLayer(descriptor, config, provider, None, services, training, inference, tracking,
+                        tuple(features))
 
 
 def platform_facts(descriptor: CustomerClusterDescriptor) -> dict[str, str]:

@@ -497,11 +497,14 @@ _NOT_CUSTOMER_SETTINGS = {
 }
 
 
-# What the cluster layer does not build on a customer's cluster yet: each reads its
-# credentials through AWS today (docs/onprem.md, "Not yet"). Turned on, it is refused, never
-# silently left out.
-NOT_YET_ON_CUSTOMER_CLUSTERS = {
-    "inference": "serving (Triton, the gateway, rollouts, request logs)",
+# What serving (settings.inference) does not build on a customer's cluster yet, with why
+# (docs/onprem.md, "Not yet"): each reads its credentials or keys through AWS today. Turned
+# on, each is refused, never silently left out (request logging is on by default, so it is
+# turned off by name).
+NOT_YET_IN_CUSTOMER_SERVING = {
+    "requestLogging": "request logging (its logs are written under a KMS key through Pod Identity)",
+    "drift": "the drift check (it reads the request logs and its tenant's tracking secret through Pod Identity)",
+    "loadBalancer": "the load balancer (an AWS NLB; on a customer's cluster the gateway is reached in-cluster only)",
 }
 
 
@@ -533,11 +536,15 @@ def customer_settings(descriptor: CustomerClusterDescriptor, where: str) -> dict
             raise ConfigError(f"{where}: `settings.{key}.enabled`: is true but the descriptor names no {needs}; "
                               f"add it, or set settings.{key}.enabled: false")
         settings[key] = section
-    for key, what in NOT_YET_ON_CUSTOMER_CLUSTERS.items():
-        section = settings.get(key)
-        if section is not None and (not isinstance(section, dict) or section.get("enabled", True)):
-            raise ConfigError(f"{where}: `settings.{key}`: {what} is not built on a customer's cluster yet "
-                              f"(docs/onprem.md); remove it{' or set enabled: false' if key != 'inference' else ''}")
+    serving = settings.get("inference")
+    if isinstance(serving, dict) and serving.get("enabled", True):
+        defaults = {"requestLogging": True, "drift": False, "loadBalancer": False}
+        for key, what in NOT_YET_IN_CUSTOMER_SERVING.items():
+            part = serving.get(key)
+            on = part.get("enabled", defaults[key]) if isinstance(part, dict) else (part is not None or defaults[key])
+            if on:
+                raise ConfigError(f"{where}: `settings.inference.{key}.enabled`: {what} is not built on a customer's "
+                                  f"cluster yet (docs/onprem.md); set settings.inference.{key}.enabled: false")
     for index, group in enumerate(descriptor.nodes):
         try:
             register_node_class(group.node_class())

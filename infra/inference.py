@@ -16,6 +16,7 @@ from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.inference import InferenceService, InferenceServiceArgs, MetricsAdapter, RolloutControllers
 from components.inference_spec import (
     SERVICE_ACCOUNT,
+    CustomerModelStore,
     LoadBalancerPlan,
     ServingPlan,
     repository_uri,
@@ -33,11 +34,11 @@ from components.request_log_spec import role_name as log_role
 from components.request_log_spec import s3_statements as log_statements
 from components.rollout_spec import AbortRule, AuthPlan, RolloutPlan
 from infra.config import PlatformConfig
-from infra.descriptor import ClusterDescriptor
+from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
 from components.tracking_spec import SERVER_URI as TRACKING_URI
 from components.tracking_spec import tenant_statements as tracking_statements
 from infra.inference_plan import ResolvedInference, drift_tenant, resolve_inference
-from infra.versions import image_uri
+from infra.versions import image_ref, image_uri
 
 
 def serving_plan(config: PlatformConfig, job: ResolvedInference, account_id: str, models_bucket: str,
@@ -229,6 +230,66 @@ def request_log_plan(config: PlatformConfig, serving: ServingPlan, settings: Any
         bucket=descriptor.buckets["datasets"], kms_key_arn=descriptor.keys["datasets"],
         sample_percent=logging.sample_percent, fields=tuple(sorted(logging.fields.items())),
         allow_personal=logging.allow_personal, log_outputs=logging.log_outputs,
+    )
+
+
+def customer_serving_plan(config: PlatformConfig, job: ResolvedInference,
+                          descriptor: CustomerClusterDescriptor) -> ServingPlan:
+    """On a customer's cluster: the images from its registry, the model repository on its
+    object store (the customer's Secret in the serving namespace, its CA), no load balancer
+    (the gateway is reached in-cluster; the descriptor's settings refuse one)."""
+    s = job.settings
+    store = descriptor.object_storage
+    registry, env = descriptor.registry_host, config.environment
+    return ServingPlan(
+        namespace=s.namespace, model=s.model_name, device=s.device, pool=job.pool.name,
+        image=image_ref("tritonserver", registry, env), fetch_image=image_ref("aws-cli", registry, env),
+        model_repository=repository_uri(descriptor.buckets["models"], s.repository_prefix), region=store.region,
+        cpu=job.cpu, memory_gi=job.memory_gi, gpus=job.gpus, repository_gi=job.repository_gi,
+        min_replicas=s.min_replicas, max_replicas=s.max_replicas, target_queue_us=s.target_queue_microseconds,
+        target_cpu_percent=s.target_cpu_percent, vpc_cidr="", version=s.version,
+        customer=CustomerModelStore(endpoint=store.endpoint, region=store.region,
+                                    credentials_secret=store.credentials_secret, cidrs=tuple(store.cidrs),
+                                    ca_bundle=store.ca_bundle),
+    )
+
+
+def customer_controllers(config: PlatformConfig, descriptor: CustomerClusterDescriptor,
+                         platform_images: Any) -> RolloutControllers:
+    registry, env, region = descriptor.registry_host, config.environment, config.region
+    return RolloutControllers(
+        envoy_gateway=mirror_image("envoy-gateway", "", region, env, registry),
+        envoy=image_ref("envoy", registry, env),
+        pushgateway=image_ref("pushgateway", registry, env),
+        argo_rollouts=mirror_image("argo-rollouts", "", region, env, registry),
+        plugin=image_ref("rollouts-gatewayapi-plugin", registry, env, platform_images),
+        chart_mirror=descriptor.chart_mirror,
+    )
+
+
+def build_customer_inference(config: PlatformConfig, descriptor: CustomerClusterDescriptor, services: Any,
+                             k8s_provider: k8s.Provider,
+                             platform_images: dict[str, str] | None = None) -> InferenceService | None:
+    """Serving on a customer's cluster: Triton, the gateway, Argo Rollouts and the
+    autoscaler as on AWS; request logging and the drift check are refused by the
+    descriptor's settings (infra/descriptor.py) until they are built here."""
+    job = resolve_inference(config)
+    if job is None:
+        return None
+    plan = customer_serving_plan(config, job, descriptor)
+    registry = descriptor.registry_host
+    image = mirror_image("prometheus-adapter", "", config.region, config.environment, registry)
+    return InferenceService(
+        f"inference-{plan.model}",
+        InferenceServiceArgs(
+            plan=rollout_plan(plan, job.settings),
+            controllers=customer_controllers(config, descriptor, platform_images),
+            drift=None,
+            adapter=MetricsAdapter(image_repository=image.full_repository, image_tag=image.tag,
+                                   resource_metrics=job.device == "cpu", chart_mirror=descriptor.chart_mirror),
+            depends_on=(services.addons,),
+        ),
+        opts=pulumi.ResourceOptions(providers={"kubernetes": k8s_provider}),
     )
 
 

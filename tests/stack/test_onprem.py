@@ -247,3 +247,57 @@ def test_training_runs_are_tracked_with_the_tenants_secrets_and_the_customers_st
     assert to_store["ports"] == [{"protocol": "TCP", "port": 443}]
     [admitted] = policies[("mlflow", "allow-tenants")]["ingress"]
     assert tenant in admitted["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
+
+
+# Serving on the customer's cluster: two inference nodes and the model behind the gateway.
+SERVE_NODES = {"name": "serve-l40s", "role": "inference", "count": 2, "instanceType": "r760-l40s-4", "cpus": 64,
+               "memoryGiB": 512, "gpus": 4, "gpuModel": "l40s", "os": "ubuntu24.04"}
+SERVING = {"device": "gpu", "modelName": "gpt", "version": 1, "requestLogging": {"enabled": False},
+           "auth": {"issuer": "https://login.dc1.example.ae/realms/mlplat", "audiences": ["mlplat-inference"],
+                    "jwksUri": "https://login.dc1.example.ae/realms/mlplat/protocol/openid-connect/certs",
+                    "tenants": ["research", "applied"]}}
+# Mirrors AWS's policy config lists as awaiting their pin (policies/config/prod.json); the
+# serving controllers' images have no digest in infra/versions.py yet.
+AWAITING = ("envoy-gateway", "envoy", "argo-rollouts", "prometheus-adapter", "aws-cli")
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory):
+    import copy
+
+    from infra.preview.engine import run_preview
+
+    layer = load_layer(STACK)
+    descriptor = copy.deepcopy(layer.descriptor)
+    descriptor["nodes"].append(SERVE_NODES)
+    descriptor["settings"]["inference"] = SERVING
+    policy = json.loads((Path(__file__).resolve().parents[2] / "policies" / "config" / f"{STACK}.json").read_text())
+    policy["k8s-images-pinned"]["awaitingPin"] += [{"repository": f"mirror/{name}", "reason": "as on AWS"}
+                                                   for name in AWAITING]
+    config = tmp_path_factory.mktemp("serving") / f"{STACK}.json"
+    config.write_text(json.dumps(policy))
+    return run_preview(STACK, config=layer.model_copy(update={"descriptor": descriptor}), policy_config=config)
+
+
+def test_serving_runs_behind_an_in_cluster_gateway_reading_the_customers_store(serving, descriptor):
+    assert serving.engine_errors == []
+    assert [v.message for v in serving.verdict.mandatory] == []  # with the controllers' images awaiting pins
+    assert [r.urn for r in serving.registrations if r.type.startswith("aws:") or "providers:aws" in r.type] == []
+    assert all(s["spec"].get("type", "ClusterIP") == "ClusterIP" for s in objects(serving, "Service"))
+    [proxy] = objects(serving, "EnvoyProxy")
+    assert proxy["spec"]["provider"]["kubernetes"]["envoyService"] == {"type": "ClusterIP"}
+    assert objects(serving, "Rollout") and objects(serving, "Gateway")
+    [triton] = [d for d in objects(serving, "Deployment") if d["metadata"]["name"] == "triton"]
+    pod = triton["spec"]["template"]["spec"]
+    [fetch] = pod["initContainers"]
+    env = {e["name"]: e["value"] for e in fetch["env"]}
+    assert env["AWS_ENDPOINT_URL_S3"] == descriptor.object_storage.endpoint
+    assert fetch["command"][4] == f"s3://{descriptor.buckets['models']}/triton/"
+    assert {v["name"]: v for v in pod["volumes"]}["store"]["secret"]["secretName"] == "object-store"
+    [fence] = [p for p in objects(serving, "NetworkPolicy")
+               if p["metadata"] == {"name": "allow-object-store", "namespace": "inference"}]
+    assert [b["ipBlock"]["cidr"] for b in fence["spec"]["egress"][0]["to"]] == ["10.40.8.0/27"]
+    assert not [p for p in objects(serving, "NetworkPolicy") if p["metadata"]["namespace"] == "inference"
+                and p["metadata"]["name"] in ("allow-pod-identity", "allow-aws-endpoints")]
+    images = {ref for _owner, obj in kubernetes_objects(serving.registrations) for _w, ref in pulled_references(obj)}
+    assert all(ref.startswith(f"{descriptor.registry_host}/mlplat/onprem/") for ref in images)

@@ -153,17 +153,21 @@ def test_mlplat_mirror_reads_a_customers_environment_from_its_descriptor():
     assert environment_settings("prod-cluster").environment == "prod"  # a cloud layer's, as before
 
 
-@pytest.mark.parametrize(("key", "section", "what"), [
-    ("inference", {"device": "gpu", "modelName": "gpt"}, "serving (Triton, the gateway, rollouts, request logs)"),
+@pytest.mark.parametrize(("part", "section", "what"), [
+    ("requestLogging", None, "request logging (its logs are written under a KMS key through Pod Identity)"),
+    ("requestLogging", {"enabled": True}, "request logging"),
+    ("drift", {"enabled": True, "registeredModel": "m"}, "the drift check"),
+    ("loadBalancer", {"enabled": True, "certificateArn": "arn:aws:acm:x"}, "the load balancer (an AWS NLB"),
 ])
-def test_what_is_not_built_on_a_customers_cluster_is_refused_not_left_out(key, section, what):
+def test_what_serving_does_not_build_on_a_customers_cluster_is_refused_not_left_out(part, section, what):
     def change(d):
-        d["settings"][key] = section
-        if key == "features":
-            d["services"] = {"redis": {"endpoint": "redis.dc1.example.ae:6380", "cidrs": ["10.40.9.0/28"],
-                                       "passwordSecret": {"name": "feast-redis", "key": "password"}}}
+        serving = {"device": "gpu", "modelName": "gpt", "requestLogging": {"enabled": False}}
+        if section is None:
+            serving.pop(part)  # request logging is on by default: it is turned off by name
+        else:
+            serving[part] = section
+        d["settings"]["inference"] = serving
     message = refused(change)
-    assert message.startswith(f"{WHERE}: `settings.{key}`: ")
-    assert "is not built on a customer's cluster yet (docs/onprem.md)" in message
-    if what:
-        assert what in message
+    assert message.startswith(f"{WHERE}: `settings.inference.{part}.enabled`: {what}")
+    assert message.endswith(f"is not built on a customer's cluster yet (docs/onprem.md); set "
+                            f"settings.inference.{part}.enabled: false")
