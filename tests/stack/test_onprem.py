@@ -301,3 +301,15 @@ def test_serving_runs_behind_an_in_cluster_gateway_reading_the_customers_store(s
                 and p["metadata"]["name"] in ("allow-pod-identity", "allow-aws-endpoints")]
     images = {ref for _owner, obj in kubernetes_objects(serving.registrations) for _w, ref in pulled_references(obj)}
     assert all(ref.startswith(f"{descriptor.registry_host}/mlplat/onprem/") for ref in images)
+
+
+def test_serving_on_the_customers_cluster_keeps_the_first_deploy_from_waiting(serving, descriptor):
+    from infra.checks.first_deploy import waits
+
+    gpu = [{"mlplat.io/pool": "serve-l40s", "node.kubernetes.io/instance-type": "r760-l40s-4"},
+           *(g.selector for g in descriptor.nodes if g.gpus)]
+    other = [g.selector for g in descriptor.nodes if not g.gpus]
+    labels = {key: frozenset(s[key] for s in gpu if key in s) - frozenset(s[key] for s in other if key in s)
+              for s in gpu for key in s}
+    locations = [f"s3://{descriptor.buckets[name]}" for name in ("models", "datasets")]
+    assert waits(kubernetes_objects(serving.registrations), data_locations=locations, gpu_node_labels=labels) == []

@@ -99,3 +99,13 @@ def test_the_first_deploy_does_not_wait_for_the_customers_secrets_but_the_aws_pr
         "allow-feature-store", "feature-store", "feature-store", "feature-store-ca"]
     assert "ca_certs" not in yaml.safe_load(config_map(AWS)["data"]["feature_store.yaml"])["online_store"][
         "connection_string"]
+
+
+def test_the_objects_are_valid_kubernetes():
+    import kubernetes_validate
+
+    from infra.versions import KUBERNETES_VERSION
+
+    for obj in project_objects(PLAN):
+        if obj["kind"] != "PodMonitor":  # a CRD: the render checks judge it against its schema
+            kubernetes_validate.validate(obj, f"{KUBERNETES_VERSION}.0", strict=True)

@@ -55,3 +55,13 @@ def test_egress_reaches_the_store_alone_and_the_aws_service_is_as_before():
         "default-deny", "allow-dns", "allow-aws-endpoints", "allow-pod-identity", "allow-gateway", "allow-prometheus"]
     assert customer_objects(AWS) == [] and ZONE_KEY in str(pod_spec(AWS)["topologySpreadConstraints"])
     assert [o["kind"] for o in objects(PLAN)].count("ConfigMap") == 1
+
+
+def test_the_objects_are_valid_kubernetes():
+    import kubernetes_validate
+
+    from infra.versions import KUBERNETES_VERSION
+
+    for obj in objects(PLAN):
+        if obj["kind"] != "PodMonitor":  # a CRD: the render checks judge it against its schema
+            kubernetes_validate.validate(obj, f"{KUBERNETES_VERSION}.0", strict=True)
