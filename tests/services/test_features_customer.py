@@ -8,12 +8,14 @@ ElastiCache token or asks for AWS credentials in the environment."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
 import boto3
+import pandas as pd
 import pytest
 import requests
 import yaml
@@ -87,10 +89,6 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 def test_materialized_features_are_served_from_the_customers_redis_and_store(customer_features):
     folder, config, env, redis, s3, processes = customer_features
-    import io
-
-    import pandas as pd
-
     frame = pd.DataFrame({"customer_id": [1, 2], "spend": [20.25, 8.5], "visits": [2, 5],
                           "event_timestamp": pd.to_datetime(["2026-11-20T11:00:00Z"] * 2, utc=True)})
     buffer = io.BytesIO()
