@@ -428,7 +428,8 @@ def pod_monitor(plan: ProjectPlan) -> dict[str, Any]:
 
 def customer_ca(plan: ProjectPlan) -> dict[str, Any]:
     """The customer's CA in the tenant's namespace, for its Redis's and its store's TLS."""
-    assert plan.customer is not None
+    if plan.customer is None:
+        raise ValueError(f"{plan.tenant}: the customer's CA exists only on a customer's cluster")
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": CA_CONFIG_MAP_CUSTOMER, "namespace": plan.tenant, "labels": LABELS},
             "data": {CA_KEY: plan.customer.ca_bundle}}

@@ -64,7 +64,9 @@ def test_previews_with_no_mandatory_violation_and_nothing_of_aws(result):
 
 def test_installs_no_aws_only_add_on_and_no_storage_class(result):
     charts = {r.name for r in of_type(result, CHART)}
-    assert charts == {"kube-prometheus-stack", "gpu-operator", "network-operator", "jobset", "kueue"}
+    # Serving's controllers (gateway-helm, argo-rollouts, prometheus-adapter) are on here too.
+    assert charts == {"kube-prometheus-stack", "gpu-operator", "network-operator", "jobset", "kueue", "gateway-helm",
+                      "argo-rollouts", "prometheus-adapter"}
     assert of_type(result, "kubernetes:storage.k8s.io/v1:StorageClass") == []  # the customer's own classes
     kinds = {o["kind"] for _owner, o in kubernetes_objects(result.registrations)}
     assert "PersistentVolume" not in kinds  # no static (Lustre) volumes: dynamic claims of the shared class
@@ -249,61 +251,34 @@ def test_training_runs_are_tracked_with_the_tenants_secrets_and_the_customers_st
     assert tenant in admitted["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
 
 
-# Serving on the customer's cluster: two inference nodes and the model behind the gateway.
-SERVE_NODES = {"name": "serve-l40s", "role": "inference", "count": 2, "instanceType": "r760-l40s-4", "cpus": 64,
-               "memoryGiB": 512, "gpus": 4, "gpuModel": "l40s", "os": "ubuntu24.04"}
-SERVING = {"device": "gpu", "modelName": "gpt", "version": 1, "requestLogging": {"enabled": False},
-           "auth": {"issuer": "https://login.dc1.example.ae/realms/mlplat", "audiences": ["mlplat-inference"],
-                    "jwksUri": "https://login.dc1.example.ae/realms/mlplat/protocol/openid-connect/certs",
-                    "tenants": ["research", "applied"]}}
-# Mirrors AWS's policy config lists as awaiting their pin (policies/config/prod.json); the
-# serving controllers' images have no digest in infra/versions.py yet.
-AWAITING = ("envoy-gateway", "envoy", "argo-rollouts", "prometheus-adapter", "aws-cli")
+# Serving on the customer's cluster (stacks/Pulumi.onprem.yaml): two inference nodes and the
+# model behind the gateway; the controllers' images await their pins as on AWS.
 
-
-@pytest.fixture(scope="module")
-def serving(tmp_path_factory):
-    import copy
-
-    from infra.preview.engine import run_preview
-
-    layer = load_layer(STACK)
-    descriptor = copy.deepcopy(layer.descriptor)
-    descriptor["nodes"].append(SERVE_NODES)
-    descriptor["settings"]["inference"] = SERVING
-    policy = json.loads((Path(__file__).resolve().parents[2] / "policies" / "config" / f"{STACK}.json").read_text())
-    policy["k8s-images-pinned"]["awaitingPin"] += [{"repository": f"mirror/{name}", "reason": "as on AWS"}
-                                                   for name in AWAITING]
-    config = tmp_path_factory.mktemp("serving") / f"{STACK}.json"
-    config.write_text(json.dumps(policy))
-    return run_preview(STACK, config=layer.model_copy(update={"descriptor": descriptor}), policy_config=config)
-
-
-def test_serving_runs_behind_an_in_cluster_gateway_reading_the_customers_store(serving, descriptor):
-    assert serving.engine_errors == []
-    assert [v.message for v in serving.verdict.mandatory] == []  # with the controllers' images awaiting pins
-    assert [r.urn for r in serving.registrations if r.type.startswith("aws:") or "providers:aws" in r.type] == []
-    assert all(s["spec"].get("type", "ClusterIP") == "ClusterIP" for s in objects(serving, "Service"))
-    [proxy] = objects(serving, "EnvoyProxy")
+def test_serving_runs_behind_an_in_cluster_gateway_reading_the_customers_store(result, descriptor):
+    assert result.engine_errors == []
+    assert [v.message for v in result.verdict.mandatory] == []  # with the controllers' images awaiting pins
+    assert [r.urn for r in result.registrations if r.type.startswith("aws:") or "providers:aws" in r.type] == []
+    assert all(s["spec"].get("type", "ClusterIP") == "ClusterIP" for s in objects(result, "Service"))
+    [proxy] = objects(result, "EnvoyProxy")
     assert proxy["spec"]["provider"]["kubernetes"]["envoyService"] == {"type": "ClusterIP"}
-    assert objects(serving, "Rollout") and objects(serving, "Gateway")
-    [triton] = [d for d in objects(serving, "Deployment") if d["metadata"]["name"] == "triton"]
+    assert objects(result, "Rollout") and objects(result, "Gateway")
+    [triton] = [d for d in objects(result, "Deployment") if d["metadata"]["name"] == "triton"]
     pod = triton["spec"]["template"]["spec"]
     [fetch] = pod["initContainers"]
     env = {e["name"]: e["value"] for e in fetch["env"]}
     assert env["AWS_ENDPOINT_URL_S3"] == descriptor.object_storage.endpoint
     assert fetch["command"][4] == f"s3://{descriptor.buckets['models']}/triton/"
     assert {v["name"]: v for v in pod["volumes"]}["store"]["secret"]["secretName"] == "object-store"
-    [fence] = [p for p in objects(serving, "NetworkPolicy")
+    [fence] = [p for p in objects(result, "NetworkPolicy")
                if p["metadata"] == {"name": "allow-object-store", "namespace": "inference"}]
     assert [b["ipBlock"]["cidr"] for b in fence["spec"]["egress"][0]["to"]] == ["10.40.8.0/27"]
-    assert not [p for p in objects(serving, "NetworkPolicy") if p["metadata"]["namespace"] == "inference"
+    assert not [p for p in objects(result, "NetworkPolicy") if p["metadata"]["namespace"] == "inference"
                 and p["metadata"]["name"] in ("allow-pod-identity", "allow-aws-endpoints")]
-    images = {ref for _owner, obj in kubernetes_objects(serving.registrations) for _w, ref in pulled_references(obj)}
+    images = {ref for _owner, obj in kubernetes_objects(result.registrations) for _w, ref in pulled_references(obj)}
     assert all(ref.startswith(f"{descriptor.registry_host}/mlplat/onprem/") for ref in images)
 
 
-def test_serving_on_the_customers_cluster_keeps_the_first_deploy_from_waiting(serving, descriptor):
+def test_serving_on_the_customers_cluster_keeps_the_first_deploy_from_waiting(result, descriptor):
     from infra.checks.first_deploy import waits
 
     gpu = [{"mlplat.io/pool": "serve-l40s", "node.kubernetes.io/instance-type": "r760-l40s-4"},
@@ -312,4 +287,4 @@ def test_serving_on_the_customers_cluster_keeps_the_first_deploy_from_waiting(se
     labels = {key: frozenset(s[key] for s in gpu if key in s) - frozenset(s[key] for s in other if key in s)
               for s in gpu for key in s}
     locations = [f"s3://{descriptor.buckets[name]}" for name in ("models", "datasets")]
-    assert waits(kubernetes_objects(serving.registrations), data_locations=locations, gpu_node_labels=labels) == []
+    assert waits(kubernetes_objects(result.registrations), data_locations=locations, gpu_node_labels=labels) == []

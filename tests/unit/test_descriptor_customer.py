@@ -41,7 +41,7 @@ def refused(change) -> str:
 
 def test_the_example_describes_eight_h100_nodes_on_ndr_infiniband():
     descriptor = parse(example())
-    [gpu] = [g for g in descriptor.nodes if g.gpus]
+    [gpu] = [g for g in descriptor.nodes if g.role == "gpu"]
     assert (gpu.count, gpu.gpus, gpu.gpu_model) == (8, 8, "h100")
     assert descriptor.fabrics[gpu.name] == NodeFabric(kind="infiniband", hcas=tuple(f"mlx5_{i}" for i in range(8)),
                                                       port_rate_gbps=400, rdma_resource=RDMA_SHARED_RESOURCE)
@@ -57,7 +57,8 @@ def test_its_settings_are_the_environments_with_pools_of_registered_node_classes
     config = settings_from_descriptor(customer_settings(descriptor, WHERE), WHERE, customer_site=True)
     assert (config.environment, config.region) == ("onprem", "ae-auh-dc1")
     assert [(p.name, p.role, p.instance_type, p.min_size, p.max_size) for p in config.node_pools] == [
-        ("system", "system", "r760-cpu", 3, 3), ("train-h100", "gpu", "hgx-h100-8", 8, 8)]
+        ("system", "system", "r760-cpu", 3, 3), ("train-h100", "gpu", "hgx-h100-8", 8, 8),
+        ("serve-l40s", "inference", "r760-l40s-4", 2, 2)]
     node = lookup("hgx-h100-8")
     assert (node.vcpus, node.memory_gib, node.gpus, node.gpu.model) == (224, 2048, 8, "h100")
     assert (node.network_gbps, node.rdma_hcas, node.efa_interfaces) == (3200, 8, 0)  # 8 x NDR 400
