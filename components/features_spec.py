@@ -213,43 +213,37 @@ def feature_store_yaml(plan: ProjectPlan) -> dict[str, Any]:
     """The tenant's feature_store.yaml, which the server, the job and the tenant's own
     pipelines read (workloads/features/repo.py checks it before use)."""
     if plan.customer is not None:
-        return _customer_feature_store_yaml(plan, plan.customer)
-    return {
-        "project": plan.project,
-        "provider": "local",
-        "registry": {"registry_type": "file", "path": registry_path(plan.datasets_bucket, plan.tenant),
-                     "registry_store_type": REGISTRY_STORE_TYPE, "cache_ttl_seconds": 60},
-        "offline_store": {"type": "file"},
-        "online_store": {
+        online = _customer_online_store(plan, plan.customer)
+    else:
+        online = {
             "type": ONLINE_STORE_TYPE,
             "connection_string": f"{plan.redis_host}:{REDIS_PORT},ssl=true",
             "user": plan.user,
             "cache_name": plan.replication_group_id,
             "region": plan.region,
             "full_scan_for_deletion": False,
-        },
-        "entity_key_serialization_version": SERIALIZATION_VERSION,
-    }
-
-
-def _customer_feature_store_yaml(plan: ProjectPlan, stores: CustomerFeatureStores) -> dict[str, Any]:
-    """The customer's Redis over TLS verified against its CA, as the tenant's user with the
-    password from the mounted Secret; the registry and the offline store on its object store
-    (the pods' AWS_ENDPOINT_URL_S3 and FEAST_S3_ENDPOINT_URL name it)."""
+        }
     return {
         "project": plan.project,
         "provider": "local",
         "registry": {"registry_type": "file", "path": registry_path(plan.datasets_bucket, plan.tenant),
                      "registry_store_type": REGISTRY_STORE_TYPE, "cache_ttl_seconds": 60},
         "offline_store": {"type": "file"},
-        "online_store": {
-            "type": PASSWORD_STORE_TYPE,
-            "connection_string": f"{plan.redis_host}:{stores.redis_port},ssl=true,ssl_ca_certs={CUSTOMER_CA_FILE}",
-            "user": plan.user,
-            "password_file": REDIS_PASSWORD_FILE,
-            "full_scan_for_deletion": False,
-        },
+        "online_store": online,
         "entity_key_serialization_version": SERIALIZATION_VERSION,
+    }
+
+
+def _customer_online_store(plan: ProjectPlan, stores: CustomerFeatureStores) -> dict[str, Any]:
+    """The customer's Redis over TLS verified against its CA, as the tenant's user with the
+    password from the mounted Secret (the registry and the offline store are on its object
+    store: the pods' AWS_ENDPOINT_URL_S3 and FEAST_S3_ENDPOINT_URL name it)."""
+    return {
+        "type": PASSWORD_STORE_TYPE,
+        "connection_string": f"{plan.redis_host}:{stores.redis_port},ssl=true,ssl_ca_certs={CUSTOMER_CA_FILE}",
+        "user": plan.user,
+        "password_file": REDIS_PASSWORD_FILE,
+        "full_scan_for_deletion": False,
     }
 
 

@@ -23,7 +23,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs, StackValidati
 
 from .common import AWS_PROVIDER_TYPE, UNKNOWN, Settings, flag, get, is_aws, items, resource_rule, stack_rule
 from .controls import ENCRYPTED_AT_REST, IN_STATE, iso
-from .kubernetes import kubernetes_object
+from .kubernetes import ALLOW_LIST_PROPERTY, kubernetes_object
 from .workloads import (
     HELM_CHART,
     HELM_RELEASE,
@@ -342,22 +342,10 @@ EXPOSING_SERVICE_TYPES = {
 NODE_AGENTS_SCHEMA = {
     **DEPLOYMENT_SCHEMA,
     "allowedNodeAgents": {
-        "type": "array",
-        "default": [],
+        **ALLOW_LIST_PROPERTY,
         "description": "Node agents that may use the host network or host ports, each with the reason a reviewer "
         "accepted (kind is the object's kind, or Release for a Helm release). Services, Ingresses and Gateways are "
         "never allow-listed here.",
-        "items": {
-            "type": "object",
-            "properties": {
-                "kind": {"type": "string", "minLength": 1},
-                "namespace": {"type": "string", "minLength": 1},
-                "name": {"type": "string", "minLength": 1},
-                "reason": {"type": "string", "minLength": 1},
-            },
-            "required": ["kind", "namespace", "name", "reason"],
-            "additionalProperties": False,
-        },
     },
 }
 
