@@ -103,7 +103,10 @@ else
 	$(BIN)/mlplat preview --env $(ENV) --out $(OUT)
 endif
 
-test: setup services
+# The virtualenvs and npm install side by side (-j3): on 2 cores that takes setup from about
+# 5 to 3 minutes of a fresh machine's `make test`.
+test:
+	@$(MAKE) --no-print-directory -j3 setup services
 	$(BIN)/python -m pytest
 
 # Checks of what will be applied: every chart rendered and judged as the API server and the
