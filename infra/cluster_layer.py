@@ -23,9 +23,8 @@ from components.features import FeatureProject
 from components.tracking import TrackingServer
 from components.training import TrainingJob
 from infra.cluster_services import ClusterServices, build_cluster_services, build_customer_services
-from infra.config import (PROJECT, ClusterLayerConfig, ConfigError, PlatformConfig, settings_from_descriptor,
-                          site_of)
-from infra.descriptor import (OUTPUT, ClusterDescriptor, CustomerClusterDescriptor, customer_settings,
+from infra.config import PROJECT, ClusterLayerConfig, ConfigError, PlatformConfig, site_of
+from infra.descriptor import (OUTPUT, ClusterDescriptor, CustomerClusterDescriptor, descriptor_config,
                               from_stack_reference, parse_descriptor)
 from infra.inference import build_customer_inference, build_inference
 from infra.features import build_feature_projects
@@ -67,11 +66,7 @@ def read_descriptor(layer: ClusterLayerConfig,
         source, data = f"{PROJECT}:descriptor", layer.descriptor
     descriptor = parse_descriptor(data, layer=stack, source=source, environment=layer.environment,
                                   region=layer.region)
-    if isinstance(descriptor, CustomerClusterDescriptor):
-        settings = customer_settings(descriptor, f"cluster layer {stack}: {source}")
-        config = settings_from_descriptor(settings, f"cluster layer {stack}: {source}: settings", customer_site=True)
-    else:
-        config = settings_from_descriptor(descriptor.settings, f"cluster layer {stack}: {source}: settings")
+    config = descriptor_config(descriptor, f"cluster layer {stack}: {source}")
     if config.environment != layer.environment or config.region != layer.region:
         raise ConfigError(f"cluster layer {stack}: {source}: settings describe {config.environment} in "
                           f"{config.region}, but the descriptor {descriptor.environment} in {descriptor.region}")

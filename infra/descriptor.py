@@ -20,7 +20,7 @@ import pulumi
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from components.fabric_spec import FABRICS, RDMA_SHARED_RESOURCE, NodeFabric, fabric_problem
-from infra.config import PROJECT, REPO_ROOT, ConfigError, _Model
+from infra.config import PROJECT, REPO_ROOT, ConfigError, _Model, settings_from_descriptor
 from infra.versions import CHARTS_PREFIX, KUBERNETES_VERSION, NODE_OS
 
 OUTPUT = "clusterDescriptor"
@@ -628,7 +628,7 @@ def environment_settings(stack: str, registry: str | None = None) -> Any:
     that run outside the program (`mlplat mirror`): the cloud layer's stack file, or what a
     customer's cluster layer states in its descriptor, checked as the program checks it.
     `registry`: where the verb copies to, which must be the descriptor's registry."""
-    from infra.config import CLUSTER_SUFFIX, ClusterLayerConfig, load_layer, load_stack, settings_from_descriptor
+    from infra.config import CLUSTER_SUFFIX, ClusterLayerConfig, load_layer, load_stack
 
     environment = stack.removesuffix(CLUSTER_SUFFIX)
     layer = load_layer(stack)
@@ -641,7 +641,12 @@ def environment_settings(stack: str, registry: str | None = None) -> Any:
     if isinstance(descriptor, CustomerClusterDescriptor) and registry not in (None, descriptor.registry_host):
         raise ConfigError(f"{where}: registry.host is {descriptor.registry_host}, but the copy goes to {registry}; "
                           "mirror into the registry the cluster pulls from")
-    settings = customer_settings(descriptor, where) if isinstance(descriptor, CustomerClusterDescriptor) \
-        else descriptor.settings
-    return settings_from_descriptor(settings, f"{where}: settings",
-                                    customer_site=isinstance(descriptor, CustomerClusterDescriptor))
+    return descriptor_config(descriptor, where)
+
+
+def descriptor_config(descriptor: ClusterDescriptor | CustomerClusterDescriptor, where: str) -> Any:
+    """The environment's settings (a PlatformConfig) that `descriptor` carries, checked as the
+    cloud layer checks its stack file; a customer's under its site's rules."""
+    if isinstance(descriptor, CustomerClusterDescriptor):
+        return settings_from_descriptor(customer_settings(descriptor, where), f"{where}: settings", customer_site=True)
+    return settings_from_descriptor(descriptor.settings, f"{where}: settings")

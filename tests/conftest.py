@@ -86,6 +86,16 @@ def registry_of(stack: str) -> str | None:
     return load_layer(environment).descriptor["registry"]["host"]
 
 
+def customer_descriptor(stack: str = "onprem"):
+    """A customer's stack's descriptor, parsed and checked as its cluster layer reads it."""
+    from infra.config import load_layer
+    from infra.descriptor import parse_descriptor
+
+    layer = load_layer(stack)
+    return parse_descriptor(layer.descriptor, layer=stack, source="mlplat:descriptor", environment=layer.environment,
+                            region=layer.region)
+
+
 def both_layers(environment: str, device_plugin_mode: str | None = None):
     """(cloud layer, cluster layer) previews of an environment."""
     return preview(environment), preview(f"{environment}-cluster", device_plugin_mode)

@@ -46,12 +46,9 @@ def customer_facts(stack: str) -> tuple[list[str], dict[str, frozenset[str]]]:
     """A customer's cluster: its data buckets and the labels only its GPU groups carry, from
     its descriptor (its GPU nodes are there before the layer, but advertise GPUs only once
     the GPU Operator has built their driver)."""
-    from infra.config import load_layer
-    from infra.descriptor import parse_descriptor
+    from tests.conftest import customer_descriptor
 
-    layer = load_layer(stack)
-    descriptor = parse_descriptor(layer.descriptor, layer=stack, source="test", environment=layer.environment,
-                                  region=layer.region)
+    descriptor = customer_descriptor(stack)
     gpu = [g.selector for g in descriptor.nodes if g.gpus]
     other = [g.selector for g in descriptor.nodes if not g.gpus]
     labels = {key: frozenset(s[key] for s in gpu if key in s) - frozenset(s[key] for s in other if key in s)

@@ -142,15 +142,13 @@ def _customer_ca_and_store_certificate(folder: Path) -> tuple[Path, Path, Path]:
 
 
 def test_the_trainers_checkpoint_upload_goes_to_the_customers_store_over_its_ca(tmp_path):
-    from infra.config import load_layer
-    from infra.descriptor import environment_settings, parse_descriptor
+    from infra.descriptor import environment_settings
+    from tests.conftest import customer_descriptor
     from infra.training import cluster_plan
     from infra.training_plan import resolve_training
 
     require_tracking()
-    layer = load_layer("onprem")
-    descriptor = parse_descriptor(layer.descriptor, layer="onprem", source="mlplat:descriptor",
-                                  environment=layer.environment, region=layer.region)
+    descriptor = customer_descriptor("onprem")
     config = environment_settings("onprem")
     built = {"training": "0.1.0@sha256:" + "0" * 64, "checks": "0.1.0@sha256:" + "1" * 64}
     plan = cluster_plan(config, descriptor, resolve_training(config), built)

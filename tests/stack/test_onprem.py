@@ -22,12 +22,11 @@ from components.addons.values import NIC_CLUSTER_POLICY
 from components.specs.cluster import PLATFORM_CONFIG_MAP, PLATFORM_NAMESPACE
 from components.training_spec import EFA_RESOURCE, FORBIDDEN_ENV, TrainingPlan
 from infra.checks.images import object_id, out_of_plan, pulled_references
-from infra.config import load_layer
-from infra.descriptor import CustomerClusterDescriptor, parse_descriptor
+from infra.descriptor import CustomerClusterDescriptor
 from infra.preview.engine import kubernetes_objects
 from infra.preview.fixtures import ACCOUNT_ID
 from infra.versions import CHARTS
-from tests.conftest import preview
+from tests.conftest import customer_descriptor, preview
 from tests.helpers import of_type, one
 
 STACK = "onprem"
@@ -42,9 +41,7 @@ def result():
 
 @pytest.fixture(scope="module")
 def descriptor() -> CustomerClusterDescriptor:
-    layer = load_layer(STACK)
-    found = parse_descriptor(layer.descriptor, layer=STACK, source="mlplat:descriptor",
-                             environment=layer.environment, region=layer.region)
+    found = customer_descriptor(STACK)
     assert isinstance(found, CustomerClusterDescriptor)
     return found
 

@@ -24,8 +24,7 @@ from components.training_spec import (
     training_config_maps,
     training_jobset,
 )
-from infra.config import load_layer
-from infra.descriptor import CustomerClusterDescriptor, environment_settings, parse_descriptor
+from infra.descriptor import CustomerClusterDescriptor, environment_settings
 from infra.training import (
     TENANT_TRACKING_CREDENTIALS,
     TENANT_TRACKING_KEY,
@@ -34,6 +33,7 @@ from infra.training import (
 )
 from infra.training_plan import resolve_training
 from infra.versions import KUBERNETES_VERSION
+from tests.conftest import customer_descriptor
 
 STACK = "onprem"
 REPO = Path(__file__).resolve().parents[2]
@@ -42,9 +42,7 @@ BUILT = {"training": "0.1.0@sha256:" + "0" * 64, "checks": "0.1.0@sha256:" + "1"
 
 @pytest.fixture(scope="module")
 def descriptor() -> CustomerClusterDescriptor:
-    layer = load_layer(STACK)
-    found = parse_descriptor(layer.descriptor, layer=STACK, source="mlplat:descriptor",
-                             environment=layer.environment, region=layer.region)
+    found = customer_descriptor(STACK)
     assert isinstance(found, CustomerClusterDescriptor)
     return found
 
