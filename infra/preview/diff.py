@@ -24,6 +24,7 @@ import html
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -195,39 +196,31 @@ def _walk(before: Any, after: Any, path: str, out: list[PathChange]) -> None:
     if _identical(before, after):
         return
     if isinstance(before, dict) and isinstance(after, dict):
-        for key in [*before, *(k for k in after if k not in before)]:
-            sub = _key(path, str(key))
-            if key not in after:
-                out.append(PathChange(sub, before[key], ABSENT))
-            elif key not in before:
-                out.append(PathChange(sub, ABSENT, after[key]))
-            else:
-                _walk(before[key], after[key], sub, out)
+        _walk_keyed(before, after, lambda key: _key(path, str(key)), out)
         return
     if isinstance(before, list) and isinstance(after, list):
         old, new = _named(before), _named(after)
         if old is not None and new is not None and old.keys() & new.keys():
-            for name in [*old, *(n for n in new if n not in old)]:
-                sub = f"{path}[name={name}]"
-                if name not in new:
-                    out.append(PathChange(sub, old[name], ABSENT))
-                elif name not in old:
-                    out.append(PathChange(sub, ABSENT, new[name]))
-                else:
-                    _walk(old[name], new[name], sub, out)
-            return
-        for i in range(max(len(before), len(after))):
-            sub = f"{path}[{i}]"
-            if i >= len(after):
-                out.append(PathChange(sub, before[i], ABSENT))
-            elif i >= len(before):
-                out.append(PathChange(sub, ABSENT, after[i]))
-            else:
-                _walk(before[i], after[i], sub, out)
+            _walk_keyed(old, new, lambda name: f"{path}[name={name}]", out)
+        else:
+            _walk_keyed(dict(enumerate(before)), dict(enumerate(after)), lambda i: f"{path}[{i}]", out)
         return
     if before == after and isinstance(before, bool) == isinstance(after, bool):
         return  # containers alike but for key order, or 1 against 1.0
     out.append(PathChange(path or "(whole value)", before, after))
+
+
+def _walk_keyed(before: dict[Any, Any], after: dict[Any, Any], at: Callable[[Any], str],
+                out: list[PathChange]) -> None:
+    """Both sides' entries by key (a mapping's keys, a named list's names, a list's indices),
+    the base's order first: removed, added, or walked into."""
+    for key in [*before, *(k for k in after if k not in before)]:
+        if key not in after:
+            out.append(PathChange(at(key), before[key], ABSENT))
+        elif key not in before:
+            out.append(PathChange(at(key), ABSENT, after[key]))
+        else:
+            _walk(before[key], after[key], at(key), out)
 
 
 # --- the diff --------------------------------------------------------------------------------
