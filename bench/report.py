@@ -106,12 +106,15 @@ def policy_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
     return rows, _save(fig, "policy.png", _machine(data))
 
 
-def train_rows(datasets: list[dict[str, Any]]) -> tuple[list[list[str]], str]:
-    rows = []
+def train_rows(datasets: list[dict[str, Any]]) -> tuple[list[list[list[str]]], str]:
+    """Each record's rows (each record has its own machine: a CPU run here, a GPU run on a
+    lent machine) and one plot of them all."""
+    per_record = []
     labels, values = [], []
     for data in datasets:
         # Records from before they said what each run was: DDP on two CPU processes.
         measured = data.get("measured", "the trainer, 2 processes (gloo)")
+        rows = []
         for name, run in data["runs"].items():
             mfu = f", MFU {run['mfu']:.0%}" if run.get("mfu") else ""
             what = run.get("what", name)
@@ -119,12 +122,15 @@ def train_rows(datasets: list[dict[str, Any]]) -> tuple[list[list[str]], str]:
                          "H100 MFU ≥ 40%" if run.get("mfu") and "124M" in name else ""])
             labels.append(f"{name}\n{data['device'][:18]}")
             values.append(run["tokens_per_s"])
+        per_record.append(rows)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.bar(labels, values)
+    ax.set_yscale("log")  # CPU and GPU records differ by orders of magnitude
     ax.set_ylabel("tokens/s")
     ax.set_title("Training throughput")
-    ax.tick_params(axis="x", labelsize=6)
-    return rows, _save(fig, "train.png", "; ".join(_machine(d) for d in datasets))
+    ax.tick_params(axis="x", labelsize=6, labelrotation=15)
+    fig.tight_layout()
+    return per_record, _save(fig, "train.png", "; ".join(_machine(d) for d in datasets))
 
 
 def serve_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
@@ -169,10 +175,11 @@ def table() -> str:
         sections.append((rows, "", _machine(data)))
     if (data := load("policy")) is not None:
         sections.append((*policy_rows(data), _machine(data)))
-    trains = [load(p.stem) for p in sorted(RESULTS.glob("train-*.json"))]
+    trains = [t for t in (load(p.stem) for p in sorted(RESULTS.glob("train-*.json"))) if t]
     if trains:
-        sections.append((*train_rows([t for t in trains if t]),
-                         "; ".join(f"{_machine(t)}, torch {t.get('torch', '?')}" for t in trains if t)))
+        per_record, plot = train_rows(trains)
+        for i, (rows, data) in enumerate(zip(per_record, trains)):
+            sections.append((rows, plot if i == 0 else "", f"{_machine(data)}, torch {data.get('torch', '?')}"))
     if (data := load("serve")) is not None:
         sections.append((*serve_rows(data), _machine(data)))
     if (data := load("serve-server")) is not None:

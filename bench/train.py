@@ -73,7 +73,7 @@ def gpu_model_of(device_name: str) -> str | None:
 
 
 def run_trainer(nproc: int, args: list[str], metrics: Path, expect: int = 0) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": str(REPO),
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}  # what --deterministic needs of cuBLAS
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            "-m", "workloads.train", *args, "--metrics", str(metrics)]

@@ -124,6 +124,21 @@ def test_activation_checkpointing_keeps_gradients_and_recomputes_what_it_should(
     assert none[0]["gelu"] == 0 < selective[0]["gelu"] == full[0]["gelu"] == 3
 
 
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_activation_checkpointing_compiles_to_the_eager_gradients(mode):
+    """torch.compile traces the checkpointed blocks in one graph (the GPU presets compile
+    with selective checkpointing) and gives eager's gradients. The backend is aot_eager:
+    what can fail is Dynamo's tracing of checkpoint and its context_fn, not Inductor's code."""
+    eager, compiled = (GPT(GPTConfig.tiny(n_layer=2)) for _ in range(2))
+    idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    for model, run in ((eager, eager), (compiled, torch.compile(compiled, backend="aot_eager", fullgraph=True))):
+        model.init_weights(seed=1)
+        model.activation_checkpoint = mode
+        run(idx).float().logsumexp(-1).mean().backward()
+    for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, msg=name)
+
+
 def test_a_pipeline_stage_starts_from_the_whole_models_weights():
     whole, last = GPT(GPTConfig.tiny(n_layer=4)), GPT(GPTConfig.tiny(n_layer=4))
     last.keep_stage(2, 4)

@@ -61,6 +61,32 @@ def test_fp16_checkpoint_carries_the_grad_scaler(shards, tmp_path):
     assert "scaler.scale" in keys and "scheduler.last_epoch" in keys and "progress.samples_seen" in keys
 
 
+def test_ddp_fp16_steps_with_the_fused_adamw_a_gpu_gets(shards, monkeypatch):
+    """On a GPU, DDP takes the fused AdamW, and fp16 the gradient scaler; under torchrun
+    (a process group, even of one) the two must step together. The same pairing on this
+    CPU: the trainer's optimizer made fused, in a one-process gloo group."""
+    import torch.distributed as dist
+
+    from workloads.train import train as trainer_module
+    from workloads.train.data import ShardedTokens
+
+    made = trainer_module.make_optimizer
+    monkeypatch.setattr(trainer_module, "make_optimizer", lambda model, args, fused: made(model, args, fused=True))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        args = trainer_module.build_parser().parse_args(
+            ["--data", str(shards), "--model", "tiny", "--precision", "fp16", "--micro-batch", "2", "--max-steps", "3"])
+        trainer = trainer_module.Trainer(args, trainer_module.Runtime(0, 0, 1, torch.device("cpu"), True))
+        assert all(group["fused"] for o in trainer.optimizers for group in o.param_groups)
+        before = [p.detach().clone() for p in trainer.parallel.parameters()]
+        tokens = ShardedTokens(str(shards), trainer.seq_len, seed=1)
+        losses = [trainer.train_step(tokens)[0] for _ in range(3)]
+    finally:
+        dist.destroy_process_group()
+    assert all(math.isfinite(v) for v in losses)
+    assert any(not torch.equal(b, p) for b, p in zip(before, trainer.parallel.parameters()))
+
+
 def test_accumulation_equals_the_larger_batch(shards, tmp_path):
     """4 samples x 2 accumulated micro-batches is one step over the same 8 samples."""
     big = train(shards, tmp_path / "a", "--precision", "fp32", "--micro-batch", "8", "--max-steps", "4")

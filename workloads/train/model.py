@@ -7,6 +7,7 @@ tensor values, and causal attention is `scaled_dot_product_attention(is_causal=T
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 
@@ -174,8 +175,10 @@ class GPT(nn.Module):
 
         if self.activation_checkpoint == "full":
             return checkpoint(block, x, use_reentrant=False)
+        # A functools.partial, not a lambda: torch.compile traces checkpoint's context_fn only
+        # as a partial or a module-level function (a nested one fails to compile).
         return checkpoint(block, x, use_reentrant=False,
-                          context_fn=lambda: create_selective_checkpoint_contexts(_keep_or_recompute))
+                          context_fn=functools.partial(create_selective_checkpoint_contexts, _keep_or_recompute))
 
     def num_params(self, exclude_position_embedding: bool = False) -> int:
         """Parameters, the shared embedding counted once."""

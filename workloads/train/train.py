@@ -275,8 +275,12 @@ class Trainer:
 
     def _grad_scaler(self) -> torch.amp.GradScaler:
         enabled = self.args.precision == "fp16"
-        if self.rt.distributed:
-            # Checks for inf/NaN across ranks, which FSDP's sharded gradients need.
+        whole = self.args.strategy == "ddp" and self.layout.tp == 1 and not self.parallel.pipelined
+        if self.rt.distributed and not whole:
+            # Sharded or staged gradients: each rank sees only its part, so inf/NaN is agreed
+            # over the ranks. DDP's gradients are all-reduced, equal on every rank, and take
+            # the plain scaler: the sharded one's found_inf has shape [1], which the fused
+            # AdamW (used with DDP on a GPU) refuses against its 0-d step counters.
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
             return ShardedGradScaler(self.rt.device.type, enabled=enabled)
