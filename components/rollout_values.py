@@ -121,6 +121,10 @@ def argo_rollouts_values(image: MirrorImage, plugin_image: str) -> dict[str, Any
                                       "sha256": PLUGIN_SHA256}],
         },
         "providerRBAC": {"enabled": True, "providers": {**{p: False for p in providers}, "gatewayAPI": True}},
+        # The chart's pod security context sets only runAsNonRoot; the init container above
+        # sets no seccomp profile, so the pod takes the runtime's default filter here (the
+        # restricted profile argo-rollouts' namespace enforces requires one).
+        "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "dashboard": {"enabled": False},
         "notifications": {"secret": {"create": False}},
     }

@@ -428,10 +428,9 @@ def check_registry_allowed(descriptor: CustomerClusterDescriptor, where: str) ->
     refuse every image from another, after the fact."""
     allowed = list((policy_config(descriptor.environment).get(REGISTRY_RULE) or {}).get("allowedRegistries") or [])
     host = descriptor.registry.host
-    for pattern in allowed:
-        host_pattern = pattern.partition("/")[0].lower()
-        if re.fullmatch(re.escape(host_pattern).replace(r"\*", r"[^./]+"), host):
-            return
+    # As the pack reads it: a host named exactly, never a wildcard.
+    if any(pattern.partition("/")[0].lower() == host and not any(c in pattern for c in "*?[") for pattern in allowed):
+        return
     raise ConfigError(f"{where}: `registry.host`: {host} is not in the registry allow-list of "
                       f"policies/config/{descriptor.environment}.json ({REGISTRY_RULE}: "
                       f"{', '.join(allowed) or 'none'}); mirror into an allowed registry, or have the allow-list "

@@ -54,6 +54,10 @@ CONTROLLER = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": 
 # The most a container needs that talks to a device or the kubelet socket: no privilege
 # escalation, no Linux capabilities.
 NO_CAPABILITIES = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# The runtime's default seccomp filter, for charts that leave the pod unconfined: the
+# restricted Pod Security profile requires it, and the namespaces that enforce restricted
+# refuse pods without it.
+RUNTIME_DEFAULT_SECCOMP = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 @dataclass(frozen=True)
@@ -192,9 +196,10 @@ def nvidia_device_plugin_values(ctx: AddonContext) -> dict[str, Any]:
         "gfd": {"enabled": True},
         "nfd": {
             "image": {"repository": nfd.full_repository, "tag": nfd.tag, "pullPolicy": "IfNotPresent"},
-            "master": {"resources": MEDIUM},
-            "gc": {"resources": SMALL},
-            "worker": {"tolerations": [GPU_TOLERATION], "affinity": affinity, "resources": SMALL},
+            "master": {"resources": MEDIUM, "podSecurityContext": RUNTIME_DEFAULT_SECCOMP},
+            "gc": {"resources": SMALL, "podSecurityContext": RUNTIME_DEFAULT_SECCOMP},
+            "worker": {"tolerations": [GPU_TOLERATION], "affinity": affinity, "resources": SMALL,
+                       "podSecurityContext": RUNTIME_DEFAULT_SECCOMP},
         },
     }
 
@@ -236,9 +241,9 @@ def gpu_operator_values(ctx: AddonContext) -> dict[str, Any]:
         "nfd": {"enabled": True},
         "node-feature-discovery": {
             "image": {"repository": nfd.full_repository, "tag": nfd.tag},
-            "worker": {"tolerations": [GPU_TOLERATION], "resources": SMALL},
-            "master": {"resources": MEDIUM},
-            "gc": {"resources": SMALL},
+            "worker": {"tolerations": [GPU_TOLERATION], "resources": SMALL, "podSecurityContext": RUNTIME_DEFAULT_SECCOMP},
+            "master": {"resources": MEDIUM, "podSecurityContext": RUNTIME_DEFAULT_SECCOMP},
+            "gc": {"resources": SMALL, "podSecurityContext": RUNTIME_DEFAULT_SECCOMP},
         },
         # Components this platform does not use stay off, so no unmirrored image is pulled.
         **{name: {"enabled": False} for name in (
@@ -424,6 +429,12 @@ def kube_prometheus_stack_values(ctx: AddonContext) -> dict[str, Any]:
             "image": {**_split_image(ctx.image("node-exporter"), "digest", prefixed=True), "distroless": False},
             "tolerations": [GPU_TOLERATION, EFA_TOLERATION],
             "resources": SMALL,
+            # The chart's pod runs as 65534 and reads the host read-only; it needs no
+            # privilege escalation, no capability and no syscall outside the runtime's
+            # default filter. Only the host namespaces and mounts stay (policies/config).
+            "securityContext": {"fsGroup": 65534, "runAsGroup": 65534, "runAsNonRoot": True, "runAsUser": 65534,
+                                **RUNTIME_DEFAULT_SECCOMP},
+            "containerSecurityContext": {"readOnlyRootFilesystem": True, **NO_CAPABILITIES},
             # On a customer's cluster nothing listens on the nodes' own addresses (the pack's
             # nothing-exposed-outside-the-cluster): off the host network, every node metric but
             # those of the host's network interfaces still comes through the read-only host

@@ -33,9 +33,7 @@ from .kubernetes import (
     k8s_charts_from_allowed_registries,
     k8s_images_from_allowed_registries,
     k8s_images_pinned,
-    k8s_no_added_capabilities,
-    k8s_no_privileged_or_host_namespaces,
-    k8s_workloads_run_as_non_root,
+    k8s_pod_security_standards,
     feature_server_in_cluster,
 )
 from .replication import dynamodb_single_region_tables, kms_keys_single_region, no_cross_region_replication
@@ -92,9 +90,7 @@ KUBERNETES = [
     k8s_images_pinned,
     k8s_containers_have_limits,
     k8s_gpu_pods_use_limits_and_tolerate_taint,
-    k8s_no_privileged_or_host_namespaces,
-    k8s_workloads_run_as_non_root,
-    k8s_no_added_capabilities,
+    k8s_pod_security_standards,
 ]
 TAGS = [storage_and_compute_tagged]
 # A stack on a customer's own in-country cluster (deployment: customer-cluster in its policy

@@ -8,8 +8,10 @@ from typing import Any
 
 from pulumi_policy import ReportViolation, ResourceValidationArgs
 
-from .common import DEFAULT_ALLOWED_REGIONS, UNKNOWN, Settings, flag, get, is_kubernetes, items, resource_rule
+from .common import UNKNOWN, Settings, get, is_kubernetes, items, resource_rule
 from .controls import cis_eks, iso
+from .pod_security import CONTROLS, Finding
+from .pod_security import findings as pod_findings
 from .workloads import (
     HELM_CHART,
     HELM_RELEASE,
@@ -19,11 +21,14 @@ from .workloads import (
     helm_images,
     helm_root_requests,
     operator_images,
+    operator_parts,
     parse_image,
     pin_problem,
     pod_images,
     pod_specs,
+    pod_templates,
     registry_allowed,
+    wildcard,
     workload,
 )
 
@@ -76,23 +81,34 @@ def _label(args: ResourceValidationArgs) -> str:
 REGISTRY_SCHEMA = {
     "allowedRegistries": {
         "type": "array",
-        "items": {"type": "string", "minLength": 1},
-        "default": [f"*.dkr.ecr.{region}.amazonaws.com" for region in DEFAULT_ALLOWED_REGIONS],
-        "description": "Registries images may come from: a host, optionally with a repository prefix; `*` stands for "
-        "one DNS label (the account id in an ECR host). Default: the in-region ECR.",
+        "items": {"type": "string", "minLength": 1, "pattern": r"^[^*?\[]+$"},
+        "default": [],
+        "description": "Registries images and charts may come from, each a host, optionally with a repository prefix: "
+        "the environment's own account's ECR in its region (<account>.dkr.ecr.<region>.amazonaws.com), the region's "
+        "EKS add-on registry only with the prefix of what EKS publishes, or a customer's registry project. Never a "
+        "wildcard: an entry with one allows nothing. Default: none (the stack's config names its account).",
     },
 }
+
+
+def _allowed_registries(settings: Settings) -> tuple[list[str], str]:
+    """The allow-list, and a note on entries it ignores (wildcards)."""
+    allowed = [str(p) for p in settings["allowedRegistries"] or []]
+    ignored = [p for p in allowed if wildcard(p)]
+    note = (f" (ignored: {', '.join(ignored)}; a registry is named by its account, never a wildcard)"
+            if ignored else "")
+    return [p for p in allowed if not wildcard(p)], note
 
 
 def _check_registries(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
     images = _images(args)
     if not images:
         args.not_applicable("names no container image")
-    allowed = list(settings["allowedRegistries"])
+    allowed, note = _allowed_registries(settings)
     for path, image in images:
         if not registry_allowed(image, allowed):
             report(f"{_label(args)}: {path} pulls {image.raw} from {image.host}, which is not an allowed registry "
-                   f"{allowed}")
+                   f"{allowed}{note}")
 
 
 k8s_images_from_allowed_registries = resource_rule(
@@ -113,22 +129,23 @@ k8s_images_from_allowed_registries = resource_rule(
 def _check_chart_sources(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
     if args.resource_type not in HELM_TYPES:
         args.not_applicable("not a Helm chart or release")
-    allowed = list(settings["allowedRegistries"])
+    allowed, note = _allowed_registries(settings)
     chart = get(args.props, "chart")
     repository = get(args.props, "repositoryOpts", "repo")
     if chart is UNKNOWN or repository is UNKNOWN:
         return
     if isinstance(repository, str) and repository:
         report(f"{_label(args)}: chart {chart} is fetched from the chart repository {repository}; install it from "
-               f"the stack's OCI mirror in an allowed registry ({allowed})")
+               f"the stack's OCI mirror in an allowed registry ({allowed}){note}")
         return
     if not isinstance(chart, str) or not chart.startswith("oci://"):
         report(f"{_label(args)}: chart {chart!r} names no registry; install it from the stack's OCI mirror "
-               f"(oci://<registry>/...; allowed: {allowed})")
+               f"(oci://<registry>/...; allowed: {allowed}){note}")
         return
     source = parse_image(chart.removeprefix("oci://"), tag_required=False)
     if not registry_allowed(source, allowed):
-        report(f"{_label(args)}: chart {chart} comes from {source.host}, which is not an allowed registry {allowed}")
+        report(f"{_label(args)}: chart {chart} comes from {source.host}, which is not an allowed registry "
+               f"{allowed}{note}")
 
 
 k8s_charts_from_allowed_registries = resource_rule(
@@ -316,13 +333,13 @@ k8s_gpu_pods_use_limits_and_tolerate_taint = resource_rule(
 )
 
 
-# --- Privilege and host namespaces ------------------------------------------------------
+# --- Pod Security Standards ------------------------------------------------------------
 
 ALLOW_LIST_PROPERTY = {
     "type": "array",
     "default": [],
-    "description": "System workloads (e.g. device-plugin and node-agent daemon sets) this rule does not judge, "
-    "each with the reason a reviewer accepted. kind is the object's kind, or Release for a Helm release.",
+    "description": "Workloads a rule does not judge, each with the reason a reviewer accepted. kind is the object's "
+    "kind, or Release for a Helm release.",
     "items": {
         "type": "object",
         "properties": {
@@ -335,156 +352,115 @@ ALLOW_LIST_PROPERTY = {
         "additionalProperties": False,
     },
 }
-HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 
-
-def _allow_listed(args: ResourceValidationArgs, entries: Any) -> None:
-    this = workload(args.resource_type, args.props, args.name)
-    for entry in entries or []:
-        if isinstance(entry, Mapping) and this.matches(entry):
-            args.not_applicable(f"allow-listed system workload {this}: {entry.get('reason')}")
-
-
-def _check_privileged(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
-    _chart_objects_judged(args)
-    if args.resource_type in HELM_TYPES:
-        flags = helm_flags(get(args.props, "values"), frozenset({"privileged", *HOST_NAMESPACES}))
-        if not isinstance(get(args.props, "values"), Mapping):
-            args.not_applicable("Helm release without values")
-        _allow_listed(args, settings["allowedSystemWorkloads"])
-        for path in flags:
-            report(f"{_label(args)}: {path} is true")
-        return
-    specs = pod_specs(args.props)
-    if not specs:
-        args.not_applicable("no pod spec")
-    _allow_listed(args, settings["allowedSystemWorkloads"])
-    for spec_path, spec in specs:
-        for field in HOST_NAMESPACES:
-            if flag(get(spec, field)) is True:
-                report(f"{_label(args)}: {spec_path}.{field} is true; the pod shares the node's namespace")
-        for path, container in containers(spec):
-            if flag(get(container, "securityContext", "privileged")) is True:
-                report(f"{_label(args)}: {spec_path}.{path} ({get(container, 'name')}) is privileged")
-
-
-k8s_no_privileged_or_host_namespaces = resource_rule(
-    name="k8s-no-privileged-or-host-namespaces",
-    description="No privileged containers and no host network, PID or IPC namespaces, except the system workloads "
-    "allow-listed (with reasons) in the stack's policy config.",
-    applies=kubernetes_object,
-    check=_check_privileged,
-    config={"allowedSystemWorkloads": ALLOW_LIST_PROPERTY},
-    framework=cis_eks("4.2.1", "Minimize the admission of privileged containers (and 4.2.2-4.2.4: host PID, IPC "
-                      "and network namespaces)"),
-    remediation="Drop privileged/hostNetwork/hostPID/hostIPC; if a node daemon truly needs them, add it to "
-    "allowedSystemWorkloads in policies/config/<env>.json with the reason.",
-    tags=["kubernetes"],
-)
-
-
-# --- Non-root ---------------------------------------------------------------------------
-
-
-def _check_non_root(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
-    _chart_objects_judged(args)
-    if args.resource_type in HELM_TYPES:
-        # The chart renders the pods; what the values ask for explicitly is judged here.
-        values = get(args.props, "values")
-        if not isinstance(values, Mapping):
-            args.not_applicable("Helm release without values")
-        _allow_listed(args, settings["exemptSystemWorkloads"])
-        for path in helm_root_requests(values):
-            report(f"{_label(args)}: {path} asks to run as root")
-        return
-    specs = _pod_specs_or_skip(args)
-    _allow_listed(args, settings["exemptSystemWorkloads"])
-    for spec_path, spec in specs:
-        pod_level = flag(get(spec, "securityContext", "runAsNonRoot"))
-        pod_user = get(spec, "securityContext", "runAsUser")
-        for path, container in containers(spec):
-            where = f"{_label(args)}: {spec_path}.{path} ({get(container, 'name')})"
-            own = flag(get(container, "securityContext", "runAsNonRoot"))
-            effective = own if own is not None else pod_level
-            if effective is not True and effective is not UNKNOWN:
-                report(f"{where} may run as root: set securityContext.runAsNonRoot=true on the pod or container")
-                continue
-            user = get(container, "securityContext", "runAsUser")
-            user = pod_user if user is None else user
-            if user is not UNKNOWN and user is not None and str(user).split(".")[0] == "0":
-                report(f"{where} sets runAsUser 0 (root)")
-
-
-k8s_workloads_run_as_non_root = resource_rule(
-    name="k8s-workloads-run-as-non-root",
-    description="Workload pods set runAsNonRoot (and never runAsUser 0), and Helm values never ask for root; "
-    "allow-listed system workloads excepted.",
-    applies=kubernetes_object,
-    check=_check_non_root,
-    config={"exemptSystemWorkloads": ALLOW_LIST_PROPERTY},
-    framework=cis_eks("4.2", "Pod Security Standards: the restricted profile requires runAsNonRoot"),
-    remediation="Build images with a non-root USER and set securityContext.runAsNonRoot=true (and a non-zero "
-    "runAsUser) in the pod template.",
-    tags=["kubernetes"],
-)
-
-
-# --- Added capabilities ------------------------------------------------------------------
-
-CAPABILITIES_SCHEMA = {
-    "allowedCapabilities": {
-        "type": "array",
-        "default": [],
-        "description": "Workloads that may add Linux capabilities, each with the capabilities it may add and the "
-        "reason a reviewer accepted.",
-        "items": {
-            "type": "object",
-            "properties": {
-                "kind": {"type": "string", "minLength": 1},
-                "namespace": {"type": "string", "minLength": 1},
-                "name": {"type": "string", "minLength": 1},
-                "capabilities": {"type": "array", "items": {"type": "string", "minLength": 1}},
-                "reason": {"type": "string", "minLength": 1},
-            },
-            "required": ["kind", "namespace", "name", "capabilities", "reason"],
-            "additionalProperties": False,
+SYSTEM_WORKLOADS_PROPERTY = {
+    "type": "array",
+    "default": [],
+    "description": "Platform components that need more than the restricted profile (node agents, device plugins, CSI "
+    "drivers, operators): each names the object (kind, namespace, name; kind Release for a helm.v3 Release's values), "
+    "every image repository it runs (optionally @sha256:<digest>), the controls it may break and why. An object that "
+    "matches the name but runs an image the entry does not name is judged in full.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "minLength": 1},
+            "namespace": {"type": "string", "minLength": 1},
+            "name": {"type": "string", "minLength": 1},
+            "images": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+            "controls": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": sorted(CONTROLS)}},
+            "reason": {"type": "string", "minLength": 1},
         },
+        "required": ["kind", "namespace", "name", "images", "controls", "reason"],
+        "additionalProperties": False,
     },
 }
 
+# What Helm values and operators' custom resources may ask for, as the control each breaks.
+VALUE_FLAGS = {"privileged": "privileged", "hostNetwork": "hostNamespaces", "hostPID": "hostNamespaces",
+               "hostIPC": "hostNamespaces", "allowPrivilegeEscalation": "allowPrivilegeEscalation"}
 
-def _capability(name: Any) -> str:
-    return str(name).upper().removeprefix("CAP_")
+
+def _repository(image: ImageRef) -> str:
+    return f"{image.host}/{image.path}"
 
 
-def _check_capabilities(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
-    _chart_objects_judged(args)
-    specs = _pod_specs_or_skip(args)
+def _unnamed_images(entry: Mapping[str, Any], images: list[tuple[str, ImageRef]]) -> list[str]:
+    """The images of an object that an exemption entry does not name (repository, and digest
+    where the entry pins one)."""
+    named = [parse_image(str(i), tag_required=False) for i in entry.get("images") or []]
+    out = []
+    for path, image in images:
+        if not any(_repository(image) == _repository(n) and (n.digest is None or n.digest == image.digest)
+                   for n in named):
+            out.append(f"{path} {image.raw}")
+    return out
+
+
+def _exemption(args: ResourceValidationArgs, settings: Settings, images: list[tuple[str, ImageRef]],
+               report: ReportViolation) -> frozenset[str]:
+    """The controls an exemption waives for this object (none if it runs an image the
+    matching entry does not name)."""
     this = workload(args.resource_type, args.props, args.name)
-    allowed: set[str] = set()
-    for entry in settings["allowedCapabilities"] or []:
-        if isinstance(entry, Mapping) and this.matches(entry):
-            allowed |= {_capability(c) for c in entry.get("capabilities") or []}
-    for spec_path, spec in specs:
-        for path, container in containers(spec):
-            added = get(container, "securityContext", "capabilities", "add")
-            for cap in items(added):
-                if cap is UNKNOWN or _capability(cap) in allowed:
-                    continue
-                report(f"{_label(args)}: {spec_path}.{path} ({get(container, 'name')}) adds capability {cap}")
+    for entry in settings["systemWorkloads"] or []:
+        if not (isinstance(entry, Mapping) and this.matches(entry)):
+            continue
+        unnamed = _unnamed_images(entry, images)
+        if unnamed:
+            report(f"{this}: matches the pod-security exemption for {entry.get('kind')} {entry.get('namespace')}/"
+                   f"{entry.get('name')} by name, but runs images it does not name ({'; '.join(unnamed)}): the "
+                   "exemption does not apply")
+            return frozenset()
+        return frozenset(str(c) for c in entry.get("controls") or [])
+    return frozenset()
 
 
-k8s_no_added_capabilities = resource_rule(
-    name="k8s-no-added-capabilities",
-    description="Containers add no Linux capabilities beyond those allow-listed, per workload and with reasons, in "
-    "the stack's policy config.",
+def _value_findings(values: Any, path: str) -> list[Finding]:
+    """What Helm values (or an operator's custom resource) ask of the pods they make."""
+    found = [Finding(VALUE_FLAGS[where.rsplit(".", 1)[-1]], where, "is true")
+             for where in helm_flags(values, frozenset(VALUE_FLAGS), path)]
+    found += [Finding("runAsNonRoot" if where.endswith("runAsNonRoot") else "runAsUser", where, "asks to run as root")
+              for where in helm_root_requests(values, path)]
+    return found
+
+
+def _check_pod_security(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    _chart_objects_judged(args)
+    if args.resource_type in HELM_TYPES:
+        values = get(args.props, "values")
+        if not isinstance(values, Mapping):
+            args.not_applicable("Helm release without values")
+        found = [("", f) for f in _value_findings(values, "values")]
+    else:
+        templates = pod_templates(args.props)
+        if templates:
+            found = [(t.path, f) for t in templates for f in pod_findings(t)]
+        else:
+            parts = operator_parts(args.resource_type, args.props)
+            if not parts:
+                args.not_applicable("no pod template")
+            found = [("", f) for path, part in parts for f in _value_findings(part, path)]
+    waived = _exemption(args, settings, _images(args), report)
+    for path, finding in found:
+        if finding.control not in waived:
+            report(f"{_label(args)}: {finding.describe(path)}")
+
+
+k8s_pod_security_standards = resource_rule(
+    name="k8s-pod-security-standards",
+    description="Every pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, JobSet, "
+    "Rollout and any object holding a pod spec, init and ephemeral containers included, in every namespace) meets "
+    "every control of the Kubernetes 1.34 restricted Pod Security profile; Helm values and operators' custom "
+    "resources ask for nothing it forbids. Platform components that need more are exempted per object, image and "
+    "control, with the reason.",
     applies=kubernetes_object,
-    check=_check_capabilities,
-    config=CAPABILITIES_SCHEMA,
-    framework=cis_eks("4.2.8", "Minimize the admission of containers with added capabilities"),
-    remediation="Drop the capability (and set capabilities.drop: [ALL]); for a chart, set the whole capabilities map "
-    "in its values (Helm merges maps: `add: null` removes a chart's list). If a node daemon truly needs one, add it "
-    "to allowedCapabilities in policies/config/<env>.json with the reason.",
+    check=_check_pod_security,
+    config={"systemWorkloads": SYSTEM_WORKLOADS_PROPERTY},
+    framework=cis_eks("4.2.1-4.2.9", "Pod Security Standards: privileged containers, host PID/IPC/network, "
+                      "privilege escalation, root, NET_RAW and added capabilities (the restricted profile, whole)"),
+    remediation="Set on the pod: securityContext {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}; on "
+    "every container: securityContext {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}; no host "
+    "namespaces, host ports, hostPath or other non-restricted volumes. A node agent that truly needs more goes in "
+    "systemWorkloads of policies/config/<env>.json with its images, the controls it breaks and why.",
     tags=["kubernetes"],
 )
 

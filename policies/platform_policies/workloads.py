@@ -57,24 +57,41 @@ def workload(resource_type: str, props: Any, resource_name: str) -> Workload:
     )
 
 
-def pod_specs(props: Any) -> list[tuple[str, Any]]:
-    """(path, pod spec) for every pod spec in an object, however deep its template."""
-    found: list[tuple[str, Any]] = []
+@dataclass(frozen=True)
+class PodTemplate:
+    path: str  # where the pod spec sits in the object, e.g. spec.template.spec
+    spec: Any
+    annotations: Any  # the template's (or Pod's) metadata.annotations
 
-    def walk(value: Any, path: str) -> None:
+
+def pod_templates(props: Any) -> list[PodTemplate]:
+    """Every pod spec in an object, however deep (a mapping with a `containers` list), with its
+    template's annotations (a Pod's own, or the `metadata` beside the spec)."""
+    found: list[PodTemplate] = []
+
+    def walk(value: Any, path: str, annotations: Any) -> None:
         if isinstance(value, Mapping):
-            if isinstance(get(value, "containers"), (list, tuple)) or _is_list(get(value, "containers")):
-                found.append((path, value))
+            if _is_list(get(value, "containers")):
+                found.append(PodTemplate(path, value, annotations))
                 return
+            own = get(value, "metadata", "annotations") if isinstance(get(value, "spec"), Mapping) else None
             for key in value:
-                walk(get(value, key), f"{path}.{key}")
+                if key != "metadata":
+                    walk(get(value, key), f"{path}.{key}" if path else str(key), own if key == "spec" else None)
         elif _is_list(value):
             for i, element in enumerate(items(value)):
-                walk(element, f"{path}[{i}]")
+                walk(element, f"{path}[{i}]", None)
 
-    for root in ("spec", "template"):
-        walk(get(props, root), root)
+    if isinstance(props, Mapping):
+        top = get(props, "metadata", "annotations")
+        for root in ("spec", "template"):
+            walk(get(props, root), root, top if root == "spec" else None)
     return found
+
+
+def pod_specs(props: Any) -> list[tuple[str, Any]]:
+    """(path, pod spec) for every pod spec in an object, however deep its template."""
+    return [(t.path, t.spec) for t in pod_templates(props)]
 
 
 def _is_list(value: Any) -> bool:
@@ -246,12 +263,12 @@ def helm_root_requests(values: Any, path: str = "values") -> list[str]:
 
 
 def registry_allowed(image: ImageRef, patterns: list[str]) -> bool:
-    """`pattern` is a registry host, optionally with a repository prefix; `*` stands
-    for one DNS label (an account id in `*.dkr.ecr.me-central-1.amazonaws.com`)."""
+    """`pattern` is a registry host, optionally with a repository prefix: an ECR registry is
+    named by its account (`111122223333.dkr.ecr.me-central-1.amazonaws.com`). A pattern with a
+    wildcard allows nothing: `*.dkr.ecr...` would let any account's registry in."""
     for pattern in patterns:
-        host_pattern, _, prefix = pattern.partition("/")
-        host_re = re.escape(host_pattern.lower()).replace(r"\*", r"[^./]+")
-        if not re.fullmatch(host_re, image.host):
+        host, _, prefix = pattern.partition("/")
+        if wildcard(pattern) or host.lower() != image.host:
             continue
         prefix = prefix.strip("/")
         if not prefix or image.path == prefix or image.path.startswith(prefix + "/"):
@@ -259,13 +276,20 @@ def registry_allowed(image: ImageRef, patterns: list[str]) -> bool:
     return False
 
 
+def wildcard(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
 VERSION_TAG = re.compile(r".*[0-9].*")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def pin_problem(image: ImageRef) -> str | None:
     """Why a reference does not pin what runs, or None. Only a digest does: a tag, even a
     version tag, can be pushed again upstream, and the kubelet pulls what it names then."""
     if image.digest:
+        if not DIGEST.fullmatch(image.digest):
+            return f"names a malformed digest {image.digest!r} (a digest is sha256: and 64 lower-case hex characters)"
         return None
     if image.tag is None:
         return "has no tag, so it means :latest" if image.tag_required else \

@@ -12,6 +12,8 @@ from typing import Any
 
 KEY_ARN = "arn:aws:kms:me-central-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 ECR = "111122223333.dkr.ecr.me-central-1.amazonaws.com"
+# The registry rules' setting in an AWS environment's policy config: its own account's ECR.
+ACCOUNT_REGISTRY = {"allowedRegistries": [ECR]}
 TAGS = {"data-classification": "restricted", "owner": "ml-platform"}
 
 
@@ -31,8 +33,12 @@ class Case:
         return f"{self.rule}:{'fail' if self.fails else 'pass'}:{self.name}"
 
 
+# The restricted Pod Security profile's pod-level settings: non-root, the runtime's seccomp filter.
+RESTRICTED_POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def _pod(container: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {"containers": [container], **spec}
+    return {"containers": [container], "securityContext": RESTRICTED_POD_SECURITY, **spec}
 
 
 def deployment(pod_spec: dict[str, Any], name: str = "app", namespace: str = "team-a") -> dict[str, Any]:
@@ -49,9 +55,12 @@ GOOD_CONTAINER = {
     "name": "app",
     "image": f"{ECR}/mlplat/serve:1.4.2@sha256:{'e' * 64}",
     "resources": {"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}},
-    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]}},
 }
-GOOD_POD = _pod(GOOD_CONTAINER, securityContext={"runAsNonRoot": True})
+# The restricted Pod Security profile, whole: non-root, the runtime's seccomp filter, no
+# escalation, every capability dropped.
+GOOD_POD = _pod(GOOD_CONTAINER)
 GPU_CONTAINER = {**GOOD_CONTAINER, "resources": {"limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 8}}}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -185,16 +194,23 @@ RESOURCE_CASES: list[Case] = [
     Case("secrets-encrypted-with-cmk", "aws:secretsmanager/secret:Secret", {"kmsKeyId": "alias/aws/secretsmanager"},
          True),
     # --- Kubernetes
-    Case("k8s-images-from-allowed-registries", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-images-from-allowed-registries", DEPLOYMENT, deployment(GOOD_POD), False, provider=None,
+         config=ACCOUNT_REGISTRY),
     Case("k8s-images-from-allowed-registries", DEPLOYMENT,
-         deployment(_pod({**GOOD_CONTAINER, "image": "docker.io/library/nginx:1.27"})), True, provider=None),
+         deployment(_pod({**GOOD_CONTAINER, "image": "docker.io/library/nginx:1.27"})), True, provider=None,
+         config=ACCOUNT_REGISTRY),
+    Case("k8s-images-from-allowed-registries", DEPLOYMENT,
+         deployment(_pod({**GOOD_CONTAINER, "image": f"999999999999.dkr.ecr.me-central-1.amazonaws.com/mlplat/serve"
+                                                     f"@sha256:{'e' * 64}"})), True, provider=None,
+         config=ACCOUNT_REGISTRY, name="another-account"),
     Case("k8s-images-pinned", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
     Case("k8s-images-pinned", DEPLOYMENT,
          deployment(_pod({**GOOD_CONTAINER, "image": f"{ECR}/mlplat/serve:latest"})), True, provider=None),
     Case("k8s-images-pinned", DEPLOYMENT,
          deployment(_pod({**GOOD_CONTAINER, "image": f"{ECR}/mlplat/serve:1.4.2"})), True, provider=None),
     Case("k8s-charts-from-allowed-registries", HELM_CHART,
-         {"chart": f"oci://{ECR}/mlplat/prod/charts/kueue", "version": "0.18.2"}, False, provider=None),
+         {"chart": f"oci://{ECR}/mlplat/prod/charts/kueue", "version": "0.18.2"}, False, provider=None,
+         config=ACCOUNT_REGISTRY),
     Case("k8s-charts-from-allowed-registries", HELM_CHART,
          {"chart": "oci://registry.k8s.io/kueue/charts/kueue", "version": "0.18.2"}, True, provider=None),
     Case("k8s-charts-from-allowed-registries", HELM_CHART,
@@ -207,16 +223,8 @@ RESOURCE_CASES: list[Case] = [
          deployment(_pod(GPU_CONTAINER, tolerations=[GPU_TOLERATION])), False, provider=None),
     Case("k8s-gpu-pods-use-limits-and-tolerate-taint", DEPLOYMENT, deployment(_pod(GPU_CONTAINER)), True,
          provider=None),
-    Case("k8s-no-privileged-or-host-namespaces", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
-    Case("k8s-no-privileged-or-host-namespaces", DEPLOYMENT, deployment({**GOOD_POD, "hostNetwork": True}), True,
-         provider=None),
-    Case("k8s-workloads-run-as-non-root", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
-    Case("k8s-workloads-run-as-non-root", DEPLOYMENT,
-         deployment(_pod({**GOOD_CONTAINER, "securityContext": {}})), True, provider=None),
-    Case("k8s-no-added-capabilities", DEPLOYMENT, deployment(_pod({**GOOD_CONTAINER, "securityContext": {
-        **GOOD_CONTAINER["securityContext"], "capabilities": {"drop": ["ALL"]}}})), False, provider=None),
-    Case("k8s-no-added-capabilities", DAEMONSET, deployment(_pod({**GOOD_CONTAINER, "securityContext": {
-        **GOOD_CONTAINER["securityContext"], "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}}})), True,
+    Case("k8s-pod-security-standards", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-pod-security-standards", DEPLOYMENT, deployment({**GOOD_POD, "hostNetwork": True}), True,
          provider=None),
     # --- the feature server stays in the cluster
     Case("feature-server-in-cluster", "kubernetes:core/v1:Service", {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -15,17 +16,20 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "policies" / "config"
 POLICIES = {p.name: p for p in ALL_POLICIES}
 # What the stacks' config files relax, each entry with a written reason; every other setting
 # they give restates a default or is stricter than it.
-RELAXED = {"k8s-no-privileged-or-host-namespaces", "k8s-workloads-run-as-non-root", "k8s-no-added-capabilities",
+RELAXED = {"k8s-pod-security-standards",
            "k8s-images-pinned", "nothing-exposed-outside-the-cluster"}
 CUSTOMER_RULES = {p.name for p in CUSTOMER_CLUSTER}
 STRICTER = {("load-balancer-listeners-tls", "requireTls13Policy"): True,
             # turns a customer-cluster rule on (off, `aws`, by default)
             **{(name, "deployment"): "customer-cluster" for name in CUSTOMER_RULES}}
-# What a customer-cluster stack's config names of the customer's own infrastructure, in place
-# of the defaults (the in-region ECR, no object store): checked in test_customer_cluster_config.
+# What a stack's config names of its own infrastructure, in place of the defaults (no registry,
+# no object store): the registries of its account (test_registries_are_the_accounts_own) or, on
+# a customer's cluster, the customer's registry project and object store
+# (test_customer_cluster_config).
 SITE_SPECIFIC = {("k8s-images-from-allowed-registries", "allowedRegistries"),
                  ("k8s-charts-from-allowed-registries", "allowedRegistries"),
                  ("object-store-endpoints-allowed", "allowedEndpoints")}
+ACCOUNT_ECR = re.compile(r"[0-9]{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com")
 
 
 def _customer_cluster(config: dict) -> bool:
@@ -42,12 +46,27 @@ def test_stack_config_matches_the_rules_schemas(path):
         settings = {k: v for k, v in entry.items() if k != "enforcementLevel"}
         jsonschema.validate(settings, {"type": "object", "properties": properties, "additionalProperties": False})
         for key, value in settings.items():
-            if customer and (name, key) in SITE_SPECIFIC:
+            if (name, key) in SITE_SPECIFIC:
                 continue
             if name in RELAXED and isinstance(value, list):
                 assert all(item["reason"].strip() for item in value)
             elif STRICTER.get((name, key)) != value:
                 assert value == properties[key]["default"], f"{path.name}: {name}.{key} relaxes the default"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_registries_are_the_accounts_own(path):
+    """An AWS environment allows images and charts from exactly its account's ECR in an
+    allowed region, named by account: never a wildcard, never another region's."""
+    config = json.loads(path.read_text())
+    if _customer_cluster(config):
+        return
+    regions = set(config["aws-resources-in-allowed-regions"]["allowedRegions"])
+    images = config["k8s-images-from-allowed-registries"]["allowedRegistries"]
+    assert images == config["k8s-charts-from-allowed-registries"]["allowedRegistries"]
+    for registry in images:
+        match = ACCOUNT_ECR.fullmatch(registry.partition("/")[0])
+        assert match and match["region"] in regions, registry
 
 
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.json")), ids=lambda p: p.stem)

@@ -36,11 +36,35 @@ def test_image_references():
     assert parse_image("ghcr.io/a/b@sha256:abc").digest == "sha256:abc"
     assert pin_problem(parse_image("nginx")) == "has no tag, so it means :latest"
     assert pin_problem(parse_image("nginx:stable")) == "uses the tag :stable, which names no version"
-    assert pin_problem(parse_image("nginx@sha256:abc")) is None
-    allowed = ["*.dkr.ecr.me-central-1.amazonaws.com"]
+    assert pin_problem(parse_image(f"nginx@sha256:{'a' * 64}")) is None
+    allowed = [ECR]
     assert registry_allowed(parse_image(f"{ECR}/x:1"), allowed)
     assert not registry_allowed(parse_image("602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/x:1"), allowed)
     assert not registry_allowed(parse_image(f"evil.{ECR}/x:1"), allowed)
+    assert not registry_allowed(parse_image(f"{ECR}.evil.io/x:1"), allowed)
+
+
+def test_a_registry_is_named_by_its_account_never_a_wildcard():
+    """The red team's image from another account's ECR in the same region."""
+    foreign = parse_image(f"999999999999.dkr.ecr.me-central-1.amazonaws.com/mlplat/prod/serve@sha256:{'e' * 64}")
+    assert not registry_allowed(foreign, [ECR])
+    assert not registry_allowed(foreign, ["*.dkr.ecr.me-central-1.amazonaws.com"])
+    assert not registry_allowed(parse_image(f"{ECR}/x:1"), ["*.dkr.ecr.me-central-1.amazonaws.com"])
+    pod = deployment({**GOOD_POD, "containers": [{**GOOD_CONTAINER, "image": foreign.raw}]})
+    [message] = check(k8s.k8s_images_from_allowed_registries, DEPLOYMENT, pod,
+                      config={"allowedRegistries": [ECR, "*.dkr.ecr.me-central-1.amazonaws.com"]})
+    assert "999999999999" in message and "never a wildcard" in message
+    # With no config, nothing is allowed: the stack's config names its account.
+    assert check(k8s.k8s_images_from_allowed_registries, DEPLOYMENT, deployment(GOOD_POD))
+    assert check(k8s.k8s_images_from_allowed_registries, DEPLOYMENT, deployment(GOOD_POD),
+                 config={"allowedRegistries": [ECR]}) == []
+
+
+def test_a_digest_is_sha256_and_64_hex_characters():
+    for bad in ("sha256:123456", f"sha256:{'g' * 64}", f"sha256:{'A' * 64}", f"sha512:{'a' * 128}",
+                f"sha256:{'a' * 65}"):
+        assert "malformed digest" in pin_problem(parse_image(f"{ECR}/x:1@{bad}")), bad
+    assert pin_problem(parse_image(f"{ECR}/x:1@sha256:{'0123456789abcdef' * 4}")) is None
     assert registry_allowed(parse_image(f"{ECR}/mlplat/x:1"), [f"{ECR}/mlplat"])
     assert not registry_allowed(parse_image(f"{ECR}/mlplatform/x:1"), [f"{ECR}/mlplat"])
 
@@ -68,10 +92,9 @@ def test_helm_value_shapes():
 def test_helm_release_images():
     release = {"chart": "nvidia-device-plugin", "name": "nvidia-device-plugin", "namespace": "kube-system",
                "values": {"image": {"repository": "nvcr.io/nvidia/k8s-device-plugin", "tag": "v0.17.2"}}}
-    [message] = check(k8s.k8s_images_from_allowed_registries, HELM, release)
+    [message] = check(k8s.k8s_images_from_allowed_registries, HELM, release, config={"allowedRegistries": [ECR]})
     assert message == ("Release kube-system/nvidia-device-plugin: values.image pulls nvcr.io/nvidia/k8s-device-plugin"
-                       ":v0.17.2 from nvcr.io, which is not an allowed registry "
-                       "['*.dkr.ecr.me-central-1.amazonaws.com']")
+                       f":v0.17.2 from nvcr.io, which is not an allowed registry ['{ECR}']")
     [message] = check(k8s.k8s_images_pinned, HELM, release)
     assert message.startswith("Release kube-system/nvidia-device-plugin: values.image nvcr.io/nvidia/k8s-device-plugin"
                               ":v0.17.2 is referenced by the tag :v0.17.2 alone")
@@ -116,49 +139,153 @@ def test_gpu_pods():
     assert check(gpu, DEPLOYMENT, deployment({"containers": [GPU_CONTAINER], "tolerations": wrong_effect}))
 
 
-def test_privileged_and_allow_list():
-    plugin = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "efa", "namespace": "kube-system"},
-              "spec": {"template": {"spec": {"hostNetwork": True, "containers": [
-                  {**GOOD_CONTAINER, "securityContext": {"privileged": True}}]}}}}
-    found = check(k8s.k8s_no_privileged_or_host_namespaces, DAEMONSET, plugin)
-    assert len(found) == 2
-    allow = {"allowedSystemWorkloads": [{"kind": "DaemonSet", "namespace": "kube-system", "name": "efa",
-                                         "reason": "EFA plugin registers devices through the host"}]}
-    assert check(k8s.k8s_no_privileged_or_host_namespaces, DAEMONSET, plugin, config=allow) == NOT_APPLICABLE
-    other_namespace = {"allowedSystemWorkloads": [{**allow["allowedSystemWorkloads"][0], "namespace": "team-a"}]}
-    assert check(k8s.k8s_no_privileged_or_host_namespaces, DAEMONSET, plugin, config=other_namespace)
+PSS = k8s.k8s_pod_security_standards
+PLUGIN_IMAGE = f"{ECR}/mlplat/prod/mirror/aws-efa-k8s-device-plugin"
 
 
-def test_privileged_in_helm_values():
+def daemon_set(pod: dict, name: str = "efa", namespace: str = "kube-system") -> dict:
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"template": {"metadata": {}, "spec": pod}}}
+
+
+def controls(found: list[str]) -> set[str]:
+    """The control ids named in the rule's messages (`[profile/control] ...`)."""
+    return {m.split("] ", 1)[0].rsplit("/", 1)[1] for m in found if "] " in m}
+
+
+def test_a_restricted_pod_passes_in_every_namespace_and_every_kind():
+    for namespace in ("team-a", "kube-system", "default"):
+        assert check(PSS, DEPLOYMENT, deployment(GOOD_POD, namespace=namespace)) == []
+    assert check(PSS, JOBSET, jobset(GOOD_POD)) == []
+    assert check(PSS, "kubernetes:core/v1:Namespace", {"metadata": {"name": "x"}}) == NOT_APPLICABLE
+
+
+# Each trick breaks one control of the restricted profile, on a pod that otherwise meets it.
+C = GOOD_CONTAINER
+SC = GOOD_CONTAINER["securityContext"]
+TRICKS = {
+    "hostProcess": {**GOOD_POD, "securityContext": {**GOOD_POD["securityContext"],
+                                                   "windowsOptions": {"hostProcess": True}}},
+    "hostNamespaces": {**GOOD_POD, "hostPID": True},
+    "privileged": {**GOOD_POD, "containers": [{**C, "securityContext": {**SC, "privileged": True}}]},
+    "hostPathVolumes": {**GOOD_POD, "volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+    "hostPorts": {**GOOD_POD, "containers": [{**C, "ports": [{"containerPort": 80, "hostPort": 8080}]}]},
+    "appArmorProfile": {**GOOD_POD, "containers": [{**C, "securityContext": {
+        **SC, "appArmorProfile": {"type": "Unconfined"}}}]},
+    "seLinuxOptions": {**GOOD_POD, "securityContext": {**GOOD_POD["securityContext"],
+                                                      "seLinuxOptions": {"type": "spc_t"}}},
+    "procMount": {**GOOD_POD, "containers": [{**C, "securityContext": {**SC, "procMount": "Unmasked"}}]},
+    "seccompProfile_baseline": {**GOOD_POD, "containers": [{**C, "securityContext": {
+        **SC, "seccompProfile": {"type": "Unconfined"}}}]},
+    "sysctls": {**GOOD_POD, "securityContext": {**GOOD_POD["securityContext"],
+                                               "sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}},
+    "restrictedVolumes": {**GOOD_POD, "volumes": [{"name": "n", "nfs": {"server": "x", "path": "/"}}]},
+    "allowPrivilegeEscalation": {**GOOD_POD, "containers": [{**C, "securityContext": {
+        k: v for k, v in SC.items() if k != "allowPrivilegeEscalation"}}]},
+    "runAsNonRoot": {**GOOD_POD, "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{**C, "securityContext": {k: v for k, v in SC.items() if k != "runAsNonRoot"}}]},
+    "runAsUser": {**GOOD_POD, "initContainers": [{**C, "name": "init", "securityContext": {**SC, "runAsUser": 0}}]},
+    "seccompProfile_restricted": {**GOOD_POD, "securityContext": {"runAsNonRoot": True}},
+    "capabilities_restricted": {**GOOD_POD, "containers": [{**C, "securityContext": {
+        **SC, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}}}]},
+}
+
+
+def test_each_control_of_the_profile_refuses_its_trick():
+    for control, pod in TRICKS.items():
+        found = check(PSS, DEPLOYMENT, deployment(pod))
+        assert controls(found) == {control}, (control, found)
+
+
+def test_look_alikes_the_profile_admits():
+    admitted = [
+        {**GOOD_POD, "containers": [{**C, "securityContext": {**SC, "capabilities": {
+            "drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}}]},
+        {**GOOD_POD, "containers": [{**C, "ports": [{"containerPort": 80, "hostPort": 0}]}]},
+        {**GOOD_POD, "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "Localhost",
+                                                                                "localhostProfile": "p.json"},
+                                         "sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "1024 65535"}],
+                                         "seLinuxOptions": {"type": "container_t", "level": "s0:c1,c2"}}},
+        {**GOOD_POD, "volumes": [{"name": v, source: {}} for v, source in
+                                 (("a", "emptyDir"), ("b", "configMap"), ("c", "projected"), ("d", "csi"))]},
+        # Container-level settings in place of the pod's.
+        {"containers": [{**C, "securityContext": {**SC, "seccompProfile": {"type": "RuntimeDefault"}}}]},
+    ]
+    for pod in admitted:
+        assert check(PSS, DEPLOYMENT, deployment(pod)) == [], pod
+
+
+def test_init_and_ephemeral_containers_and_annotations_are_judged():
+    loose = {"name": "debug", "image": C["image"]}
+    found = check(PSS, DEPLOYMENT, deployment({**GOOD_POD, "ephemeralContainers": [loose]}))
+    assert {"allowPrivilegeEscalation", "capabilities_restricted"} <= controls(found)
+    assert all("ephemeralContainers[0]" in m for m in found)
+    annotated = deployment(GOOD_POD)
+    annotated["spec"]["template"]["metadata"]["annotations"] = {
+        "container.apparmor.security.beta.kubernetes.io/app": "unconfined"}
+    assert controls(check(PSS, DEPLOYMENT, annotated)) == {"appArmorProfile"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a", "annotations": {
+        "container.apparmor.security.beta.kubernetes.io/app": "localhost/k8s-apparmor"}}, "spec": GOOD_POD}
+    assert check(PSS, "kubernetes:core/v1:Pod", pod) == []
+
+
+EFA_POD = {"hostNetwork": True, "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+           "volumes": [{"name": "dev", "hostPath": {"path": "/dev/infiniband"}}],
+           "containers": [{**C, "image": f"{PLUGIN_IMAGE}:v0.5.29@sha256:{'a' * 64}",
+                           "securityContext": {**SC, "runAsNonRoot": False, "runAsUser": 0}}]}
+EFA_ENTRY = {"kind": "DaemonSet", "namespace": "kube-system", "name": "efa", "images": [PLUGIN_IMAGE],
+             "controls": ["hostNamespaces", "hostPathVolumes", "runAsNonRoot", "runAsUser"],
+             "reason": "EFA plugin registers devices through the host"}
+
+
+def test_an_exemption_waives_only_its_controls_for_only_its_images():
+    assert controls(check(PSS, DAEMONSET, daemon_set(EFA_POD))) == {
+        "hostNamespaces", "hostPathVolumes", "runAsNonRoot", "runAsUser"}
+    assert check(PSS, DAEMONSET, daemon_set(EFA_POD), config={"systemWorkloads": [EFA_ENTRY]}) == []
+    # The same object made privileged: a control the entry does not name.
+    privileged = {**EFA_POD, "containers": [{**EFA_POD["containers"][0], "securityContext": {
+        **EFA_POD["containers"][0]["securityContext"], "privileged": True}}]}
+    assert controls(check(PSS, DAEMONSET, daemon_set(privileged), config={"systemWorkloads": [EFA_ENTRY]})) == {
+        "privileged"}
+    # The name in another namespace, or another name: not exempt.
+    assert check(PSS, DAEMONSET, daemon_set(EFA_POD, namespace="team-a"), config={"systemWorkloads": [EFA_ENTRY]})
+
+
+def test_an_exempt_name_running_another_image_is_refused():
+    """The red team's kube-system/fsx-csi-node with a foreign image: the name matches, the
+    image does not, so the exemption does not apply at all."""
+    foreign = {**EFA_POD, "containers": [{**EFA_POD["containers"][0],
+                                          "image": f"999999999999.dkr.ecr.me-central-1.amazonaws.com/mlplat/prod/"
+                                                   f"mirror/aws-efa-k8s-device-plugin@sha256:{'b' * 64}"}]}
+    found = check(PSS, DAEMONSET, daemon_set(foreign), config={"systemWorkloads": [EFA_ENTRY]})
+    assert any("runs images it does not name" in m for m in found)
+    assert {"hostNamespaces", "hostPathVolumes"} <= controls(found)
+    sidecar = {**EFA_POD, "containers": [*EFA_POD["containers"], {**C, "name": "shell"}]}
+    assert any("does not name" in m for m in check(PSS, DAEMONSET, daemon_set(sidecar),
+                                                  config={"systemWorkloads": [EFA_ENTRY]}))
+    pinned = {**EFA_ENTRY, "images": [f"{PLUGIN_IMAGE}@sha256:{'c' * 64}"]}
+    assert any("does not name" in m for m in check(PSS, DAEMONSET, daemon_set(EFA_POD),
+                                                  config={"systemWorkloads": [pinned]}))
+
+
+def test_pod_security_in_helm_values_and_operator_resources():
     release = {"chart": "node-exporter", "name": "node-exporter", "namespace": "monitoring",
-               "values": {"hostNetwork": True, "image": {"repository": f"{ECR}/x", "tag": "1"}}}
-    [message] = check(k8s.k8s_no_privileged_or_host_namespaces, HELM, release)
-    assert message == "Release monitoring/node-exporter: values.hostNetwork is true"
-    allow = {"allowedSystemWorkloads": [{"kind": "Release", "namespace": "monitoring", "name": "node-exporter",
-                                         "reason": "node metrics need the host network namespace"}]}
-    assert check(k8s.k8s_no_privileged_or_host_namespaces, HELM, release, config=allow) == NOT_APPLICABLE
-
-
-def test_run_as_non_root():
-    rule = k8s.k8s_workloads_run_as_non_root
-    pod_level = {"containers": [{**GOOD_CONTAINER, "securityContext": {}}], "securityContext": {"runAsNonRoot": True}}
-    assert check(rule, DEPLOYMENT, deployment(pod_level)) == []
-    overridden = {**pod_level, "containers": [{**GOOD_CONTAINER, "securityContext": {"runAsNonRoot": False}}]}
-    assert check(rule, DEPLOYMENT, deployment(overridden))
-    root = {**pod_level, "containers": [{**GOOD_CONTAINER, "securityContext": {"runAsUser": 0}}]}
-    [message] = check(rule, DEPLOYMENT, deployment(root))
-    assert "runAsUser 0" in message
-    assert check(rule, "kubernetes:core/v1:Namespace", {"metadata": {"name": "x"}}) == NOT_APPLICABLE
-
-
-def test_root_asked_for_in_helm_values():
-    rule = k8s.k8s_workloads_run_as_non_root
-    release = {"chart": "dcgm-exporter", "name": "dcgm-exporter", "namespace": "monitoring",
-               "values": {"securityContext": {"runAsNonRoot": False, "runAsUser": 0}}}
-    found = check(rule, HELM, release)
-    assert found == ["Release monitoring/dcgm-exporter: values.securityContext.runAsNonRoot asks to run as root",
-                     "Release monitoring/dcgm-exporter: values.securityContext.runAsUser asks to run as root"]
-    allow = {"exemptSystemWorkloads": [{"kind": "Release", "namespace": "monitoring", "name": "dcgm-exporter",
-                                        "reason": "opens the GPU devices"}]}
-    assert check(rule, HELM, release, config=allow) == NOT_APPLICABLE
-    assert check(rule, HELM, {"chart": "kueue", "values": {"image": {"tag": "v0.13.0"}}}) == []
+               "values": {"hostNetwork": True, "securityContext": {"runAsNonRoot": False, "runAsUser": 0},
+                          "image": {"repository": f"{ECR}/x", "tag": "1"}}}
+    found = check(PSS, HELM, release)
+    assert found == ["Release monitoring/node-exporter: [baseline/hostNamespaces] values.hostNetwork: is true",
+                     "Release monitoring/node-exporter: [restricted/runAsNonRoot] values.securityContext.runAsNonRoot: "
+                     "asks to run as root",
+                     "Release monitoring/node-exporter: [restricted/runAsUser] values.securityContext.runAsUser: "
+                     "asks to run as root"]
+    entry = {"kind": "Release", "namespace": "monitoring", "name": "node-exporter", "images": [f"{ECR}/x"],
+             "controls": ["hostNamespaces", "runAsNonRoot", "runAsUser"], "reason": "node metrics"}
+    assert check(PSS, HELM, release, config={"systemWorkloads": [entry]}) == []
+    assert check(PSS, HELM, {"chart": "kueue", "values": {"image": {"tag": "v0.13.0"}}}) == []
+    proxy = {"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyProxy",
+             "metadata": {"name": "p", "namespace": "envoy-gateway-system"},
+             "spec": {"provider": {"kubernetes": {"envoyDeployment": {"pod": {"securityContext": {"runAsUser": 0}},
+                                                                     "container": {"securityContext": {
+                                                                         "privileged": True}}}}}}}
+    found = check(PSS, "kubernetes:gateway.envoyproxy.io/v1alpha1:EnvoyProxy", proxy)
+    assert controls(found) == {"privileged", "runAsUser"}

@@ -5,6 +5,9 @@ pass the same check, so the failure comes from the defect and nothing else."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from platform_policies import ALL_POLICIES
 
 from components.addons.plan import addon_context
@@ -26,6 +29,7 @@ from infra.versions import IMAGES
 from tests.policy.harness import check
 
 REGION = "me-central-1"
+PROD_POLICY_CONFIG = Path(__file__).resolve().parents[2] / "policies" / "config" / "prod.json"
 PROD = addon_context(load_stack("prod"), ACCOUNT_ID, "gp3-encrypted")
 
 
@@ -82,7 +86,9 @@ def test_node_exporter_tag_the_chart_rewrites_is_caught():
 
 
 def test_dcgm_exporter_keeping_the_charts_sys_admin_is_blocked_by_the_pack():
-    rule = next(p for p in ALL_POLICIES if p.name == "k8s-no-added-capabilities")
+    rule = next(p for p in ALL_POLICIES if p.name == "k8s-pod-security-standards")
+    # prod's exemption for the exporter: root, its host mounts and no seccomp profile; no capability.
+    config = json.loads(PROD_POLICY_CONFIG.read_text())[rule.name]
 
     def verdict(values: dict) -> list[str]:
         chart = _chart_registration("dcgm-exporter")
@@ -91,14 +97,18 @@ def test_dcgm_exporter_keeping_the_charts_sys_admin_is_blocked_by_the_pack():
         # The pack reports the rule by name and the resource by URN, which names the release.
         assert daemonset.name == "dcgm-exporter:monitoring/dcgm-exporter"
         return check(rule, daemonset.type, daemonset.inputs(mask_secrets=False), provider_props=None,
-                     name=daemonset.name)
+                     name=daemonset.name, config=config)
 
     values = dcgm_exporter_values(PROD)
     assert verdict(values) == []
     # The defect: our capabilities map without `add: null` merges into the chart's [SYS_ADMIN].
     values["securityContext"]["capabilities"] = {"drop": ["ALL"]}
-    assert verdict(values) == ["DaemonSet monitoring/dcgm-exporter: spec.template.spec.containers[0] (exporter) adds "
-                               "capability SYS_ADMIN"]
+    where = "spec.template.spec.containers[0].securityContext.capabilities.add"
+    assert verdict(values) == [
+        f"DaemonSet monitoring/dcgm-exporter: [baseline/capabilities_baseline] {where}: SYS_ADMIN is not in the "
+        "runtime's default set",
+        f"DaemonSet monitoring/dcgm-exporter: [restricted/capabilities_restricted] {where}: SYS_ADMIN: only "
+        "NET_BIND_SERVICE may be added"]
 
 
 def test_a_child_is_named_after_its_release_with_its_namespace():

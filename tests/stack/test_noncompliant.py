@@ -48,9 +48,9 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     "chart_from_upstream.py": "k8s-charts-from-allowed-registries",
     "container_without_limits.py": "k8s-containers-have-limits",
     "gpu_pod_without_toleration.py": "k8s-gpu-pods-use-limits-and-tolerate-taint",
-    "privileged_daemonset.py": "k8s-no-privileged-or-host-namespaces",
-    "root_workload.py": "k8s-workloads-run-as-non-root",
-    "added_capability.py": "k8s-no-added-capabilities",
+    "privileged_daemonset.py": "k8s-pod-security-standards",
+    "root_workload.py": "k8s-pod-security-standards",
+    "added_capability.py": "k8s-pod-security-standards",
     "untagged_volume.py": "storage-and-compute-tagged",
     "feature_server_exposed.py": "feature-server-in-cluster",
 }
