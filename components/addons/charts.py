@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.addons.defaults import with_default_resources
+from components.addons.defaults import with_default_resources, with_stated_token_use
 from components.addons.values import NAMESPACES, chart_source
 
 # Every Helm hook a chart of the platform has (rendered with the platform's values), which a
@@ -57,11 +57,13 @@ DROPPED_HOOKS: dict[tuple[str, str, str], str] = {
 
 
 def default_resources(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-    """The transform every Chart carries: limits for chart containers that set none."""
+    """The transform every Chart carries: limits for chart containers that set none, and
+    token use stated on the pods that call the API server (defaults.py API_CLIENTS)."""
     if not args.custom or not args.type_.startswith("kubernetes:") or "kind" not in args.props:
         return None
     props, filled = with_default_resources(args.props)
-    return pulumi.ResourceTransformResult(props, args.opts) if filled else None
+    props, stated = with_stated_token_use(props)
+    return pulumi.ResourceTransformResult(props, args.opts) if filled or stated else None
 
 
 def helm_chart(

@@ -53,3 +53,56 @@ def with_default_resources(obj: Mapping[str, Any]) -> tuple[dict[str, Any], list
                     container["resources"] = copy.deepcopy(DEFAULT_RESOURCES)
                     filled.append(str(container.get("name")))
     return out, filled
+
+
+# Chart pods that call the API server (they watch their custom resources, label nodes, read
+# their config from node labels) but leave automountServiceAccountToken unset, so the
+# default mounts a token in them. The platform states it for each, with why: the pack
+# (k8s-service-account-tokens-where-needed) refuses a pod that does not say whether it
+# needs a token, so a chart pod that appears in an upgrade is decided, not defaulted.
+_CONFIG_MANAGER = "its config-manager containers watch the node's labels through the API server to pick the " \
+                  "plugin's configuration"
+_NFD = "NFD's {} reads and writes NodeFeature objects and node labels through the API server"
+API_CLIENTS: dict[tuple[str, str, str], str] = {
+    ("Deployment", "argo-rollouts", "argo-rollouts"): "the rollout controller watches Rollouts, ReplicaSets, "
+    "Services and HTTPRoutes and changes them",
+    ("Deployment", "jobset-system", "jobset-controller"): "the JobSet controller watches JobSets and creates Jobs",
+    ("Deployment", "kueue-system", "kueue-controller-manager"): "Kueue watches workloads and queues and admits "
+    "Jobs and JobSets",
+    ("DaemonSet", "kube-system", "fsx-csi-node"): "the FSx CSI node plugin reads its Node object (topology and "
+    "volume limits) through the API server",
+    ("Deployment", "kube-system", "fsx-csi-controller"): "the FSx CSI controller's provisioner, resizer and "
+    "attacher sidecars watch PersistentVolumeClaims and write PersistentVolumes",
+    ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin"): f"the device plugin: {_CONFIG_MANAGER}",
+    ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin-gpu-feature-discovery"):
+        f"GPU feature discovery: {_CONFIG_MANAGER}",
+    ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin-mps-control-daemon"):
+        f"the MPS control daemon: {_CONFIG_MANAGER}",
+    ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin-node-feature-discovery-worker"): _NFD.format("worker"),
+    ("Deployment", "nvidia-device-plugin", "nvidia-device-plugin-node-feature-discovery-master"):
+        _NFD.format("master"),
+    ("Deployment", "nvidia-device-plugin", "nvidia-device-plugin-node-feature-discovery-gc"):
+        _NFD.format("garbage collector"),
+    ("Deployment", "gpu-operator", "gpu-operator"): "the GPU Operator reconciles its ClusterPolicy into DaemonSets",
+    ("DaemonSet", "gpu-operator", "gpu-operator-node-feature-discovery-worker"): _NFD.format("worker"),
+    ("Deployment", "gpu-operator", "gpu-operator-node-feature-discovery-master"): _NFD.format("master"),
+    ("Deployment", "gpu-operator", "gpu-operator-node-feature-discovery-gc"): _NFD.format("garbage collector"),
+    ("Deployment", "nvidia-network-operator", "network-operator"): "the Network Operator reconciles its "
+    "NicClusterPolicy into DaemonSets",
+}
+
+
+def with_stated_token_use(obj: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The object with automountServiceAccountToken: true on the pod templates of an
+    API_CLIENTS entry that leave it unset, and whether anything changed."""
+    meta = obj.get("metadata") or {}
+    key = (str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
+    if key not in API_CLIENTS:
+        return dict(obj), False
+    pods = [p for p in _pod_specs(obj.get("spec")) if "automountServiceAccountToken" not in p]
+    if not pods:
+        return dict(obj), False
+    out = copy.deepcopy(dict(obj))
+    for spec in _pod_specs(out.get("spec")):
+        spec.setdefault("automountServiceAccountToken", True)
+    return out, True

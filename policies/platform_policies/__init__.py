@@ -6,6 +6,11 @@ cluster. Each rule names its control through its
 compliance framework; docs/policy-pack.md lists them.
 """
 
+from .cis_kubernetes import (
+    k8s_namespaces_enforce_pod_security,
+    k8s_no_workloads_in_default_namespace,
+    k8s_service_account_tokens_where_needed,
+)
 from .customer_cluster import (
     no_aws_resources_on_customer_cluster,
     nothing_exposed_outside_the_cluster,
@@ -26,7 +31,13 @@ from .encryption import (
     registries_encrypted_with_cmk,
     secrets_encrypted_with_cmk,
 )
-from .exposure import eks_endpoint_private, no_public_ips_on_nodes, no_world_open_ingress, no_world_open_ports
+from .exposure import (
+    eks_endpoint_private,
+    no_external_access,
+    no_public_ips_on_nodes,
+    no_world_open_ingress,
+    no_world_open_ports,
+)
 from .kubernetes import (
     k8s_containers_have_limits,
     k8s_gpu_pods_use_limits_and_tolerate_taint,
@@ -82,6 +93,7 @@ EXPOSURE = [
     no_world_open_ingress,
     eks_endpoint_private,
     no_public_ips_on_nodes,
+    no_external_access,
     feature_server_in_cluster,
 ]
 KUBERNETES = [
@@ -91,6 +103,9 @@ KUBERNETES = [
     k8s_containers_have_limits,
     k8s_gpu_pods_use_limits_and_tolerate_taint,
     k8s_pod_security_standards,
+    k8s_namespaces_enforce_pod_security,
+    k8s_no_workloads_in_default_namespace,
+    k8s_service_account_tokens_where_needed,
 ]
 TAGS = [storage_and_compute_tagged]
 # A stack on a customer's own in-country cluster (deployment: customer-cluster in its policy

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pulumi_policy import PolicyResource, ReportViolation, ResourceValidationArgs, StackValidationArgs
 
 from .common import UNKNOWN, Settings, aws_types, flag, get, is_world_open, items, resource_rule, stack_rule
-from .controls import NETWORK_SECURITY, cis_eks
+from .access import Trust, openings
+from .controls import NETWORK_SECURITY, cis_eks, iso
+from .s3 import policy_document
 
 SECURITY_GROUPS = aws_types("ec2/securityGroup:SecurityGroup", "ec2/defaultSecurityGroup:DefaultSecurityGroup")
 SG_RULES = aws_types("ec2/securityGroupRule:SecurityGroupRule")
@@ -200,5 +203,77 @@ no_public_ips_on_nodes = resource_rule(
     framework=cis_eks("5.4.3", "Ensure clusters are created with Private Nodes"),
     remediation="Place nodes in private subnets (mapPublicIpOnLaunch=false) and leave associatePublicIpAddress "
     "\"false\"; reach nodes through SSM Session Manager, not SSH.",
+    tags=["exposure"],
+)
+
+
+# --- Resource and trust policies open to other accounts -----------------------------------
+
+# Each type that carries a resource policy (or a role's trust policy), and the input holding it.
+POLICY_INPUTS = {
+    **{t: "policy" for t in aws_types(
+        "s3/bucketPolicy:BucketPolicy", "s3/bucket:Bucket", "s3/bucketV2:BucketV2", "kms/key:Key",
+        "kms/keyPolicy:KeyPolicy", "sqs/queue:Queue", "sqs/queuePolicy:QueuePolicy", "sns/topic:Topic",
+        "sns/topicPolicy:TopicPolicy", "ecr/repositoryPolicy:RepositoryPolicy", "ecr/registryPolicy:RegistryPolicy",
+        "secretsmanager/secretPolicy:SecretPolicy", "backup/vaultPolicy:VaultPolicy",
+        "efs/fileSystemPolicy:FileSystemPolicy", "cloudwatch/eventBusPolicy:EventBusPolicy")},
+    **{t: "accessPolicy" for t in aws_types("cloudwatch/logDestinationPolicy:LogDestinationPolicy")},
+    **{t: "policyDocument" for t in aws_types("cloudwatch/logResourcePolicy:LogResourcePolicy")},
+    **{t: "assumeRolePolicy" for t in aws_types("iam/role:Role")},
+}
+EXTERNAL_ACCESS_SCHEMA = {
+    "trustedAccounts": {
+        "type": "array",
+        "items": {"type": "string", "pattern": "^[0-9]{12}$"},
+        "default": [],
+        "description": "The environment's accounts: principals of these may be granted access. Default: none, so "
+        "every account principal counts as outside.",
+    },
+    "trustedOrganizations": {
+        "type": "array",
+        "items": {"type": "string", "pattern": "^o-[a-z0-9]{10,32}$"},
+        "default": [],
+        "description": "Organisations (o-...) whose accounts an aws:PrincipalOrgID condition may admit.",
+    },
+}
+
+
+def _check_external_access(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
+    field = POLICY_INPUTS[args.resource_type]
+    raw = get(args.props, field)
+    if raw is None:
+        args.not_applicable(f"no {field}")
+    document = policy_document(raw)  # unknown during a real preview: judged at `pulumi up`
+    where = f"{args.resource_type} '{args.name}': {field}"
+    if not isinstance(document, Mapping):
+        report(f"{where} is not a readable policy document, so who it admits cannot be judged")
+        return
+    trust = Trust(frozenset(map(str, settings["trustedAccounts"] or [])),
+                  frozenset(map(str, settings["trustedOrganizations"] or [])))
+    opened, refused = openings(document, trust)
+    for line in refused:
+        report(f"{where}: {line}")
+    for opening in opened:
+        report(f"{where}: {opening.statement} lets {opening.who} in ({opening.actions}); confine it to the "
+               f"environment's accounts {sorted(trust.accounts)} with aws:PrincipalAccount, aws:PrincipalOrgID, "
+               "kms:CallerAccount or, for a service, aws:SourceAccount")
+
+
+no_external_access = resource_rule(
+    name="no-external-access",
+    description="No resource policy (S3 bucket, KMS key, SQS queue, SNS topic, ECR repository and registry, Secrets "
+    "Manager secret, Backup vault, EFS file system, EventBridge bus, CloudWatch Logs destination and resource "
+    "policy) and no role trust policy lets a principal outside the environment's accounts in: each Allow is "
+    "evaluated for an outsider's request, and only conditions that confine it to the accounts or organisation "
+    "count (as IAM Access Analyzer judges external access). Allow with NotPrincipal is refused.",
+    applies=frozenset(POLICY_INPUTS),
+    check=_check_external_access,
+    config=EXTERNAL_ACCESS_SCHEMA,
+    framework=iso("A.5.15", "Access control: access to information is limited to the accounts and organisation "
+                  "the environment trusts."),
+    remediation="Name the environment's own principals (arn:aws:iam::<account>:...), or keep Principal \"*\" only "
+    "with a condition confining it: aws:PrincipalAccount or aws:PrincipalOrgID, kms:CallerAccount with "
+    "kms:ViaService for a key used through a service, aws:SourceAccount/aws:SourceArn for a service principal. "
+    "Never Allow with NotPrincipal.",
     tags=["exposure"],
 )

@@ -136,7 +136,7 @@ s3_buckets_encrypted_with_cmk = stack_rule(
 # --- TLS-only bucket policy -----------------------------------------------------------
 
 
-def _policy_document(value: Any) -> Any:
+def policy_document(value: Any) -> Any:
     if value is UNKNOWN:
         # The policy is built from outputs not known yet (a new bucket's ARN); the rule
         # judges it at `pulumi up`, when it is known.
@@ -190,7 +190,7 @@ def _check_bucket_tls(args: StackValidationArgs, report: ReportViolation, settin
         inline = get(bucket.props, "policy")
         if inline is not None:
             documents.append(("inline policy", inline))
-        if not any(denies_insecure_transport(_policy_document(doc)) for _, doc in documents):
+        if not any(denies_insecure_transport(policy_document(doc)) for _, doc in documents):
             where = f" ({', '.join(label for label, _ in documents)})" if documents else ""
             report(f"{_label(bucket)}: no bucket policy denies requests with aws:SecureTransport=false{where}; "
                    "objects could be read or written over plain HTTP", bucket.urn)

@@ -38,7 +38,8 @@ RESTRICTED_POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "Run
 
 
 def _pod(container: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {"containers": [container], "securityContext": RESTRICTED_POD_SECURITY, **spec}
+    return {"containers": [container], "securityContext": RESTRICTED_POD_SECURITY, "automountServiceAccountToken": False,
+            **spec}
 
 
 def deployment(pod_spec: dict[str, Any], name: str = "app", namespace: str = "team-a") -> dict[str, Any]:
@@ -65,6 +66,14 @@ GPU_CONTAINER = {**GOOD_CONTAINER, "resources": {"limits": {"cpu": "8", "memory"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+
+
+def namespace(name: str, level: str | None) -> dict[str, Any]:
+    labels = {"pod-security.kubernetes.io/enforce": level} if level else {}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 HELM = "kubernetes:helm.sh/v3:Release"
 HELM_CHART = "kubernetes:helm.sh/v4:Chart"
@@ -226,6 +235,32 @@ RESOURCE_CASES: list[Case] = [
     Case("k8s-pod-security-standards", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
     Case("k8s-pod-security-standards", DEPLOYMENT, deployment({**GOOD_POD, "hostNetwork": True}), True,
          provider=None),
+    Case("k8s-namespaces-enforce-pod-security", NAMESPACE, namespace("team-a", "restricted"), False, provider=None),
+    Case("k8s-namespaces-enforce-pod-security", NAMESPACE, namespace("team-a", None), True, provider=None),
+    Case("k8s-namespaces-enforce-pod-security", NAMESPACE, namespace("monitoring", "privileged"), True,
+         provider=None, name="weaker-without-an-entry"),
+    Case("k8s-namespaces-enforce-pod-security", NAMESPACE, namespace("monitoring", "privileged"), False,
+         provider=None, name="weaker-with-an-entry", config={"weakerNamespaces": [
+             {"namespace": "monitoring", "level": "privileged", "reason": "node exporter: host namespaces"}]}),
+    Case("k8s-namespaces-enforce-pod-security", NAMESPACE, namespace("monitoring", "privileged"), True,
+         provider=None, name="weaker-than-its-entry", config={"weakerNamespaces": [
+             {"namespace": "monitoring", "level": "baseline", "reason": "node exporter: host namespaces"}]}),
+    Case("k8s-no-workloads-in-default-namespace", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-no-workloads-in-default-namespace", DEPLOYMENT, deployment(GOOD_POD, namespace="default"), True,
+         provider=None),
+    Case("k8s-service-account-tokens-where-needed", DEPLOYMENT, deployment(GOOD_POD), False, provider=None),
+    Case("k8s-service-account-tokens-where-needed", DEPLOYMENT,
+         deployment({**GOOD_POD, "automountServiceAccountToken": True}), False, provider=None, name="says-it-needs-one"),
+    Case("k8s-service-account-tokens-where-needed", DEPLOYMENT,
+         deployment({k: v for k, v in GOOD_POD.items() if k != "automountServiceAccountToken"}), True, provider=None),
+    Case("no-external-access", "aws:kms/key:Key", {"policy": json.dumps({"Statement": [{
+        "Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "kms:Decrypt", "Resource": "*",
+        "Condition": {"StringEquals": {"kms:CallerAccount": "111122223333",
+                                       "kms:ViaService": "s3.me-central-1.amazonaws.com"}}}]})}, False,
+         config={"trustedAccounts": ["111122223333"]}),
+    Case("no-external-access", "aws:kms/key:Key", {"policy": json.dumps({"Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": "kms:*", "Resource": "*"}]})}, True,
+         config={"trustedAccounts": ["111122223333"]}),
     # --- the feature server stays in the cluster
     Case("feature-server-in-cluster", "kubernetes:core/v1:Service", {
         "metadata": {"name": "feature-server", "namespace": "research",

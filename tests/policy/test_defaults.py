@@ -16,7 +16,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "policies" / "config"
 POLICIES = {p.name: p for p in ALL_POLICIES}
 # What the stacks' config files relax, each entry with a written reason; every other setting
 # they give restates a default or is stricter than it.
-RELAXED = {"k8s-pod-security-standards",
+RELAXED = {"k8s-pod-security-standards", "k8s-namespaces-enforce-pod-security",
            "k8s-images-pinned", "nothing-exposed-outside-the-cluster"}
 CUSTOMER_RULES = {p.name for p in CUSTOMER_CLUSTER}
 STRICTER = {("load-balancer-listeners-tls", "requireTls13Policy"): True,
@@ -28,7 +28,8 @@ STRICTER = {("load-balancer-listeners-tls", "requireTls13Policy"): True,
 # (test_customer_cluster_config).
 SITE_SPECIFIC = {("k8s-images-from-allowed-registries", "allowedRegistries"),
                  ("k8s-charts-from-allowed-registries", "allowedRegistries"),
-                 ("object-store-endpoints-allowed", "allowedEndpoints")}
+                 ("object-store-endpoints-allowed", "allowedEndpoints"),
+                 ("no-external-access", "trustedAccounts")}
 ACCOUNT_ECR = re.compile(r"[0-9]{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com")
 
 
@@ -64,9 +65,11 @@ def test_registries_are_the_accounts_own(path):
     regions = set(config["aws-resources-in-allowed-regions"]["allowedRegions"])
     images = config["k8s-images-from-allowed-registries"]["allowedRegistries"]
     assert images == config["k8s-charts-from-allowed-registries"]["allowedRegistries"]
+    accounts = set(config["no-external-access"]["trustedAccounts"])
     for registry in images:
         match = ACCOUNT_ECR.fullmatch(registry.partition("/")[0])
         assert match and match["region"] in regions, registry
+        assert registry.split(".", 1)[0] in accounts, f"{registry}: not an account the environment trusts"
 
 
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.json")), ids=lambda p: p.stem)
@@ -96,4 +99,5 @@ def test_dev_without_policy_config_flags_only_what_the_allow_lists_excuse(tmp_pa
     empty.write_text("{}")
     result = run_preview("dev", policy_config=empty)
     assert {p.name: p.level for p in result.verdict.policies} == {p.name: "mandatory" for p in ALL_POLICIES}
-    assert {v.policy for v in result.verdict.violations} <= RELAXED
+    # What the stack's own config adds: allow-lists with reasons, and the account it trusts.
+    assert {v.policy for v in result.verdict.violations} <= RELAXED | {rule for rule, _key in SITE_SPECIFIC}

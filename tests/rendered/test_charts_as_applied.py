@@ -21,6 +21,7 @@ from kubernetes_validate.utils import schema_contents
 from referencing import Registry, Resource
 
 from components.addons.charts import DROPPED_HOOKS
+from components.addons.defaults import API_CLIENTS, with_stated_token_use
 from infra.checks.admission import refusals
 from infra.checks.apiserver import containers, pod_specs
 from infra.checks.crd_schema import Outcome, is_custom
@@ -139,6 +140,21 @@ def test_inert_image_references_are_only_gpu_operator_operands_that_are_off():
     fields = {field for _chart, _obj, field in seen}
     assert fields >= {"driver", "toolkit", "dcgm", "gds", "gdrcopy", "sandboxDevicePlugin"}
     assert not fields & {"devicePlugin", "dcgmExporter", "validator", "gfd", "operator"}  # what runs
+
+
+def test_every_chart_pod_says_whether_it_mounts_a_token():
+    """The charts' pods that leave automountServiceAccountToken unset are exactly those the
+    platform states as API clients (with why), and each of those is rendered by some stack."""
+    unstated = {(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
+                for rendered in renders() for obj in rendered.objects
+                for _path, spec in pod_specs(obj) if "automountServiceAccountToken" not in spec}
+    assert unstated == set(API_CLIENTS)
+    assert all(len(reason) > 40 for reason in API_CLIENTS.values())
+    for key in API_CLIENTS:
+        obj = next(o for r in renders() for o in r.objects
+                   if (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) == key)
+        stated, changed = with_stated_token_use(obj)
+        assert changed and all(spec["automountServiceAccountToken"] is True for _p, spec in pod_specs(stated))
 
 
 def test_every_hook_pulumi_will_not_run_has_a_reason():
