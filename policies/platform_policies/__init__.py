@@ -18,6 +18,7 @@ from .customer_cluster import (
     object_store_encryption_stated,
     object_store_endpoints_allowed,
 )
+from .data_paths import no_data_paths_abroad
 from .databases import databases_private_and_tls
 from .edge import no_global_edge_data_paths
 from .encryption import (
@@ -67,6 +68,7 @@ RESIDENCY = [
     dynamodb_single_region_tables,
     kms_keys_single_region,
     no_global_edge_data_paths,
+    no_data_paths_abroad,
 ]
 ENCRYPTION_AT_REST = [
     s3_buckets_encrypted_with_cmk,

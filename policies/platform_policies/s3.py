@@ -159,27 +159,49 @@ def _false(value: Any) -> bool:
     return any(v is False or (isinstance(v, str) and v.lower() == "false") for v in _listed(value))
 
 
-def denies_insecure_transport(document: Any) -> bool:
-    """A statement that denies every principal every S3 action on the bucket's objects
-    when the request did not come over TLS."""
+TLS_OPERATORS = ("Bool", "BoolIfExists")
+
+
+def denies_insecure_transport(document: Any, bucket: str | None) -> bool:
+    """A statement that denies every principal every action on this bucket and its objects
+    when the request did not come over TLS, and on no other condition: a Deny narrowed by
+    another condition, or naming another bucket, leaves plain HTTP open here. `bucket` is the
+    bucket's name where known (a new bucket's may not be, during a real preview)."""
     if not isinstance(document, Mapping):
         return False
-    for statement in _listed(get(document, "Statement")):
-        if not isinstance(statement, Mapping) or get(statement, "Effect") != "Deny":
-            continue
-        principal = get(statement, "Principal")
-        if principal != "*" and "*" not in _listed(get(principal, "AWS") if isinstance(principal, Mapping) else None):
-            continue
-        if not {"s3:*", "*"} & set(map(str, _listed(get(statement, "Action")))):
-            continue
-        resources = [str(r) for r in _listed(get(statement, "Resource"))]
-        if not any(r == "*" or r.endswith("/*") for r in resources):
-            continue
-        condition = get(statement, "Condition") or {}
-        for operator in ("Bool", "BoolIfExists"):
-            if _false(get(condition, operator, "aws:SecureTransport")):
-                return True
-    return False
+    return any(_tls_only_statement(statement, bucket) for statement in _listed(get(document, "Statement")))
+
+
+def _tls_only_statement(statement: Any, bucket: str | None) -> bool:
+    if not isinstance(statement, Mapping) or get(statement, "Effect") != "Deny":
+        return False
+    if any(get(statement, k) is not None for k in ("NotPrincipal", "NotAction", "NotResource")):
+        return False
+    principal = get(statement, "Principal")
+    if principal != "*" and _listed(get(principal, "AWS") if isinstance(principal, Mapping) else None) != ["*"]:
+        return False
+    if not {"s3:*", "*"} & set(map(str, _listed(get(statement, "Action")))):
+        return False
+    resources = {str(r) for r in _listed(get(statement, "Resource"))}
+    if bucket is not None:
+        arns = {f"{partition}:s3:::{bucket}" for partition in _partitions(resources)}
+        if not any({arn, f"{arn}/*"} <= resources for arn in arns):
+            return False
+    elif not any(r.endswith("/*") and r.removesuffix("/*") in resources for r in resources):
+        return False
+    condition = get(statement, "Condition")
+    if not isinstance(condition, Mapping) or len(condition) != 1:
+        return False
+    operator = next(iter(condition))
+    block = get(condition, operator)
+    return operator in TLS_OPERATORS and isinstance(block, Mapping) and list(block) == ["aws:SecureTransport"] \
+        and _false(get(block, "aws:SecureTransport"))
+
+
+def _partitions(resources: set[str]) -> set[str]:
+    """`arn:aws`, `arn:aws-cn`, ... as the resources name them (`arn:aws` if none)."""
+    found = {r.split(":s3:::", 1)[0] for r in resources if ":s3:::" in r and r.startswith("arn:aws")}
+    return found or {"arn:aws"}
 
 
 def _check_bucket_tls(args: StackValidationArgs, report: ReportViolation, settings: Settings) -> None:
@@ -190,10 +212,13 @@ def _check_bucket_tls(args: StackValidationArgs, report: ReportViolation, settin
         inline = get(bucket.props, "policy")
         if inline is not None:
             documents.append(("inline policy", inline))
-        if not any(denies_insecure_transport(policy_document(doc)) for _, doc in documents):
+        name = get(bucket.props, "bucket")
+        name = name if isinstance(name, str) and name else None
+        if not any(denies_insecure_transport(policy_document(doc), name) for _, doc in documents):
             where = f" ({', '.join(label for label, _ in documents)})" if documents else ""
-            report(f"{_label(bucket)}: no bucket policy denies requests with aws:SecureTransport=false{where}; "
-                   "objects could be read or written over plain HTTP", bucket.urn)
+            report(f"{_label(bucket)}: no bucket policy denies every principal every action on this bucket and its "
+                   f"objects when aws:SecureTransport is false, on no other condition{where}; objects could be read "
+                   "or written over plain HTTP", bucket.urn)
 
 
 s3_buckets_tls_only = stack_rule(

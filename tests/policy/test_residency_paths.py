@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from platform_policies import ALL_POLICIES
 from platform_policies.edge import no_global_edge_data_paths as edge
 from platform_policies.replication import kms_keys_single_region as single_region
 from platform_policies.replication import no_cross_region_replication as replication
@@ -75,3 +78,65 @@ def test_edge_paths():
     assert check(edge, "aws:s3control/multiRegionAccessPoint:MultiRegionAccessPoint", {"details": {}})
     oac = {"origins": [{"domainName": "d.example.com", "originId": "x", "s3OriginConfig": {"originAccessIdentity": ""}}]}
     assert check(edge, "aws:cloudfront/distribution:Distribution", oac)
+
+
+PATHS = next(p for p in ALL_POLICIES if p.name == "no-data-paths-abroad")
+US_EAST = "us-east-1"
+
+
+def test_every_path_out_names_its_region():
+    """The red team's paths abroad, each in the property AWS takes it from."""
+    abroad = {
+        "aws:backup/plan:Plan": {"rules": [{"ruleName": "daily", "targetVaultName": "local", "copyActions": [
+            {"destinationVaultArn": f"arn:aws:backup:{US_EAST}:111122223333:backup-vault:copy"}]}]},
+        "aws:cloudwatch/eventTarget:EventTarget": {"rule": "r", "arn": f"arn:aws:events:{US_EAST}:111122223333:"
+                                                                        "event-bus/default"},
+        "aws:cloudwatch/logSubscriptionFilter:LogSubscriptionFilter": {
+            "logGroup": "g", "destinationArn": f"arn:aws:logs:{US_EAST}:111122223333:destination:d"},
+        "aws:cloudwatch/logDestination:LogDestination": {"targetArn": f"arn:aws:kinesis:{US_EAST}:1:stream/s"},
+        "aws:kinesis/firehoseDeliveryStream:FirehoseDeliveryStream": {
+            "destination": "opensearch", "opensearchConfiguration": {
+                "domainArn": f"arn:aws:es:{US_EAST}:111122223333:domain/logs"}},
+        "aws:sns/topicSubscription:TopicSubscription": {"protocol": "sqs",
+                                                        "endpoint": f"arn:aws:sqs:{US_EAST}:111122223333:q"},
+        "pulumi:providers:aws": {"region": "me-central-1",
+                                 "endpoints": json.dumps([{"s3": f"https://s3.{US_EAST}.amazonaws.com"}])},
+        "aws:ec2/vpcEndpoint:VpcEndpoint": {"serviceName": f"com.amazonaws.{US_EAST}.s3", "vpcId": "v"},
+        "kubernetes:apps/v1:Deployment": {"kind": "Deployment", "metadata": {"name": "d", "namespace": "t"},
+                                          "spec": {"template": {"spec": {"containers": [{"name": "c", "env": [
+                                              {"name": "AWS_ENDPOINT_URL_S3",
+                                               "value": f"https://s3.{US_EAST}.amazonaws.com"}]}]}}}},
+    }
+    for resource_type, props in abroad.items():
+        found = check(PATHS, resource_type, props)
+        assert found and all(US_EAST in m for m in found), (resource_type, found)
+
+
+def test_what_stays_in_the_region_or_names_none_passes():
+    home = {
+        "aws:cloudwatch/eventTarget:EventTarget": {"arn": "arn:aws:events:me-central-1:111122223333:event-bus/b"},
+        "aws:iam/rolePolicy:RolePolicy": {"policy": json.dumps({"Statement": [{
+            "Effect": "Allow", "Action": "s3:GetObject", "Resource": ["arn:aws:s3:::b/*", "arn:aws:iam::1:role/x"]}]})},
+        "aws:ec2/vpcEndpoint:VpcEndpoint": {"serviceName": "com.amazonaws.me-central-1.s3"},
+        # A bucket's own region is the region rule's; a replication configuration is the replication rule's.
+        "aws:s3/bucket:Bucket": {"bucket": "b", "region": US_EAST},
+        "pulumi:providers:aws": {"region": US_EAST},
+    }
+    for resource_type, props in home.items():
+        assert check(PATHS, resource_type, props) in ([], NOT_APPLICABLE), resource_type
+    assert check(PATHS, "aws:s3/bucketReplicationConfig:BucketReplicationConfig", {"rules": []}) == NOT_APPLICABLE
+    assert check(PATHS, "aws:cloudwatch/eventTarget:EventTarget",
+                 {"arn": f"arn:aws:events:{US_EAST}:1:event-bus/b"}, config={"allowedRegions": [US_EAST]}) == []
+
+
+def test_paths_that_leave_aws_altogether():
+    for protocol in ("https", "email", "sms"):
+        [message] = check(PATHS, "aws:sns/topicSubscription:TopicSubscription",
+                          {"protocol": protocol, "endpoint": "ops@example.com"})
+        assert "outside AWS's regions" in message
+    assert check(PATHS, "aws:sns/topicSubscription:TopicSubscription",
+                 {"protocol": "sqs", "endpoint": "arn:aws:sqs:me-central-1:111122223333:q"}) == []
+    assert check(PATHS, "aws:cloudwatch/eventApiDestination:EventApiDestination",
+                 {"invocationEndpoint": "https://hooks.example.com/x", "httpMethod": "POST"})
+    assert check(PATHS, "aws:kinesis/firehoseDeliveryStream:FirehoseDeliveryStream",
+                 {"destination": "http_endpoint", "httpEndpointConfiguration": {"url": "https://collector.example"}})

@@ -62,21 +62,44 @@ def test_inline_and_orphan_configurations():
 
 
 def test_tls_policy_document():
-    assert denies_insecure_transport(json.loads(tls_policy()["policy"]))
-    document = json.loads(tls_policy()["policy"])
-    document["Statement"][0]["Resource"] = ["arn:aws:s3:::data"]  # bucket only: object reads stay open
-    assert not denies_insecure_transport(document)
-    document["Statement"][0]["Resource"] = "arn:aws:s3:::data/*"
-    document["Statement"][0]["Condition"] = {"Bool": {"aws:SecureTransport": False}}
-    assert denies_insecure_transport(document)
-    document["Statement"][0]["Effect"] = "Allow"
-    assert not denies_insecure_transport(document)
+    good = json.loads(tls_policy()["policy"])
+    assert denies_insecure_transport(good, "data")
+    assert denies_insecure_transport(good, None)  # a bucket whose name is not known yet: its own ARN pair
+
+    def changed(**statement) -> dict:
+        return {**good, "Statement": [{**good["Statement"][0], **statement}]}
+
+    # Look-alikes that pass: the whole-service action, BoolIfExists, a boolean false, {"AWS": "*"}.
+    for ok in (changed(Action="*"), changed(Condition={"BoolIfExists": {"aws:SecureTransport": "false"}}),
+               changed(Condition={"Bool": {"aws:SecureTransport": False}}), changed(Principal={"AWS": "*"}),
+               changed(Action=["s3:*"], Resource=["arn:aws:s3:::data/*", "arn:aws:s3:::data"])):
+        assert denies_insecure_transport(ok, "data"), ok
+    # The red team's: another bucket's ARN, a condition that narrows it, and more.
+    tricks = {
+        "another bucket": changed(Resource=["arn:aws:s3:::other", "arn:aws:s3:::other/*"]),
+        "bucket only: object reads stay open": changed(Resource=["arn:aws:s3:::data"]),
+        "objects only": changed(Resource="arn:aws:s3:::data/*"),
+        "narrowed by a second condition": changed(Condition={"Bool": {"aws:SecureTransport": "false"},
+                                                             "StringEquals": {"aws:PrincipalAccount": "111122223333"}}),
+        "narrowed by a second key": changed(Condition={"Bool": {"aws:SecureTransport": "false",
+                                                               "aws:ViaAWSService": "false"}}),
+        "some principals": changed(Principal={"AWS": "arn:aws:iam::111122223333:root"}),
+        "some actions": changed(Action=["s3:GetObject"]),
+        "every action but one": {**good, "Statement": [{k: v for k, v in good["Statement"][0].items()
+                                                        if k != "Action"} | {"NotAction": "s3:GetObject"}]},
+        "NotPrincipal": {**good, "Statement": [{k: v for k, v in good["Statement"][0].items()
+                                                if k != "Principal"} | {"NotPrincipal": {"AWS": "x"}}]},
+        "secure transport true": changed(Condition={"Bool": {"aws:SecureTransport": "true"}}),
+        "an Allow": changed(Effect="Allow"),
+    }
+    for name, document in tricks.items():
+        assert not denies_insecure_transport(document, "data"), name
 
 
 def test_bucket_without_tls_policy():
     bucket = _bucket()
     [(message, urn)] = check_stack(s3_buckets_tls_only, [bucket])
-    assert urn == bucket.urn and "aws:SecureTransport=false" in message
+    assert urn == bucket.urn and "aws:SecureTransport is false" in message
     assert check_stack(s3_buckets_tls_only, [bucket, _linked(POLICY, tls_policy(), bucket)]) == []
     assert check_stack(s3_buckets_tls_only, [_bucket(policy=tls_policy()["policy"])]) == []
 
