@@ -70,8 +70,19 @@ def problems(obj: Mapping[str, Any]) -> list[Problem]:
     found = [Problem(label, field, rule, message) for field, rule, message in _object_rules(obj)]
     for path, spec in pod_specs(obj):
         found += [Problem(label, f"{path}.{field}" if field else path, rule, message)
-                  for field, rule, message in _pod_spec_rules(spec, obj.get("kind"), path)]
+                  for field, rule, message in _pod_spec_rules(spec, obj.get("kind"), path, _claim_volumes(obj, path))]
     return found
+
+
+def _claim_volumes(obj: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A StatefulSet's volumeClaimTemplates, which its pods mount by the claim's name
+    (ValidateStatefulSetSpec adds them to the template's volumes before it validates it)."""
+    if obj.get("kind") != "StatefulSet" or path != "spec.template.spec":
+        return {}
+    claims = (obj.get("spec") or {}).get("volumeClaimTemplates") or []
+    return {c["metadata"]["name"]: {"persistentVolumeClaim": {"claimName": c["metadata"]["name"]}}
+            for c in claims if isinstance(c, Mapping) and isinstance(c.get("metadata"), Mapping)
+            and c["metadata"].get("name")}
 
 
 # --- The object ---------------------------------------------------------------------------
@@ -174,7 +185,8 @@ def containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]
                 yield f"{group}[{i}]", container
 
 
-def _pod_spec_rules(spec: Mapping[str, Any], kind: Any, path: str) -> Iterator[tuple[str, str, str]]:
+def _pod_spec_rules(spec: Mapping[str, Any], kind: Any, path: str,
+                    claims: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
     restart = spec.get("restartPolicy", "Always")
     if kind in LONG_RUNNING and restart != "Always":
         yield ("restartPolicy", "ValidatePodTemplateSpec",
@@ -200,6 +212,7 @@ def _pod_spec_rules(spec: Mapping[str, Any], kind: Any, path: str) -> Iterator[t
         if isinstance(host_path, Mapping) and str(host_path.get("type", "")) not in HOST_PATH_TYPES:
             yield f"volumes[{i}].hostPath.type", "validateHostPathType", \
                 f"Unsupported value: {host_path.get('type')!r}"
+    volumes.update(claims)  # the controller's claim wins over a template volume of the same name
     names: set[str] = set()
     host_network = bool(spec.get("hostNetwork"))
     for where, container in containers(spec):
