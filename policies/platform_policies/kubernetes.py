@@ -91,13 +91,32 @@ REGISTRY_SCHEMA = {
 }
 
 
+# The EKS add-on registries (the accounts AWS publishes EKS's own images from: 759879836304
+# in me-central-1, 602401143452 in most older regions) and the repositories EKS publishes
+# there. An allow-list entry for such a registry must name one of these prefixes: the account
+# also serves images no add-on of ours runs.
+EKS_ADDON_ACCOUNTS = frozenset({"759879836304", "602401143452"})
+EKS_PUBLISHED = ("eks", "amazon-k8s-cni", "amazon-k8s-cni-init", "amazon/aws-network-policy-agent")
+
+
+def _too_broad(pattern: str) -> bool:
+    host, _, prefix = pattern.partition("/")
+    if wildcard(pattern):
+        return True
+    if host.split(".", 1)[0] in EKS_ADDON_ACCOUNTS and ".dkr.ecr." in host:
+        return not any(prefix.strip("/") == p or prefix.startswith(p + "/") for p in EKS_PUBLISHED)
+    return False
+
+
 def _allowed_registries(settings: Settings) -> tuple[list[str], str]:
-    """The allow-list, and a note on entries it ignores (wildcards)."""
+    """The allow-list, and a note on entries it ignores: wildcards, and an EKS add-on
+    registry without the prefix of what EKS publishes."""
     allowed = [str(p) for p in settings["allowedRegistries"] or []]
-    ignored = [p for p in allowed if wildcard(p)]
-    note = (f" (ignored: {', '.join(ignored)}; a registry is named by its account, never a wildcard)"
+    ignored = [p for p in allowed if _too_broad(p)]
+    note = (f" (ignored: {', '.join(ignored)}; a registry is named by its account, never a wildcard, and the EKS "
+            f"add-on registry only with the prefix of what EKS publishes: {', '.join(EKS_PUBLISHED)})"
             if ignored else "")
-    return [p for p in allowed if not wildcard(p)], note
+    return [p for p in allowed if not _too_broad(p)], note
 
 
 def _check_registries(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
@@ -335,45 +354,27 @@ k8s_gpu_pods_use_limits_and_tolerate_taint = resource_rule(
 
 # --- Pod Security Standards ------------------------------------------------------------
 
-ALLOW_LIST_PROPERTY = {
-    "type": "array",
-    "default": [],
-    "description": "Workloads a rule does not judge, each with the reason a reviewer accepted. kind is the object's "
-    "kind, or Release for a Helm release.",
-    "items": {
-        "type": "object",
-        "properties": {
-            "kind": {"type": "string", "minLength": 1},
-            "namespace": {"type": "string", "minLength": 1},
-            "name": {"type": "string", "minLength": 1},
-            "reason": {"type": "string", "minLength": 1},
-        },
-        "required": ["kind", "namespace", "name", "reason"],
-        "additionalProperties": False,
-    },
-}
+_NAMED = {"type": "string", "minLength": 1}
 
-SYSTEM_WORKLOADS_PROPERTY = {
-    "type": "array",
-    "default": [],
-    "description": "Platform components that need more than the restricted profile (node agents, device plugins, CSI "
-    "drivers, operators): each names the object (kind, namespace, name; kind Release for a helm.v3 Release's values), "
-    "every image repository it runs (optionally @sha256:<digest>), the controls it may break and why. An object that "
-    "matches the name but runs an image the entry does not name is judged in full.",
-    "items": {
-        "type": "object",
-        "properties": {
-            "kind": {"type": "string", "minLength": 1},
-            "namespace": {"type": "string", "minLength": 1},
-            "name": {"type": "string", "minLength": 1},
-            "images": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-            "controls": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": sorted(CONTROLS)}},
-            "reason": {"type": "string", "minLength": 1},
-        },
-        "required": ["kind", "namespace", "name", "images", "controls", "reason"],
-        "additionalProperties": False,
-    },
-}
+
+def workload_entries(description: str, **extra: dict[str, Any]) -> dict[str, Any]:
+    """A config property listing workloads: each {kind, namespace, name, ...extra, reason}, all
+    required. kind is the object's kind, or Release for a helm.v3 Release's values."""
+    properties = {"kind": _NAMED, "namespace": _NAMED, "name": _NAMED, **extra, "reason": _NAMED}
+    return {"type": "array", "default": [], "description": description,
+            "items": {"type": "object", "properties": properties, "required": list(properties),
+                      "additionalProperties": False}}
+
+
+ALLOW_LIST_PROPERTY = workload_entries("Workloads a rule does not judge, each with the reason a reviewer accepted.")
+SYSTEM_WORKLOADS_PROPERTY = workload_entries(
+    "Platform components that need more than the restricted profile (node agents, device plugins, CSI drivers, "
+    "operators): each names the object, every image repository it runs (optionally @sha256:<digest>), the controls "
+    "it may break and why. An object that matches the name but runs an image the entry does not name is judged in "
+    "full.",
+    images={"type": "array", "minItems": 1, "items": _NAMED},
+    controls={"type": "array", "minItems": 1, "items": {"type": "string", "enum": sorted(CONTROLS)}},
+)
 
 # What Helm values and operators' custom resources may ask for, as the control each breaks.
 VALUE_FLAGS = {"privileged": "privileged", "hostNetwork": "hostNamespaces", "hostPID": "hostNamespaces",

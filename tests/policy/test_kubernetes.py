@@ -60,6 +60,20 @@ def test_a_registry_is_named_by_its_account_never_a_wildcard():
                  config={"allowedRegistries": [ECR]}) == []
 
 
+def test_the_eks_add_on_registry_only_for_what_eks_publishes():
+    eks = "759879836304.dkr.ecr.me-central-1.amazonaws.com"
+    coredns = deployment({**GOOD_POD, "containers": [{**GOOD_CONTAINER,
+                                                      "image": f"{eks}/eks/coredns:v1.11.4@sha256:{'a' * 64}"}]})
+    other = deployment({**GOOD_POD, "containers": [{**GOOD_CONTAINER,
+                                                    "image": f"{eks}/some/other:v1@sha256:{'a' * 64}"}]})
+    rule = k8s.k8s_images_from_allowed_registries
+    assert check(rule, DEPLOYMENT, coredns, config={"allowedRegistries": [ECR, f"{eks}/eks"]}) == []
+    assert check(rule, DEPLOYMENT, other, config={"allowedRegistries": [ECR, f"{eks}/eks"]})
+    # The whole add-on account is too broad: the entry allows nothing, and the message says so.
+    [message] = check(rule, DEPLOYMENT, coredns, config={"allowedRegistries": [ECR, eks]})
+    assert "what EKS publishes" in message
+
+
 def test_a_digest_is_sha256_and_64_hex_characters():
     for bad in ("sha256:123456", f"sha256:{'g' * 64}", f"sha256:{'A' * 64}", f"sha512:{'a' * 128}",
                 f"sha256:{'a' * 65}"):
