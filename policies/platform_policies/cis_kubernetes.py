@@ -11,7 +11,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from .common import UNKNOWN, Settings, flag, get, resource_rule
 from .controls import cis_eks
-from .kubernetes import kubernetes_object
+from .kubernetes import pod_bearing
 from .workloads import pod_templates, workload
 
 NAMESPACE = "kubernetes:core/v1:Namespace"
@@ -92,7 +92,7 @@ k8s_no_workloads_in_default_namespace = resource_rule(
     name="k8s-no-workloads-in-default-namespace",
     description="No object that makes pods lives in the default namespace (or names none, which puts it there): "
     "every workload is in a namespace with its own Pod Security level, quota and network policy.",
-    applies=kubernetes_object,
+    applies=pod_bearing,
     check=_check_default_namespace,
     framework=cis_eks("4.5.2", "The default namespace should not be used"),
     remediation="Set metadata.namespace to the tenant's or the component's namespace.",
@@ -117,7 +117,7 @@ k8s_service_account_tokens_where_needed = resource_rule(
     name="k8s-service-account-tokens-where-needed",
     description="Every pod template says whether it mounts a service-account token (automountServiceAccountToken), "
     "so a token reaches only the pods that call the API server: the default mounts one in every pod.",
-    applies=kubernetes_object,
+    applies=pod_bearing,
     check=_check_tokens,
     framework=cis_eks("4.1.6", "Ensure that Service Account Tokens are only mounted where necessary"),
     remediation="Set automountServiceAccountToken: false on the pod template, or true on the pods that call the API "

@@ -118,9 +118,11 @@ def get(props: Mapping[str, Any], *path: str | int) -> Any:
                     return None
                 value = value[step]
             else:
-                if not isinstance(value, Mapping) or step not in value:
+                if not isinstance(value, Mapping):
                     return None
-                value = value[step]
+                value = value[step]  # one lookup: `in` then `[]` would look up twice
+        except KeyError:
+            return None
         except UnknownValueError:
             return UNKNOWN
     return value
@@ -322,7 +324,7 @@ def resource_rule(
             args.not_applicable(f"exempted: {reason}")
         check(args, report_violation, settings)
 
-    return ResourceValidationPolicy(
+    rule = ResourceValidationPolicy(
         name=name,
         description=description,
         validate=validate,
@@ -331,6 +333,11 @@ def resource_rule(
         remediation_steps=remediation,
         tags=tags,
     )
+    # What `validate` answers for a type it does not judge, without building its arguments:
+    # the pack's Analyze (decoding.share_request_work_across_rules) asks this first.
+    rule.skips = lambda resource_type: None if _applies(applies, resource_type) else \
+        f"{name} does not judge {resource_type}"  # type: ignore[attr-defined]
+    return rule
 
 
 SCOPE_TAG = "scope:"

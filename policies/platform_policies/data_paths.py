@@ -31,6 +31,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 from .common import REGIONS_PROPERTY, UNKNOWN, Settings, aws_types, get, is_aws, items, \
     resource_rule
 from .controls import CROSS_BORDER_TRANSFER
+from .decoding import known, plain
 from .kubernetes import kubernetes_object
 from .replication import REPLICATION_TYPES
 
@@ -41,6 +42,7 @@ ARN = re.compile(rf"arn:aws[a-z-]*:[a-z0-9-]+:(?P<region>{REGION}):")
 # logs.eu-west-1.api.aws, ....amazonaws.com.cn), and the region label within it.
 AWS_HOST = re.compile(r"[a-z0-9][a-z0-9.-]*\.(?:amazonaws\.com(?:\.cn)?|api\.aws)\b")
 HOST_REGION = re.compile(rf"(?:^|[.-])(?P<region>{REGION})(?=\.)")
+REGION_WORD = re.compile(rf"\b{REGION}\b")
 SERVICE_NAME = re.compile(rf"\bcom\.amazonaws\.(?:vpce\.)?(?P<region>{REGION})\.")
 # Inputs that hold a region name by itself.
 REGION_KEYS = frozenset({"serviceRegion", "stsRegion", "destinationRegion", "sourceRegion", "targetRegion",
@@ -90,13 +92,25 @@ def regions_named(text: str) -> set[str]:
     return found
 
 
+def _names_region(text: str, allowed: set[str]) -> bool:
+    """Whether a document's text may name a region off the allow-list: every region an ARN,
+    endpoint or service name carries is also a word of its own there (the walk decides which
+    of those words is a path out)."""
+    return bool(set(REGION_WORD.findall(text)) - allowed)
+
+
 def _check_data_paths(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
     kind = args.resource_type
     if kind in REPLICATION_TYPES:
         args.not_applicable("judged by no-cross-region-replication")
     allowed = set(settings["allowedRegions"])
     where = f"{kind} '{args.name}'"
-    for path, key, text in _strings(args.props, ""):
+    data = plain(args.props)
+    if data is not None and not _names_region(json.dumps(data), allowed):
+        paths = []  # nothing off the allow-list anywhere: no need to walk it
+    else:
+        paths = _strings(known(args.props), "")
+    for path, key, text in paths:
         if path == "region":
             continue  # the resource's (or provider's) own region: aws-resources-in-allowed-regions judges it
         named = {text} if key in REGION_KEYS and re.fullmatch(REGION, text) else regions_named(text)

@@ -10,6 +10,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from .common import UNKNOWN, Settings, get, is_kubernetes, items, resource_rule
 from .controls import cis_eks, iso
+from .decoding import KnownProperties, _IdentityCache, known
 from .pod_security import CONTROLS, Finding
 from .pod_security import findings as pod_findings
 from .workloads import (
@@ -28,6 +29,7 @@ from .workloads import (
     pod_specs,
     pod_templates,
     registry_allowed,
+    built_in,
     wildcard,
     workload,
 )
@@ -55,15 +57,39 @@ def kubernetes_object(resource_type: str) -> bool:
     return is_kubernetes(resource_type) and resource_type not in NO_WORKLOAD_TYPES
 
 
+# Kubernetes' own kinds that hold a pod template; its other kinds (Services, roles, network
+# policies, ...) never make a pod nor name an image, while any custom resource may.
+POD_KINDS = frozenset({"Pod", "PodTemplate", "ReplicationController", "Deployment", "StatefulSet", "DaemonSet",
+                       "ReplicaSet", "Job", "CronJob"})
+
+
+def pod_bearing(resource_type: str) -> bool:
+    """A Kubernetes object that may make pods or name images: a built-in workload kind, a
+    custom resource, or a Helm release."""
+    return kubernetes_object(resource_type) and (not built_in(resource_type)
+                                                 or resource_type.rsplit(":", 1)[-1] in POD_KINDS)
+
+
+# Three rules read each object's images; the pack hands them the same copy (decoding.known).
+_IMAGES = _IdentityCache()
+
+
 def _images(args: ResourceValidationArgs) -> list[tuple[str, ImageRef]]:
     """Images an object makes the cluster pull: its pods' containers, a Helm release's
     values, or, for an object with no pod spec, what its operator deploys from it (the GPU
     Operator's ClusterPolicy, the Network Operator's NicClusterPolicy, an EnvoyProxy)."""
-    if args.resource_type in HELM_TYPES:
-        return helm_images(get(args.props, "values"))
-    specs = pod_specs(args.props)
+    props = known(args.props) if not isinstance(args.props, dict) else args.props
+    if isinstance(props, KnownProperties):
+        return _IMAGES.get(props, args.resource_type, lambda: _find_images(args.resource_type, props))
+    return _find_images(args.resource_type, props)
+
+
+def _find_images(resource_type: str, props: Any) -> list[tuple[str, ImageRef]]:
+    if resource_type in HELM_TYPES:
+        return helm_images(get(props, "values"))
+    specs = pod_specs(props)
     if not specs:
-        return operator_images(args.resource_type, args.props)
+        return operator_images(resource_type, props)
     found = []
     for spec_path, spec in specs:
         for path, image in pod_images(spec):
@@ -135,7 +161,7 @@ k8s_images_from_allowed_registries = resource_rule(
     description="Containers, Helm values and the custom resources operators make pods from (ClusterPolicy, "
     "NicClusterPolicy, EnvoyProxy, ...) pull images only from the allowed registries (by default the stack's "
     "in-region ECR; on a customer's cluster, its in-country registry), so no pod pulls code from outside the region.",
-    applies=kubernetes_object,
+    applies=pod_bearing,
     check=_check_registries,
     config=REGISTRY_SCHEMA,
     framework=cis_eks("5.1.4", "Minimize Container Registries to only those approved"),
@@ -226,7 +252,7 @@ def _check_pinned(args: ResourceValidationArgs, report: ReportViolation, setting
 k8s_images_pinned = resource_rule(
     name="k8s-images-pinned",
     description="Images are referenced by digest, so a tag pushed again upstream never changes what runs.",
-    applies=kubernetes_object,
+    applies=pod_bearing,
     check=_check_pinned,
     config=PINNED_SCHEMA,
     framework=iso("A.8.32", "Change management: what runs changes only through a reviewed change."),
@@ -275,7 +301,7 @@ def _check_limits(args: ResourceValidationArgs, report: ReportViolation, setting
 k8s_containers_have_limits = resource_rule(
     name="k8s-containers-have-limits",
     description="Every container has CPU and memory limits, so no pod can starve its node's daemons.",
-    applies=kubernetes_object,
+    applies=pod_bearing,
     check=_check_limits,
     config=LIMITS_SCHEMA,
     framework=iso("A.8.6", "Capacity management: use of resources is monitored and adjusted."),
@@ -342,7 +368,7 @@ k8s_gpu_pods_use_limits_and_tolerate_taint = resource_rule(
     name="k8s-gpu-pods-use-limits-and-tolerate-taint",
     description="Pods that use GPUs ask for nvidia.com/gpu as limits (a request, if any, equal to the limit) and "
     "tolerate the GPU node taint.",
-    applies=kubernetes_object,
+    applies=pod_bearing,
     check=_check_gpu,
     config=GPU_SCHEMA,
     framework=iso("A.8.6", "Capacity management: scarce GPU capacity is allotted only to pods that declare it."),
@@ -453,7 +479,7 @@ k8s_pod_security_standards = resource_rule(
     "every control of the Kubernetes 1.34 restricted Pod Security profile; Helm values and operators' custom "
     "resources ask for nothing it forbids. Platform components that need more are exempted per object, image and "
     "control, with the reason.",
-    applies=kubernetes_object,
+    applies=pod_bearing,
     check=_check_pod_security,
     config={"systemWorkloads": SYSTEM_WORKLOADS_PROPERTY},
     framework=cis_eks("4.2.1-4.2.9", "Pod Security Standards: privileged containers, host PID/IPC/network, "

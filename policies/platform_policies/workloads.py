@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .common import UNKNOWN, get, items
+from .decoding import KnownProperties, _IdentityCache, known
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # A helm.v4.Chart is a component: the provider registers each object it renders as its
@@ -64,9 +65,22 @@ class PodTemplate:
     annotations: Any  # the template's (or Pod's) metadata.annotations
 
 
+# The pack hands every rule the same copy of a resource's properties (decoding.known): its pod
+# templates are found once per resource, not once per rule. Anything else (a dict a caller
+# may change) is walked every time.
+_TEMPLATES = _IdentityCache()
+
+
 def pod_templates(props: Any) -> list[PodTemplate]:
     """Every pod spec in an object, however deep (a mapping with a `containers` list), with its
     template's annotations (a Pod's own, or the `metadata` beside the spec)."""
+    props = known(props) if isinstance(props, Mapping) and not isinstance(props, dict) else props
+    if isinstance(props, KnownProperties):
+        return _TEMPLATES.get(props, None, lambda: _pod_templates(props))
+    return _pod_templates(props)
+
+
+def _pod_templates(props: Any) -> list[PodTemplate]:
     found: list[PodTemplate] = []
 
     def walk(value: Any, path: str, annotations: Any) -> None:
@@ -194,6 +208,17 @@ def _off(value: Any) -> bool:
     return value is False or (isinstance(value, str) and value.lower() == "false")
 
 
+# API groups of Kubernetes' own kinds: none is an operator's custom resource.
+BUILT_IN_GROUPS = frozenset({"core", "apps", "batch", "policy", "autoscaling"})
+
+
+def built_in(resource_type: str) -> bool:
+    """`kubernetes:apps/v1:Deployment`, `kubernetes:rbac.authorization.k8s.io/v1:Role`: a kind
+    the API server itself serves, not a custom resource."""
+    group = resource_type.removeprefix("kubernetes:").split("/", 1)[0]
+    return group in BUILT_IN_GROUPS or group.endswith(".k8s.io") and not group.endswith(".x-k8s.io")
+
+
 def operator_parts(resource_type: str, props: Any) -> list[tuple[str, Any]]:
     """(path, mapping) of the parts of a pod-less object that become pods: for an operator's
     custom resource (the GPU Operator's ClusterPolicy, the Network Operator's
@@ -202,7 +227,9 @@ def operator_parts(resource_type: str, props: Any) -> list[tuple[str, Any]]:
     A ClusterPolicy lists every component with the chart's default image, deployed or not:
     only components not switched off (`enabled: false`, or a sandbox component while
     sandboxWorkloads is off) count. Elsewhere a component present in `spec` is deployed."""
-    spec = get(props, "spec")
+    if built_in(resource_type):
+        return []  # Kubernetes' own kinds make pods only from a pod template
+    spec = get(known(props) if isinstance(props, Mapping) and not isinstance(props, dict) else props, "spec")
     if not isinstance(spec, Mapping):
         return []
     if resource_type != CLUSTER_POLICY:
