@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pulumi_policy import ReportViolation, ResourceValidationArgs
@@ -57,10 +57,16 @@ FIREHOSE = aws_types("kinesis/firehoseDeliveryStream:FirehoseDeliveryStream")
 DATA_PATHS_SCHEMA = {"allowedRegions": REGIONS_PROPERTY}
 
 
+# Deeper than this, an input is not read but refused: a path out must not hide by nesting.
+MAX_DEPTH = 200
+TOO_DEEP = "\0too deep"
+
+
 def _strings(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, str, str]]:
     """(path, key, string) for every string in an input, JSON-encoded ones opened (the engine
     sends some provider inputs, such as `endpoints`, as JSON text)."""
-    if depth > 64:
+    if depth > MAX_DEPTH:
+        yield path, "", TOO_DEEP
         return
     if isinstance(value, str):
         if value[:1] in "[{":
@@ -99,20 +105,32 @@ def _names_region(text: str, allowed: set[str]) -> bool:
     return bool(set(REGION_WORD.findall(text)) - allowed)
 
 
+def _surely_home(data: Any, allowed: set[str]) -> bool:
+    """Whether plain properties name no region off the allow-list anywhere (None: cannot tell)."""
+    if data is None:
+        return False
+    try:
+        return not _names_region(json.dumps(data), allowed)
+    except (RecursionError, TypeError, ValueError):
+        return False
+
+
 def _check_data_paths(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
     kind = args.resource_type
     if kind in REPLICATION_TYPES:
         args.not_applicable("judged by no-cross-region-replication")
     allowed = set(settings["allowedRegions"])
     where = f"{kind} '{args.name}'"
-    data = plain(args.props)
-    if data is not None and not _names_region(json.dumps(data), allowed):
-        paths = []  # nothing off the allow-list anywhere: no need to walk it
+    if _surely_home(plain(args.props), allowed):
+        paths: Iterable[tuple[str, str, str]] = []  # nothing off the allow-list anywhere: no need to walk it
     else:
         paths = _strings(known(args.props), "")
     for path, key, text in paths:
         if path == "region":
             continue  # the resource's (or provider's) own region: aws-resources-in-allowed-regions judges it
+        if text is TOO_DEEP:
+            report(f"{where}: {path[:200]} is nested more than {MAX_DEPTH} levels deep, too deep to judge; flatten it")
+            continue
         named = {text} if key in REGION_KEYS and re.fullmatch(REGION, text) else regions_named(text)
         for region in sorted(named - allowed):
             report(f"{where}: {path} = {text[:200]!r} names {region}, outside the allowed regions {sorted(allowed)}: "

@@ -140,3 +140,12 @@ def test_paths_that_leave_aws_altogether():
                  {"invocationEndpoint": "https://hooks.example.com/x", "httpMethod": "POST"})
     assert check(PATHS, "aws:kinesis/firehoseDeliveryStream:FirehoseDeliveryStream",
                  {"destination": "http_endpoint", "httpEndpointConfiguration": {"url": "https://collector.example"}})
+
+
+def test_a_path_out_cannot_hide_by_nesting():
+    deep: dict = {"arn": "arn:aws:events:me-central-1:1:event-bus/b"}
+    for _ in range(250):
+        deep = {"inner": deep}
+    deep["x"] = "arn:aws:events:us-east-1:1:event-bus/b"  # near the top: found
+    found = check(PATHS, "kubernetes:example.com/v1:Thing", {"spec": deep})
+    assert any("us-east-1" in m for m in found) and any("too deep to judge" in m for m in found)
