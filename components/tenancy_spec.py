@@ -105,6 +105,21 @@ SYSTEM_NAMESPACES: dict[str, SystemNamespace] = {ns.name: ns for ns in (
 )}
 
 RESERVED_NAMES = frozenset(SYSTEM_NAMESPACES) | {"default", "kube-public", "kube-node-lease"}
+# Kubernetes' own namespaces and the platform's.
+RESERVED_PREFIXES = ("kube-", "mlplat")
+# Names a tenant would share with a platform identity: its namespace, and the users the
+# tracking server makes (an `admin` tenant's user would be the server's admin).
+PLATFORM_IDENTITIES = {
+    "admin": "the tracking server's administrator",
+    "mlflow": "the tracking server's namespace",
+    "system": "a Kubernetes identity prefix",
+    "anonymous": "a Kubernetes identity (system:anonymous)",
+}
+
+
+def platform_identity(name: str) -> str | None:
+    """What platform identity a tenant name would collide with, or None."""
+    return PLATFORM_IDENTITIES.get(name)
 
 
 def pod_security_labels(level: str) -> dict[str, str]:

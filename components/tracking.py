@@ -19,6 +19,7 @@ from components.tracking_spec import (
     PARAMETER_FAMILY,
     SERVER_URI,
     DatabasePlan,
+    SecretNames,
     ServerPlan,
     customer_objects,
     deployment,
@@ -40,7 +41,7 @@ class TrackingDatabaseArgs:
     client_security_group_id: pulumi.Input[str]  # the cluster's: pods and nodes
     key_arn: pulumi.Input[str]  # the "tracking" data class's CMK: storage, secrets, insights
     logs_key_arn: pulumi.Input[str]
-    secret_names: dict[str, str]  # "admin" and each tenant -> Secrets Manager name
+    secret_names: SecretNames  # the admin's and each tenant's Secrets Manager names
 
 
 class TrackingDatabase(pulumi.ComponentResource):
@@ -50,7 +51,8 @@ class TrackingDatabase(pulumi.ComponentResource):
     admin and each tenant's user, which the server fills when it first starts."""
 
     instance: aws.rds.Instance
-    secrets: dict[str, aws.secretsmanager.Secret]
+    admin_secret: aws.secretsmanager.Secret
+    secrets: dict[str, aws.secretsmanager.Secret]  # each tenant's
 
     def __init__(self, name: str, args: TrackingDatabaseArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:tracking:TrackingDatabase", name, None, opts)
@@ -105,13 +107,16 @@ class TrackingDatabase(pulumi.ComponentResource):
             enabled_cloudwatch_logs_exports=["postgresql"],
             opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=[logs]),
         )
-        self.secrets = {
-            who: aws.secretsmanager.Secret(
+        def user_secret(who: str, secret: str) -> aws.secretsmanager.Secret:
+            return aws.secretsmanager.Secret(
                 f"{name}-{who}", name=secret, kms_key_id=args.key_arn,
                 description=f"MLflow tracking user {who}: made by the tracking server at its first start",
                 recovery_window_in_days=30, opts=kept)
-            for who, secret in args.secret_names.items()
-        }
+
+        # Resource names as before ("<name>-admin", "<name>-<tenant>"); no tenant may be named
+        # admin (infra/config.py), so none can take the admin's.
+        self.admin_secret = user_secret("admin", args.secret_names.admin)
+        self.secrets = {tenant: user_secret(tenant, secret) for tenant, secret in args.secret_names.tenants.items()}
         self.register_outputs({"endpoint": self.instance.address})
 
     @property

@@ -70,10 +70,19 @@ def log_group_name(identifier: str) -> str:
     return f"/aws/rds/instance/{identifier}/postgresql"
 
 
-def secret_names(prefix: str, tenants: tuple[str, ...]) -> dict[str, str]:
-    """The server's admin secret and one per tenant: "admin" and each tenant -> name. Their
-    values are made by the server when it first starts, never by Pulumi."""
-    return {"admin": f"{prefix}/tracking/admin", **{t: f"{prefix}/tracking/tenant/{t}" for t in tenants}}
+@dataclass(frozen=True)
+class SecretNames:
+    """The server's admin secret and one per tenant, apart: no tenant's name can stand for the
+    admin's (a tenant named like a key of one map would have replaced the admin's entry).
+    Their values are made by the server when it first starts, never by Pulumi."""
+
+    admin: str
+    tenants: dict[str, str]  # tenant -> its user's secret
+
+
+def secret_names(prefix: str, tenants: tuple[str, ...]) -> SecretNames:
+    return SecretNames(admin=f"{prefix}/tracking/admin",
+                       tenants={t: f"{prefix}/tracking/tenant/{t}" for t in tenants})
 
 
 def server_statements(models_arn: str, models_key_arn: str, tracking_key_arn: str, master_secret_arn: str,

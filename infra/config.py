@@ -453,10 +453,16 @@ class TenantConfig(_Model):
     @classmethod
     def _not_reserved(cls, value: str) -> str:
         from components.lustre_spec import DATASETS_PATH
-        from components.tenancy_spec import RESERVED_NAMES
+        from components.tenancy_spec import RESERVED_NAMES, RESERVED_PREFIXES, platform_identity
 
-        if value in RESERVED_NAMES or value.startswith("kube-"):
+        if value in RESERVED_NAMES:
             raise ValueError(f"{value!r} is a system namespace; pick another tenant name")
+        prefix = next((p for p in RESERVED_PREFIXES if value.startswith(p)), None)
+        if prefix is not None:
+            raise ValueError(f"{value!r} starts with {prefix!r}, which Kubernetes or the platform reserves; pick "
+                             "another tenant name")
+        if platform_identity(value):
+            raise ValueError(f"{value!r} is {platform_identity(value)}; pick another tenant name")
         # Each tenant gets /<name> on the Lustre file system, beside the datasets directory.
         if value == DATASETS_PATH.strip("/"):
             raise ValueError(f"{value!r} is the datasets directory on the Lustre file system; pick another tenant "
@@ -1077,6 +1083,7 @@ class PlatformConfig(_Model):
     def _tenants(self) -> PlatformConfig:
         """Unique names, IAM roles mapped once, and quotas the GPU pools can actually hold."""
         seen: set[str] = set()
+        groups: dict[str, str] = {}
         mapped = set(self.cluster.admin_role_arns) | set(self.cluster.read_only_role_arns)
         gpu_types = {p.instance_type for p in self.node_pools if p.instance.has_gpu}
         for index, tenant in enumerate(self.tenants):
@@ -1084,6 +1091,14 @@ class PlatformConfig(_Model):
             if tenant.name in seen:
                 raise _KeyError(f"{key}.name", f"{tenant.name!r} is used twice; tenant names must be unique")
             seen.add(tenant.name)
+            if self.inference is not None and tenant.name == self.inference.namespace:
+                raise _KeyError(f"{key}.name", f"{tenant.name!r} is the serving namespace (inference.namespace); "
+                                "pick another tenant name")
+            for group in tenant.groups:
+                if group in groups:
+                    raise _KeyError(f"{key}.groups", f"{group!r} is already a group of tenant {groups[group]!r}; a "
+                                    "group belongs to one tenant, whose namespace alone it may work in")
+                groups[group] = tenant.name
             for arn in tenant.role_arns:
                 if arn in mapped:
                     raise _KeyError(f"{key}.roleArns", f"{arn!r} already has an access entry; an IAM role maps "

@@ -54,7 +54,7 @@ def tracking_identity(prefix: str, account_id: str, cluster_name: pulumi.Input[s
     """The server's role: artifacts in the models bucket, its secrets."""
     statements = pulumi.Output.all(
         storage.buckets["models"].bucket.arn, keys["models"].arn, keys["tracking"].arn, database.master_secret_arn,
-        *[s.arn for s in database.secrets.values()],
+        database.admin_secret.arn, *[s.arn for s in database.secrets.values()],
     ).apply(lambda a: server_statements(a[0], a[1], a[2], a[3], list(a[4:])))
     return PodIdentityRole("tracking-identity", PodIdentityRoleArgs(
         role_name=f"{prefix}-tracking"[:64], account_id=account_id, namespace=NAMESPACE,
@@ -67,11 +67,10 @@ def tracking_output(database: TrackingDatabase | None) -> pulumi.Output[dict[str
     if database is None:
         return None
     return pulumi.Output.all(
-        host=database.instance.address, master=database.master_secret_arn,
-        secrets=pulumi.Output.all(**{who: s.arn for who, s in database.secrets.items()}),
-    ).apply(lambda v: {"dbHost": v["host"], "masterSecretArn": v["master"],
-                       "adminSecretArn": v["secrets"]["admin"],
-                       "tenantSecretArns": {k: a for k, a in v["secrets"].items() if k != "admin"}})
+        host=database.instance.address, master=database.master_secret_arn, admin=database.admin_secret.arn,
+        tenants=pulumi.Output.all(**{tenant: s.arn for tenant, s in database.secrets.items()}),
+    ).apply(lambda v: {"dbHost": v["host"], "masterSecretArn": v["master"], "adminSecretArn": v["admin"],
+                       "tenantSecretArns": dict(v["tenants"])})
 
 
 def customer_server_plan(config: PlatformConfig, descriptor: CustomerClusterDescriptor,

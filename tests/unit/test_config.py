@@ -194,3 +194,49 @@ def test_administrator_roles_by_name_live_in_the_deploying_account():
         "arn:aws:iam::123456789012:role/mlplat-deployer"
     arn = "arn:aws:iam::210987654321:role/ops/break-glass"
     assert config.cluster.role_arn(arn, "123456789012") == arn
+
+
+@pytest.mark.parametrize(("name", "collides_with"), [
+    ("admin", "the tracking server's administrator"),
+    ("mlflow", "the tracking server's namespace"),
+    ("default", "system namespace"),
+    ("kube-tenants", "starts with 'kube-', which Kubernetes or the platform reserves"),
+    ("mlplat-system", "system namespace"),
+    ("mlplat-data", "starts with 'mlplat'"),
+    ("monitoring", "system namespace"),
+    ("argo-rollouts", "system namespace"),
+])
+def test_a_tenant_named_like_a_platform_identity_is_refused(name, collides_with):
+    def rename(raw: dict) -> None:
+        raw["mlplat:tenants"][0]["name"] = name
+
+    message = bad(rename)
+    assert message.startswith(f"stacks/Pulumi.dev.yaml: mlplat:tenants[0].name: {name!r} ") and collides_with in message
+    assert message.endswith("; pick another tenant name")
+
+
+def test_the_tracking_admins_secret_never_derives_from_a_tenant():
+    """Even a tenant the config let through could not stand for the admin: the admin's secret
+    is its own field, not a key among the tenants'."""
+    from components.tracking_spec import secret_names
+
+    names = secret_names("mlplat-prod", ("admin", "research"))
+    assert names.admin == "mlplat-prod/tracking/admin"
+    assert names.tenants == {"admin": "mlplat-prod/tracking/tenant/admin", "research": "mlplat-prod/tracking/tenant/research"}
+
+
+def test_a_tenant_named_like_the_serving_namespace_is_refused():
+    raw = raw_stack("prod")
+    raw["mlplat:tenants"][0]["name"] = load_stack("prod").inference.namespace
+    with pytest.raises(ConfigError, match=r"mlplat:tenants\[0\]\.name: 'inference' is the serving namespace"):
+        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
+
+
+def test_a_group_belongs_to_one_tenant():
+    def share(raw: dict) -> None:
+        raw["mlplat:tenants"].append({"name": "applied", "quotas": {"cpu": 4, "memoryGi": 16},
+                                      "groups": list(raw["mlplat:tenants"][0]["groups"])})
+
+    message = bad(share)
+    assert message == ("stacks/Pulumi.dev.yaml: mlplat:tenants[1].groups: 'mlplat:research-developers' is already a "
+                       "group of tenant 'research'; a group belongs to one tenant, whose namespace alone it may work in")

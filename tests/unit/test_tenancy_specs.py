@@ -259,3 +259,19 @@ def test_preview_refuses_bad_tenancy_with_one_line_and_exit_2(tmp_path, capsys, 
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line == f"mlplat: error: {tmp_path / 'Pulumi.dev.yaml'}: {expected}"
     assert not report.exists()  # stopped before the program ran: nothing registered
+
+
+def test_no_tenant_can_be_named_like_a_namespace_the_platform_makes():
+    """Every Namespace the cluster layers apply, other than the tenants' own (labelled with
+    their tenant), is a name the config refuses for a tenant; the serving namespace is refused
+    by the stack's own check (test_config)."""
+    from components.tenancy_spec import RESERVED_NAMES, RESERVED_PREFIXES, platform_identity
+    from infra.preview.report import kubernetes_objects
+    from tests.conftest import preview
+
+    for stack in ("prod-cluster", "onprem"):
+        namespaces = [o for o in kubernetes_objects(preview(stack)) if o["kind"] == "Namespace"]
+        made = {o["metadata"]["name"] for o in namespaces if "mlplat.io/tenant" not in o["metadata"].get("labels", {})}
+        assert made  # the platform's own: monitoring, mlflow, inference, ...
+        for name in made - {load_stack("prod").inference.namespace}:
+            assert name in RESERVED_NAMES or name.startswith(RESERVED_PREFIXES) or platform_identity(name), name
