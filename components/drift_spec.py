@@ -17,7 +17,7 @@ from components.addons.queues import LOCAL_QUEUE
 from components.features_spec import schedule
 from components.request_log_spec import key_prefix
 from components.tenancy_spec import MONITORING_NAMESPACE
-from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL
+from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, RUN_AS, tenant_pod_security
 
 PUSHGATEWAY = "pushgateway"
 PUSHGATEWAY_PORT = 9091
@@ -42,6 +42,7 @@ class DriftPlan:
     # Where training pods read datasets on Lustre, and the bucket that directory mirrors:
     # the check reads the same files from S3 (None: the stack has no Lustre).
     lustre_datasets: tuple[str, str] | None = None
+    gid: int = RUN_AS  # the tenant's group (components/training_spec.py tenant_pod_security)
 
     @property
     def name(self) -> str:
@@ -96,7 +97,8 @@ def cron_job(plan: DriftPlan) -> dict[str, Any]:
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": CONTAINER_SECURITY,
     }
-    pod = {"serviceAccountName": plan.name, "automountServiceAccountToken": False, "securityContext": POD_SECURITY,
+    pod = {"serviceAccountName": plan.name, "automountServiceAccountToken": False,
+           "securityContext": tenant_pod_security(plan.gid),
            "restartPolicy": "Never", "containers": [container],
            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}]}
     return {

@@ -22,7 +22,13 @@ from typing import Any
 from components.addons.queues import LOCAL_QUEUE
 from components.specs.cluster import CA_KEY
 from components.tenancy_spec import MONITORING_NAMESPACE
-from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, instance_type_affinity
+from components.training_spec import (
+    CONTAINER_SECURITY,
+    QUEUE_LABEL,
+    RUN_AS,
+    instance_type_affinity,
+    tenant_pod_security,
+)
 
 NAME = "feature-server"
 MATERIALIZE = "materialize-features"
@@ -207,6 +213,7 @@ class ProjectPlan:
     memory: str = "1Gi"
     workers: int = 2
     customer: CustomerFeatureStores | None = None  # a customer's cluster: its Redis and store
+    gid: int = RUN_AS  # the tenant's group (components/training_spec.py tenant_pod_security)
 
 
 def feature_store_yaml(plan: ProjectPlan) -> dict[str, Any]:
@@ -272,7 +279,7 @@ def _pod_spec(plan: ProjectPlan, args: list[str], ports: list[dict[str, Any]], p
     spec: dict[str, Any] = {
         "serviceAccountName": SERVICE_ACCOUNT,
         "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY,
+        "securityContext": tenant_pod_security(plan.gid),
         "affinity": instance_type_affinity(plan.instance_types, spread=spread),
         "containers": [{
             "name": "feast",

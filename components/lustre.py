@@ -22,6 +22,7 @@ class LustreArgs:
     node_security_group_id: pulumi.Input[str]
     kms_key_arn: pulumi.Input[str]  # the datasets key: the file system holds copies of datasets
     datasets_bucket: str
+    tenants: tuple[str, ...]  # each gets its own directory linked to its own prefix of the bucket
     storage_capacity_gib: int
     per_unit_storage_throughput: int
     logs_kms_key_arn: pulumi.Input[str]
@@ -31,7 +32,7 @@ class LustreArgs:
     def __post_init__(self) -> None:
         # The stack config refuses these first; a direct caller gets the same line.
         for error in (spec.capacity_error(self.storage_capacity_gib),
-                      spec.throughput_error(self.per_unit_storage_throughput)):
+                      spec.throughput_error(self.per_unit_storage_throughput), spec.tenants_error(len(self.tenants))):
             if error:
                 raise ValueError(error)
 
@@ -39,7 +40,7 @@ class LustreArgs:
 class LustreScratch(pulumi.ComponentResource):
     file_system: aws.fsx.LustreFileSystem
     security_group: aws.ec2.SecurityGroup
-    association: aws.fsx.DataRepositoryAssociation
+    associations: dict[str, aws.fsx.DataRepositoryAssociation]  # per tenant
 
     def __init__(self, name: str, args: LustreArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:storage:LustreScratch", name, None, opts)
@@ -107,22 +108,28 @@ class LustreScratch(pulumi.ComponentResource):
             tags={"Name": f"{args.prefix}-lustre"},
             opts=stateful,
         )
-        self.association = aws.fsx.DataRepositoryAssociation(
-            name,
-            file_system_id=self.file_system.id,
-            file_system_path=spec.DATASETS_PATH,
-            data_repository_path=f"s3://{args.datasets_bucket}",
-            batch_import_meta_data_on_create=True,
-            # Removing the link must never remove what the file system holds.
-            delete_data_in_filesystem=False,
-            s3=aws.fsx.DataRepositoryAssociationS3Args(
-                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
-                    events=list(spec.IMPORT_EVENTS)),
-                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
-                    events=list(spec.EXPORT_EVENTS)),
-            ),
-            opts=child,
-        )
+        # One link per tenant, its directory to its prefix: a link of the whole bucket would show
+        # every tenant's datasets to every pod that mounts the file system, and export what any
+        # of them writes there to any prefix.
+        self.associations = {
+            tenant: aws.fsx.DataRepositoryAssociation(
+                f"{name}-{tenant}",
+                file_system_id=self.file_system.id,
+                file_system_path=spec.tenant_datasets_path(tenant),
+                data_repository_path=spec.tenant_datasets_prefix(args.datasets_bucket, tenant),
+                batch_import_meta_data_on_create=True,
+                # Removing the link must never remove what the file system holds.
+                delete_data_in_filesystem=False,
+                s3=aws.fsx.DataRepositoryAssociationS3Args(
+                    auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
+                        events=list(spec.IMPORT_EVENTS)),
+                    auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
+                        events=list(spec.EXPORT_EVENTS)),
+                ),
+                opts=child,
+            )
+            for tenant in args.tenants
+        }
         self.register_outputs(
             {
                 "fileSystemId": self.file_system.id,

@@ -17,8 +17,30 @@ CAPACITY_STEP_GIB = 2400
 # Lustre's LNET port, and the ports its servers and clients talk on.
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 
-# Where the datasets bucket appears inside the file system.
+# Where a tenant's datasets appear, inside its own directory of the file system (which its
+# pods mount as their scratch root): /<tenant>/datasets mirrors s3://<datasets>/<tenant>/, so
+# a tenant sees, and can export to, only its own prefix of the bucket.
 DATASETS_PATH = "/datasets"
+# FSx for Lustre links at most this many paths to S3 (data repository associations).
+MAX_ASSOCIATIONS = 8
+
+
+def tenant_datasets_path(tenant: str) -> str:
+    """Where a tenant's datasets are on the file system (its pods see them at DATASETS_PATH
+    under their scratch mount)."""
+    return f"/{tenant}{DATASETS_PATH}"
+
+
+def tenant_datasets_prefix(bucket: str, tenant: str) -> str:
+    return f"s3://{bucket}/{tenant}/"
+
+
+def tenants_error(count: int) -> str | None:
+    """None if the file system can link this many tenants' directories, else why not."""
+    if count > MAX_ASSOCIATIONS:
+        return (f"{count} tenants, but Lustre links at most {MAX_ASSOCIATIONS} directories to the datasets bucket "
+                "(one per tenant's own prefix)")
+    return None
 # The bucket's new, changed and deleted objects show in the file system. Back to the
 # bucket go only new and changed files: exporting deletions would let an `rm` under
 # /datasets delete in S3, past the read-only grant training pods have on the bucket. A

@@ -9,6 +9,7 @@ the reason, are written down once here, in SYSTEM_NAMESPACES.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,30 @@ class Tenant:
     groups: tuple[str, ...] = ()  # Kubernetes groups bound to the developer Role
     role_arns: tuple[str, ...] = ()  # IAM roles mapped to `groups` by EKS access entries
     instance_types: tuple[str, ...] | None = None  # GPU flavors the team may use; None: all
+    # The tenant's group: its pods run in it, and only it reaches its scratch directory.
+    # Unset: drawn from the name (tenant_gid), never root's.
+    gid: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.gid is None:
+            object.__setattr__(self, "gid", tenant_gid(self.name))
+
+
+# The tenants' workloads run as one UID, the one their images name (the training image's
+# sshd looks it up); what keeps a tenant out of another's files is its group: each
+# tenant's scratch directory is root's, its group the tenant's, mode 2770, and its pods run
+# in that group alone (an admission policy pins it per namespace). Groups are drawn from a
+# range no image or system user uses, stable for a name whatever the order of the tenants.
+GID_RANGE = (20000, 60000)
+# Groups a tenant may not have: root's, the workloads' shared one, and those images use.
+RESERVED_GIDS = {0: "root's group", 10001: "the platform workloads' shared group",
+                 65532: "the distroless images' nonroot group", 65534: "nogroup"}
+
+
+def tenant_gid(name: str) -> int:
+    """The group a tenant gets unless its config names one."""
+    low, high = GID_RANGE
+    return low + zlib.crc32(name.encode()) % (high - low)
 
 
 def tenants_from_config(configured: Iterable[Any]) -> tuple[Tenant, ...]:
@@ -43,6 +68,7 @@ def tenants_from_config(configured: Iterable[Any]) -> tuple[Tenant, ...]:
             name=t.name, cpu=t.quotas.cpu, memory_gi=t.quotas.memory_gi, gpu=t.quotas.gpu, efa=t.quotas.efa,
             cohort=t.cohort, groups=tuple(t.groups), role_arns=tuple(t.role_arns),
             instance_types=tuple(t.instance_types) if t.instance_types is not None else None,
+            gid=t.gid,
         )
         for t in configured
     )

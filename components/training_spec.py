@@ -183,6 +183,7 @@ class TrainingPlan:
     tracking_secret_env: tuple[tuple[str, str, str], ...] = ()
     secret_files: tuple[SecretFile, ...] = ()
     ca_bundle: str = ""
+    gid: int = RUN_AS  # the tenant's group (tenant_pod_security)
 
     def __post_init__(self) -> None:
         if self.fabric is not None and self.efa:
@@ -324,6 +325,12 @@ POD_SECURITY = {
 }
 
 
+def tenant_pod_security(gid: int) -> dict[str, Any]:
+    """A tenant's pods: the workloads' UID, in the tenant's group (components/tenancy_spec.py
+    GID_RANGE), which alone reaches its scratch directory."""
+    return {**POD_SECURITY, "runAsGroup": gid, "fsGroup": gid}
+
+
 def pool_affinity(pool: str) -> dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [pool]}]}
@@ -403,7 +410,7 @@ def gpu_pod(plan: TrainingPlan, main: dict[str, Any], volumes: list[dict[str, An
         "serviceAccountName": plan.service_account,
         # Pod Identity mounts its own token; nothing here talks to the Kubernetes API.
         "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY,
+        "securityContext": tenant_pod_security(plan.gid),
         "affinity": pool_affinity(plan.pool),
         "tolerations": [GPU_TOLERATION],
         "initContainers": [preflight],
@@ -629,7 +636,7 @@ def horovod_jobset(plan: TrainingPlan) -> dict[str, Any]:
     launcher = {
         "serviceAccountName": plan.service_account,
         "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY,
+        "securityContext": tenant_pod_security(plan.gid),
         "containers": [{
             "name": LAUNCHER,
             "image": plan.user_image,
@@ -748,7 +755,7 @@ def gpu_check_daemonset(plan: TrainingPlan) -> dict[str, Any]:
                 "spec": {
                     "serviceAccountName": name,
                     "automountServiceAccountToken": False,
-                    "securityContext": POD_SECURITY,
+                    "securityContext": tenant_pod_security(plan.gid),
                     "affinity": pool_affinity(plan.pool),
                     "tolerations": [GPU_TOLERATION],
                     "containers": [container],

@@ -448,6 +448,8 @@ class TenantConfig(_Model):
     role_arns: tuple[str, ...] = ()
     # GPU instance types the tenant's queue may use, in order of preference; unset: all.
     instance_types: tuple[str, ...] | None = None
+    # The tenant's group (components/tenancy_spec.py GID_RANGE); unset: drawn from its name.
+    gid: int | None = Field(default=None, ge=1000, le=2_147_483_647)
 
     @field_validator("name")
     @classmethod
@@ -494,6 +496,22 @@ class TenantConfig(_Model):
             return tuple(catalog.lookup(v).name for v in value)
         except catalog.UnknownInstanceType as err:
             raise ValueError(catalog.unknown_type_message(str(err.args[0]))) from None
+
+    @field_validator("gid")
+    @classmethod
+    def _gid(cls, value: int | None) -> int | None:
+        from components.tenancy_spec import RESERVED_GIDS
+
+        if value in RESERVED_GIDS:
+            raise ValueError(f"{value} is {RESERVED_GIDS[value]}; pick another group for the tenant")
+        return value
+
+    @property
+    def group(self) -> int:
+        """The tenant's group: its config's, or the one drawn from its name."""
+        from components.tenancy_spec import tenant_gid
+
+        return self.gid if self.gid is not None else tenant_gid(self.name)
 
     @model_validator(mode="after")
     def _arns_need_groups(self) -> TenantConfig:
@@ -1077,7 +1095,15 @@ class PlatformConfig(_Model):
                 "Lustre scratch goes in the GPU pool's zone, but no gpu pool is pinned to one; set "
                 "placementGroupZoneId (or zoneId) on a gpu pool, or set lustre.enabled: false",
             )
+        too_many = lustre_spec.tenants_error(len(self.tenants))
+        if self.storage.lustre.enabled and too_many:
+            raise _KeyError(f"{PROJECT}:tenants", f"{too_many}; split the tenants across environments, or set "
+                            "storage.lustre.enabled: false")
         return self
+
+    def tenant_group(self, name: str) -> int:
+        """A tenant's group (components/tenancy_spec.py GID_RANGE)."""
+        return next(t.group for t in self.tenants if t.name == name)
 
     @model_validator(mode="after")
     def _tenants(self) -> PlatformConfig:
@@ -1091,9 +1117,10 @@ class PlatformConfig(_Model):
             if tenant.name in seen:
                 raise _KeyError(f"{key}.name", f"{tenant.name!r} is used twice; tenant names must be unique")
             seen.add(tenant.name)
-            if self.inference is not None and tenant.name == self.inference.namespace:
-                raise _KeyError(f"{key}.name", f"{tenant.name!r} is the serving namespace (inference.namespace); "
-                                "pick another tenant name")
+            owner = next((t.name for t in self.tenants[:index] if t.group == tenant.group), None)
+            if owner is not None:
+                raise _KeyError(f"{key}.gid", f"{tenant.group} is already the group of tenant {owner!r} (given or drawn "
+                                "from its name); give one of them another gid")
             for group in tenant.groups:
                 if group in groups:
                     raise _KeyError(f"{key}.groups", f"{group!r} is already a group of tenant {groups[group]!r}; a "

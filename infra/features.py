@@ -94,7 +94,8 @@ def customer_project_plans(config: PlatformConfig, descriptor: CustomerClusterDe
                     redis_host=redis.host, replication_group_id="", user=user_id(prefix, tenant),
                     region=store.region, vpc_cidr="", instance_types=(pool.instance_type,),
                     replicas=config.features.server_replicas,
-                    materialize_every_minutes=config.features.materialize_every_minutes, customer=stores)
+                    materialize_every_minutes=config.features.materialize_every_minutes, customer=stores,
+                    gid=config.tenant_group(tenant))
         for tenant, project in config.feature_projects.items()
     ]
 
@@ -114,7 +115,8 @@ def project_plans(config: PlatformConfig, descriptor: ClusterDescriptor | Custom
                     replication_group_id=f.replication_group_id, user=f.users[tenant], region=config.region,
                     vpc_cidr=config.network.vpc_cidr, instance_types=(pool.instance_type,),
                     replicas=config.features.server_replicas,
-                    materialize_every_minutes=config.features.materialize_every_minutes)
+                    materialize_every_minutes=config.features.materialize_every_minutes,
+                    gid=config.tenant_group(tenant))
         for tenant in config.feature_projects if tenant in f.users
     ]
 

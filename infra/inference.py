@@ -212,8 +212,10 @@ def drift_plan(config: PlatformConfig, settings: Any, descriptor: ClusterDescrip
         image=image_uri("serving", descriptor.account_id, config.region, config.environment, platform_images),
         logs=logs_uri(descriptor.buckets["datasets"], settings.model_name), region=config.region,
         every_hours=drift.every_hours, days=drift.days, min_rows=drift.min_rows,
-        lustre_datasets=(f"{SCRATCH_MOUNT}{DATASETS_PATH}/", f"s3://{descriptor.buckets['datasets']}/")
+        # The tenant's own datasets directory mirrors its own prefix (components/lustre_spec.py).
+        lustre_datasets=(f"{SCRATCH_MOUNT}{DATASETS_PATH}/", f"s3://{descriptor.buckets['datasets']}/{tenant}/")
         if descriptor.lustre is not None else None,
+        gid=config.tenant_group(tenant),
         tracking_env=(("MLFLOW_TRACKING_URI", TRACKING_URI), ("MLFLOW_TRACKING_USERNAME", tenant),
                       ("MLPLAT_TRACKING_SECRET_ARN", descriptor.tracking.tenant_secret_arns[tenant])),
     )

@@ -175,13 +175,14 @@ def build_storage(
                 node_security_group_id=network.node_security_group.id,
                 kms_key_arn=key["datasets"],
                 datasets_bucket=names.buckets["datasets"],
+                tenants=tuple(t.name for t in config.tenants),
                 storage_capacity_gib=storage.lustre.storage_capacity_gib,
                 per_unit_storage_throughput=storage.lustre.per_unit_storage_throughput,
                 logs_kms_key_arn=key["logs"],
                 log_retention_days=storage.log_retention_days,
                 force_destroy=storage.force_destroy,
             ),
-            # The association reads the bucket under its key policy and bucket policy.
+            # The associations read the bucket under its key policy and bucket policy.
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[buckets["datasets"]])),
         )
     return Storage(buckets, registry, trail, volumes, workload_logs, lustre)

@@ -72,6 +72,7 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
         service_account=s.name,
         lustre_claim=scratch_claim if job.lustre else None,
         min_busbw_gbps=job.min_busbw_gbps,
+        gid=job.tenant.group,
     )
     # The same global batch at every node count from min_nodes to nodes: a job that shrinks
     # raises its gradient accumulation instead of changing the optimisation (or stopping).

@@ -92,6 +92,7 @@ class ClusterAddons(pulumi.ComponentResource):
         if args.lustre is not None:
             storage = StorageDrivers(f"{name}-storage", StorageDriversArgs(
                 context=ctx, lustre=args.lustre, tenant_namespaces=args.tenant_namespaces,
+                tenant_groups={t.name: t.gid for t in args.tenants},
                 chart_mirror=args.chart_mirror, depends_on=after("aws-fsx-csi-driver"),
             ), opts=pulumi.ResourceOptions(parent=self))
             self.workload_dependencies += storage.claims.values()

@@ -28,6 +28,7 @@ class StorageDriversArgs:
     context: AddonContext
     lustre: LustreVolume | None = None
     tenant_namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
+    tenant_groups: Mapping[str, int] = field(default_factory=dict)  # each tenant's group
     chart_mirror: str = field(kw_only=True)  # the in-region chart repository (oci://...)
     depends_on: tuple[pulumi.Resource, ...] = ()
 
@@ -61,7 +62,8 @@ class StorageDrivers(pulumi.ComponentResource):
                 isolation = create(directories_network_policy(),
                                    pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
                 self.tenant_directories = create(
-                    directories_job(list(args.tenant_namespaces), args.context.image("node-debug").uri),
+                    directories_job([(t, args.tenant_groups[t]) for t in args.tenant_namespaces],
+                                    args.context.image("node-debug").uri),
                     pulumi.ResourceOptions(parent=self, depends_on=[claim, isolation]),
                 )
         self.register_outputs({"claims": list(self.claims)})

@@ -1,15 +1,20 @@
 """The Lustre scratch file system as Kubernetes volumes: a static PersistentVolume per
-tenant namespace, bound to a claim named `lustre-scratch` there; and the one-off Job that
-gives each tenant its own directory on the file system before any workload writes there.
+tenant namespace, bound to a claim named `lustre-scratch` there, of the tenant's own
+directory `/<tenant>` and nothing above it; and the one-off Job that gives each tenant its
+directory before any workload writes there.
 
-The root of a new Lustre file system belongs to root (mode 0755), while training pods run
-as the non-root RUN_AS under Pod Security `restricted`: they cannot create anything at the
-top. The Job, in the FSx CSI driver's system namespace through a claim of its own, makes
-`/<tenant>` owned by RUN_AS:RUN_AS with mode 0770 for every tenant. It is idempotent (mkdir
--p, chown, chmod): adding a tenant changes the Job's pod template, which Kubernetes cannot
-update, so Pulumi replaces the Job and the new one goes over every tenant again, touching
-nothing inside the directories. It relies on the file system not squashing root (FSx's
-default, which components/lustre.py keeps).
+The root of a new Lustre file system belongs to root (mode 0755), and the tenants' pods all
+run as the one non-root RUN_AS (their images name it): what keeps a tenant out of another's
+files is the group. The Job, in the FSx CSI driver's system namespace through a claim of the
+root, makes every `/<tenant>` owned by root with the tenant's group and mode 2770 (setgid:
+what is made inside keeps the group), and the tenant's pods run in that group
+(components/training_spec.py tenant_pod_security, pinned per namespace by an admission
+policy). Each tenant's datasets are linked under its directory (components/lustre_spec.py),
+so its mount holds them too. The Job is idempotent (mkdir -p, chown, chmod of the directory
+alone): adding a tenant changes the Job's pod template, which Kubernetes cannot update, so
+Pulumi replaces the Job and the new one goes over every tenant again, touching nothing inside
+the directories. It relies on the file system not squashing root (FSx's default, which
+components/lustre.py keeps).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.addons.values import NAMESPACES
-from components.training_spec import RUN_AS, SCRATCH_MOUNT
+from components.training_spec import SCRATCH_MOUNT
 
 FSX_DRIVER = "fsx.csi.aws.com"
 SCRATCH_CLAIM = "lustre-scratch"
@@ -28,11 +33,11 @@ SCRATCH_CLAIM = "lustre-scratch"
 DIRECTORIES_NAMESPACE = NAMESPACES["aws-fsx-csi-driver"]
 DIRECTORIES_JOB = "lustre-tenant-directories"
 DIRECTORIES_CLAIM = "lustre-tenant-directories"
-DIRECTORY_MODE = "0770"  # owner and group (the workloads' UID and GID) only
+DIRECTORY_MODE = "2770"  # the tenant's group only; setgid, so what is made inside keeps it
 # What the Job may do as root and nothing more: create a directory whatever the root's mode
-# (DAC_OVERRIDE), hand it to RUN_AS (CHOWN), then set its mode once it is no longer root's
-# (FOWNER).
-DIRECTORIES_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER")
+# (DAC_OVERRIDE), give it the tenant's group (CHOWN), set its mode (FOWNER) with setgid on a
+# group root is not in (FSETID: without it the kernel drops the bit).
+DIRECTORIES_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID")
 
 
 @dataclass(frozen=True)
@@ -47,9 +52,11 @@ class LustreVolume:
 
 
 def _static_volume(name: str, namespace: str, claim: str, lustre: LustreVolume,
-                   labels: dict[str, str]) -> dict[str, Any]:
-    """A static PersistentVolume bound to one claim. Retained: deleting the claim never
-    touches the file system, which the storage component owns."""
+                   labels: dict[str, str], subdirectory: str = "") -> dict[str, Any]:
+    """A static PersistentVolume bound to one claim, of the file system's root or, with
+    `subdirectory`, of that directory alone (a Lustre fileset mount: the client mounts
+    <dnsname>@tcp:/<mountname>/<subdirectory> and sees nothing above it). Retained: deleting
+    the claim never touches the file system, which the storage component owns."""
     return {
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": name, "labels": labels},
@@ -63,10 +70,20 @@ def _static_volume(name: str, namespace: str, claim: str, lustre: LustreVolume,
             "csi": {
                 "driver": FSX_DRIVER,
                 "volumeHandle": lustre.file_system_id,
-                "volumeAttributes": {"dnsname": lustre.dns_name, "mountname": lustre.mount_name},
+                "volumeAttributes": {"dnsname": lustre.dns_name,
+                                     "mountname": _under(lustre.mount_name, subdirectory)},
             },
         },
     }
+
+
+def _under(mount_name: Any, subdirectory: str) -> Any:
+    """`<mountname>/<subdirectory>`; the mount name may be a Pulumi output."""
+    if not subdirectory:
+        return mount_name
+    if isinstance(mount_name, str):
+        return f"{mount_name}/{subdirectory}"
+    return mount_name.apply(lambda name: f"{name}/{subdirectory}")
 
 
 def _claim(name: str, namespace: str, volume: str, lustre: LustreVolume) -> dict[str, Any]:
@@ -83,9 +100,11 @@ def _claim(name: str, namespace: str, volume: str, lustre: LustreVolume) -> dict
 
 
 def scratch_volume(namespace: str, lustre: LustreVolume) -> dict[str, Any]:
-    """The tenant's volume, bound to its `lustre-scratch` claim."""
+    """The tenant's volume, bound to its `lustre-scratch` claim: its own directory of the file
+    system (`/<tenant>`, with its datasets under it), never the root, so its pods cannot see
+    another tenant's directory whatever they do."""
     return _static_volume(f"lustre-scratch-{namespace}", namespace, SCRATCH_CLAIM, lustre,
-                          {"mlplat.io/tenant": namespace})
+                          {"mlplat.io/tenant": namespace}, subdirectory=namespace)
 
 
 def scratch_claim(namespace: str, lustre: LustreVolume) -> dict[str, Any]:
@@ -126,8 +145,9 @@ def shared_scratch_claim(namespace: str, scratch: SharedScratch) -> dict[str, An
 
 
 def tenant_directory(tenant: str) -> str:
-    """Where a tenant's workloads write, as mounted in their pods (training: its jobs'
-    directories are `<this>/<job>`)."""
+    """Where a tenant's workloads write: on a customer's cluster, in the pods' mount of the
+    tenant's own volume (training: its jobs' directories are `<this>/<job>`); on Lustre, the
+    tenant's directory as the directories Job sees the file system's root."""
     return f"{SCRATCH_MOUNT}/{tenant}"
 
 
@@ -140,10 +160,14 @@ def directories_claim(lustre: LustreVolume) -> dict[str, Any]:
     return _claim(DIRECTORIES_CLAIM, DIRECTORIES_NAMESPACE, DIRECTORIES_CLAIM, lustre)
 
 
-# The directories come in as arguments, never inside the script text. Plain commands, not
-# an && chain: `sh -e` stops at a failing command only outside such chains.
+# The directories come in as arguments (`<directory>=<group>`), never inside the script
+# text. Plain commands, not an && chain: `sh -e` stops at a failing command only outside
+# such chains. Each directory is root's, its group the tenant's, setgid (what is made in it
+# keeps the tenant's group): the workloads' shared UID owns nothing there, so only the
+# tenant's group gets in.
 DIRECTORIES_SCRIPT = (
-    'for dir in "$@"; do mkdir -p "$dir"; chown "$OWNER" "$dir"; chmod "$MODE" "$dir"; ls -ld "$dir"; done'
+    'for arg in "$@"; do dir="${arg%=*}"; group="${arg##*=}"; mkdir -p "$dir"; chown "$OWNER:$group" "$dir"; '
+    'chmod "$MODE" "$dir"; ls -ldn "$dir"; done'
 )
 
 
@@ -163,7 +187,7 @@ def directories_network_policy() -> dict[str, Any]:
     }
 
 
-def directories_job(tenants: Sequence[str], image: str) -> dict[str, Any]:
+def directories_job(tenants: Sequence[tuple[str, int]], image: str) -> dict[str, Any]:
     """The Job that makes every tenant's directory. Root is needed because the file
     system's root is root's; the container keeps only DIRECTORIES_CAPABILITIES, no privilege
     escalation, a read-only root file system and no service account token. Kueue leaves it
@@ -173,8 +197,8 @@ def directories_job(tenants: Sequence[str], image: str) -> dict[str, Any]:
         "name": "mkdir",
         "image": image,
         "imagePullPolicy": "Always",
-        "command": ["sh", "-euc", DIRECTORIES_SCRIPT, "sh", *(tenant_directory(t) for t in tenants)],
-        "env": [{"name": "OWNER", "value": f"{RUN_AS}:{RUN_AS}"}, {"name": "MODE", "value": DIRECTORY_MODE}],
+        "command": ["sh", "-euc", DIRECTORIES_SCRIPT, "sh", *(f"{tenant_directory(t)}={gid}" for t, gid in tenants)],
+        "env": [{"name": "OWNER", "value": "0"}, {"name": "MODE", "value": DIRECTORY_MODE}],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
         "volumeMounts": [{"name": "lustre", "mountPath": SCRATCH_MOUNT}],
         "securityContext": {

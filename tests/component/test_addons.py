@@ -14,7 +14,7 @@ from components.addons import AddonsArgs, ClusterAddons, LustreVolume
 from components.addons.queues import PoolCapacity
 from components.addons.values import NAMESPACES, AddonContext, chart_source, kueue_manager_config
 from components.tenancy import Tenancy, TenancyArgs
-from components.tenancy_spec import Tenant
+from components.tenancy_spec import Tenant, tenant_gid
 from infra.versions import CHARTS, image_uri
 from tests.component.recorder import Recording, record
 
@@ -22,7 +22,7 @@ ACCOUNT, REGION = "111122223333", "me-central-1"
 RELEASE = "kubernetes:helm.sh/v4:Chart"
 TENANTS = (
     Tenant("research", 64, 512, 24, 96, cohort="training", groups=("mlplat:research-developers",)),
-    Tenant("serving", 8, 64, 4, 0, instance_types=("g6e.2xlarge",)),
+    Tenant("serving", 8, 64, 4, 0, instance_types=("g6e.2xlarge",), gid=41000),
 )
 POOLS = (PoolCapacity("p5.48xlarge", 4, 8, 32), PoolCapacity("g6e.2xlarge", 4, 1, 0))
 MIRROR = f"oci://{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/prod/charts"
@@ -178,7 +178,8 @@ def test_tenant_directories_job_after_its_own_claim_and_isolation(rec):
     assert (body["apiVersion"], body["kind"]) == ("batch/v1", "Job")
     assert body["metadata"]["namespace"] == "kube-system"
     [container] = body["spec"]["template"]["spec"]["containers"]
-    assert container["command"][4:] == ["/fsx/research", "/fsx/serving"]
+    # Each directory with its own tenant's group: given, or drawn from the name.
+    assert container["command"][4:] == [f"/fsx/research={tenant_gid('research')}", "/fsx/serving=41000"]
     assert container["image"] == image_uri("node-debug", ACCOUNT, REGION, "prod")
     assert container["image"].startswith(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mlplat/prod/mirror/node-debug:")
     claims = {(c.inputs()["metadata"]["namespace"]): c for c in rec.of_type("kubernetes:core/v1:PersistentVolumeClaim")}

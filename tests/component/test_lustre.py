@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def args(**overrides) -> LustreArgs:
     values = dict(prefix="mlplat-test", vpc_id="vpc-1", subnet_id="subnet-az1", node_security_group_id="sg-nodes",
-                  kms_key_arn=DATA_KEY, datasets_bucket="b-datasets", storage_capacity_gib=2400,
+                  kms_key_arn=DATA_KEY, datasets_bucket="b-datasets", tenants=("research", "vision"),
+                  storage_capacity_gib=2400,
                   per_unit_storage_throughput=500, logs_kms_key_arn=LOGS_KEY, log_retention_days=90)
     return LustreArgs(**{**values, **overrides})
 
@@ -54,16 +55,25 @@ def test_file_system_logs_to_an_encrypted_fsx_log_group(lustre):
     assert log == {"level": "WARN_ERROR", "destination": f"arn:aws:logs:me-central-1:111122223333:log-group:{group['name']}"}
 
 
-def test_data_repository_association_with_the_datasets_bucket(lustre):
-    dra = lustre.one(DRA)
-    inputs = dra.inputs()
-    assert inputs["dataRepositoryPath"] == "s3://b-datasets" and inputs["fileSystemPath"] == "/datasets"
-    # Deletions come in from the bucket but never go out to it: an `rm` on the file system
-    # must not delete past training pods' read-only grant.
-    assert inputs["s3"] == {"autoImportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]},
-                            "autoExportPolicy": {"events": ["NEW", "CHANGED"]}}
-    assert inputs["deleteDataInFilesystem"] is False and inputs["batchImportMetaDataOnCreate"] is True
-    assert dra.property_dependencies["fileSystemId"] == [lustre.one(FSX).urn]
+def test_each_tenant_links_its_own_directory_to_its_own_prefix(lustre):
+    links = {r.inputs()["fileSystemPath"]: r for r in lustre.of_type(DRA)}
+    # No link of the whole bucket: it would show every tenant's datasets to every pod that
+    # mounts the file system.
+    assert {path: r.inputs()["dataRepositoryPath"] for path, r in links.items()} == {
+        "/research/datasets": "s3://b-datasets/research/", "/vision/datasets": "s3://b-datasets/vision/"}
+    for dra in links.values():
+        inputs = dra.inputs()
+        # Deletions come in from the bucket but never go out to it: an `rm` on the file system
+        # must not delete past training pods' read-only grant.
+        assert inputs["s3"] == {"autoImportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]},
+                                "autoExportPolicy": {"events": ["NEW", "CHANGED"]}}
+        assert inputs["deleteDataInFilesystem"] is False and inputs["batchImportMetaDataOnCreate"] is True
+        assert dra.property_dependencies["fileSystemId"] == [lustre.one(FSX).urn]
+
+
+def test_more_tenants_than_fsx_links_are_refused():
+    with pytest.raises(ValueError, match="9 tenants"):
+        args(tenants=tuple(f"t{i}" for i in range(9)))
 
 
 def _rules(lustre, kind):

@@ -427,7 +427,7 @@ def test_prods_drift_check_is_a_kueue_job_of_the_serving_tenant_reading_the_line
     # prod trains from Lustre: the check reads the same files from the bucket Lustre mirrors.
     assert descriptor["lustre"] is not None
     assert command[command.index("--lustre-datasets") + 1] == \
-        f"/fsx/datasets/=s3://{descriptor['buckets']['datasets']}/"
+        f"/fsx/datasets/=s3://{descriptor['buckets']['datasets']}/serving/"  # the tenant's own prefix
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["MLFLOW_TRACKING_USERNAME"] == "serving" and env["MLPLAT_TRACKING_SECRET_ARN"]
     # It may push to the Pushgateway, which Prometheus scrapes with the pushed labels kept.

@@ -91,7 +91,7 @@ def test_lustre_jobsets_wait_for_their_tenants_directory(stack):
     result = cluster(stack)
     [job] = lustre_jobs(result)
     [container] = job.inputs()["spec"]["template"]["spec"]["containers"]
-    made = container["command"][4:]
+    made = dict(arg.split("=") for arg in container["command"][4:])  # directory -> its group
     env = {e["name"]: e["value"] for e in container["env"]}
     on_lustre = 0
     for reg in of_type(result, JOBSET):
@@ -104,10 +104,13 @@ def test_lustre_jobsets_wait_for_their_tenants_directory(stack):
             assert job.urn in reg.dependencies, f"{stack} {body['metadata']['name']} does not wait for {job.name}"
             for mount in (m for c in pod["containers"] for m in c.get("volumeMounts", []) if m["name"] in claims):
                 # The tenant's directory on the mount, where the trainer's job directory goes.
-                assert str(PurePosixPath(mount["mountPath"]) / body["metadata"]["namespace"]) in made
-            security = pod["securityContext"]
-            assert env["OWNER"] == f"{security['runAsUser']}:{security['runAsGroup']}"
-            assert env["MODE"] == "0770"
+                directory = str(PurePosixPath(mount["mountPath"]) / body["metadata"]["namespace"])
+                assert directory in made
+                # The pods get in by the tenant's group alone: the directory is root's.
+                security = pod["securityContext"]
+                assert security["runAsGroup"] == security["fsGroup"] == int(made[directory])
+                assert security["runAsUser"] != 0 and not security.get("supplementalGroups")
+    assert env["OWNER"] == "0" and env["MODE"] == "2770"
     assert on_lustre, f"{stack}: no training pod mounts Lustre"
 
 
@@ -121,4 +124,6 @@ def test_every_tenant_gets_a_directory_wherever_there_is_lustre(stack):
         return
     [job] = jobs
     [container] = job.inputs()["spec"]["template"]["spec"]["containers"]
-    assert sorted(container["command"][4:]) == sorted(f"/fsx/{t}" for t in tenants)
+    made = dict(arg.split("=") for arg in container["command"][4:])
+    assert sorted(made) == sorted(f"/fsx/{t}" for t in tenants)
+    assert len(set(made.values())) == len(made), "each tenant's directory has a group of its own"

@@ -225,13 +225,6 @@ def test_the_tracking_admins_secret_never_derives_from_a_tenant():
     assert names.tenants == {"admin": "mlplat-prod/tracking/tenant/admin", "research": "mlplat-prod/tracking/tenant/research"}
 
 
-def test_a_tenant_named_like_the_serving_namespace_is_refused():
-    raw = raw_stack("prod")
-    raw["mlplat:tenants"][0]["name"] = load_stack("prod").inference.namespace
-    with pytest.raises(ConfigError, match=r"mlplat:tenants\[0\]\.name: 'inference' is the serving namespace"):
-        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
-
-
 def test_a_group_belongs_to_one_tenant():
     def share(raw: dict) -> None:
         raw["mlplat:tenants"].append({"name": "applied", "quotas": {"cpu": 4, "memoryGi": 16},

@@ -12,6 +12,8 @@ import yaml
 
 from components.addons.values import NAMESPACES
 from components.tenancy_spec import (
+    GID_RANGE,
+    tenant_gid,
     DEVELOPER_RULES,
     SYSTEM_NAMESPACES,
     Tenant,
@@ -147,7 +149,29 @@ def test_tenants_from_config():
     prod = tenants_from_config(load_stack("prod").tenants)
     research = next(t for t in prod if t.name == "research")
     assert research == Tenant("research", 1152, 12288, 96, 384, "training", ("mlplat:research-developers",), (),
-                              ("p5.48xlarge",))
+                              ("p5.48xlarge",), tenant_gid("research"))
+    # Drawn from the name, so stable whatever the order of the tenants, and apart for each.
+    assert len({t.gid for t in prod}) == len(prod) and all(GID_RANGE[0] <= t.gid < GID_RANGE[1] for t in prod)
+
+
+def test_a_tenants_group_is_its_own():
+    def with_gid(raw: dict, gids: list) -> None:
+        for tenant, gid in zip(raw["mlplat:tenants"], gids):
+            tenant["gid"] = gid
+
+    raw = raw_stack("prod")
+    with_gid(raw, [31000, 31000])
+    with pytest.raises(ConfigError, match=r"mlplat:tenants\[1\]\.gid: 31000 is already the group of tenant 'research'"):
+        parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
+    for reserved, why in ((0, ": Input should be greater than or equal to 1000"), (999, ": Input should be"),
+                          (10001, " is the platform workloads' shared group"), (65534, " is nogroup")):
+        raw = raw_stack("prod")
+        with_gid(raw, [reserved])
+        with pytest.raises(ConfigError, match=rf"mlplat:tenants\[0\]\.gid: {reserved}{why}"):
+            parse_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
+    raw = raw_stack("prod")
+    with_gid(raw, [31000])
+    assert tenants_from_config(parse_config(raw, "x", from_stack_file=True).tenants)[0].gid == 31000
 
 
 # --- Bad input: one line naming key, value and what is allowed -------------------------
@@ -264,7 +288,7 @@ def test_preview_refuses_bad_tenancy_with_one_line_and_exit_2(tmp_path, capsys, 
 def test_no_tenant_can_be_named_like_a_namespace_the_platform_makes():
     """Every Namespace the cluster layers apply, other than the tenants' own (labelled with
     their tenant), is a name the config refuses for a tenant; the serving namespace is refused
-    by the stack's own check (test_config)."""
+    as a tenant's by the stack's own check (test_inference_config)."""
     from components.tenancy_spec import RESERVED_NAMES, RESERVED_PREFIXES, platform_identity
     from infra.preview.report import kubernetes_objects
     from tests.conftest import preview
@@ -275,3 +299,21 @@ def test_no_tenant_can_be_named_like_a_namespace_the_platform_makes():
         assert made  # the platform's own: monitoring, mlflow, inference, ...
         for name in made - {load_stack("prod").inference.namespace}:
             assert name in RESERVED_NAMES or name.startswith(RESERVED_PREFIXES) or platform_identity(name), name
+
+
+def test_more_tenants_than_lustre_links_only_where_lustre_is_on():
+    def with_tenants(stack: str, count: int) -> dict:
+        raw = raw_stack(stack)
+        own = raw["mlplat:tenants"]
+        raw["mlplat:tenants"] = own + [{"name": f"team{i}", "quotas": {"cpu": 8, "memoryGi": 32}}
+                                       for i in range(count - len(own))]
+        return raw
+
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_tenants("prod", 9), "stacks/Pulumi.prod.yaml", from_stack_file=True)
+    assert str(err.value) == (
+        "stacks/Pulumi.prod.yaml: mlplat:tenants: 9 tenants, but Lustre links at most 8 directories to the datasets "
+        "bucket (one per tenant's own prefix); split the tenants across environments, or set "
+        "storage.lustre.enabled: false")
+    assert len(parse_config(with_tenants("prod", 8), "x", from_stack_file=True).tenants) == 8
+    assert len(parse_config(with_tenants("dev", 9), "x", from_stack_file=True).tenants) == 9  # no Lustre there
