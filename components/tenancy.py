@@ -11,6 +11,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.addons.objects import create
+from components.admission_spec import admission_objects
 from components.tenancy_spec import Tenant, endpoint_policy, tenant_namespace, tenant_objects
 
 
@@ -20,6 +21,9 @@ class TenancyArgs:
     # Where pods may reach AWS APIs on 443: the VPC's CIDR (interface endpoints) and the S3
     # gateway endpoint's prefix-list CIDRs. None: no such allowance (egress stays denied).
     endpoint_cidrs: pulumi.Input[Sequence[str]] | None = None
+    # The cluster's GPU pools, (name, instance type): each tenant may pin its GPU pods to
+    # those its queue has flavors for.
+    gpu_pools: tuple[tuple[str, str], ...] = ()
 
 
 class Tenancy(pulumi.ComponentResource):
@@ -31,10 +35,14 @@ class Tenancy(pulumi.ComponentResource):
     def __init__(self, name: str, args: TenancyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:tenancy:Tenancy", name, None, opts)
         self.namespaces = {}
+        # The admission policies come first: nothing runs in a tenant namespace before the
+        # API server holds its pods to them.
+        policies = [create(manifest, pulumi.ResourceOptions(parent=self)) for manifest in admission_objects()]
         for tenant in args.tenants:
             # Deleting a namespace deletes everything in it: a tenant dropped from the config
             # must not take the team's volumes and jobs with it.
-            namespace = create(tenant_namespace(tenant), pulumi.ResourceOptions(parent=self, retain_on_delete=True))
+            namespace = create(tenant_namespace(tenant, args.gpu_pools),
+                               pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=policies))
             self.namespaces[tenant.name] = namespace
             inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
             for manifest in tenant_objects(tenant, args.tenants):

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.admission_spec import tenant_annotations
+from components.training_spec import RUN_AS
 from infra.versions import KUBERNETES_VERSION
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -173,12 +175,25 @@ def system_namespace(ns: SystemNamespace) -> dict[str, Any]:
 # --- Tenant objects ------------------------------------------------------------------
 
 
-def tenant_namespace(tenant: Tenant) -> dict[str, Any]:
+def tenant_pools(tenant: Tenant, gpu_pools: Sequence[tuple[str, str]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(pools, instance types) of the GPU pools `(name, instance type)` the tenant's queue
+    has flavors for: those of its instance types, or every one where it names none."""
+    mine = [(pool, itype) for pool, itype in gpu_pools
+            if tenant.instance_types is None or itype in tenant.instance_types]
+    return tuple(dict.fromkeys(p for p, _ in mine)), tuple(dict.fromkeys(t for _, t in mine))
+
+
+def tenant_namespace(tenant: Tenant, gpu_pools: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """The tenant's Namespace. Its annotations are what the admission policies
+    (components/admission_spec.py) hold the tenant's pods to: the workloads' UID, the
+    tenant's group, and the GPU pools and instance types its pods may be pinned to."""
     labels = {**pod_security_labels("restricted"), "mlplat.io/tenant": tenant.name,
               "app.kubernetes.io/part-of": "mlplat"}
     if tenant.cohort:
         labels["mlplat.io/cohort"] = tenant.cohort
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant.name, "labels": labels}}
+    pools, types = tenant_pools(tenant, gpu_pools)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": tenant.name, "labels": labels, "annotations": tenant_annotations(RUN_AS, tenant.gid, pools, types)}}
 
 
 def quota_ceiling(tenant: Tenant, everyone: Sequence[Tenant]) -> Tenant:

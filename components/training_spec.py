@@ -327,8 +327,9 @@ POD_SECURITY = {
 
 def tenant_pod_security(gid: int) -> dict[str, Any]:
     """A tenant's pods: the workloads' UID, in the tenant's group (components/tenancy_spec.py
-    GID_RANGE), which alone reaches its scratch directory."""
-    return {**POD_SECURITY, "runAsGroup": gid, "fsGroup": gid}
+    GID_RANGE), which alone reaches its scratch directory, and no group the image's
+    /etc/group would add (Strict; components/admission_spec.py requires it)."""
+    return {**POD_SECURITY, "runAsGroup": gid, "fsGroup": gid, "supplementalGroupsPolicy": "Strict"}
 
 
 def pool_affinity(pool: str) -> dict[str, Any]:

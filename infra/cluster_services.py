@@ -16,6 +16,7 @@ from components.addons.plan import addon_context, chart_mirror, gpu_pools
 from components.specs.cluster import default_storage_class
 from components.tenancy import Tenancy, TenancyArgs, TenantAccess, TenantAccessArgs
 from components.tenancy_spec import tenants_from_config
+from infra.catalog import lookup
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
 
@@ -53,7 +54,7 @@ def build_cluster_services(
     tenants = tenants_from_config(config.tenants)
     tenancy = Tenancy(
         "tenancy",
-        TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.endpoint_cidrs)),
+        TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.endpoint_cidrs), gpu_pools=gpu_pool_names(config)),
         opts=pulumi.ResourceOptions(providers=providers),
     )
     telemetry = config.addons.telemetry
@@ -76,6 +77,11 @@ def build_cluster_services(
         opts=pulumi.ResourceOptions(providers=providers),
     )
     return ClusterServices(tenancy, addons)
+
+
+def gpu_pool_names(config: PlatformConfig) -> tuple[tuple[str, str], ...]:
+    """(name, instance type) of every pool with GPUs."""
+    return tuple((p.name, lookup(p.instance_type).name) for p in config.node_pools if lookup(p.instance_type).has_gpu)
 
 
 def lustre_volume(config: PlatformConfig, descriptor: ClusterDescriptor) -> LustreVolume | None:
@@ -102,7 +108,8 @@ def build_customer_services(
     tenancy = Tenancy(
         "tenancy",
         # Tenants' pods reach the object store (HTTPS) and nothing else outside the cluster.
-        TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.object_storage.cidrs)),
+        TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.object_storage.cidrs),
+                    gpu_pools=gpu_pool_names(config)),
         opts=pulumi.ResourceOptions(providers=providers),
     )
     telemetry = config.addons.telemetry

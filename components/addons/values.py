@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from components.admission_spec import TENANT_LABEL
 from components.fabric_spec import NodeFabric
 from infra.versions import CHARTS, CHARTS_PREFIX, DIGEST, image_ref, registry_host
 
@@ -466,8 +467,8 @@ def kueue_manager_config(excluded: tuple[str, ...] = KUEUE_EXCLUDED_RESOURCE_PRE
     that replaces its default whole, and Kueue rejects unknown fields. So this is the complete
     file: the chart's defaults that its Deployment and Services rely on (probe, metrics and
     webhook ports, the leader-election lease, the webhook certificate names Kueue makes for
-    the release `kueue`), its concurrency and client limits, and our two changes: the
-    integrations and the excluded resources."""
+    the release `kueue`), its concurrency and client limits, and our changes: the
+    integrations, the excluded resources, and every job in a tenant namespace managed."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -492,8 +493,12 @@ def kueue_manager_config(excluded: tuple[str, ...] = KUEUE_EXCLUDED_RESOURCE_PRE
             "webhookServiceName": "kueue-webhook-service",
             "webhookSecretName": "kueue-webhook-server-cert",
         },
-        # Only jobs that name a queue are Kueue's: nothing else is held back.
-        "manageJobsWithoutQueueName": False,
+        # Every Job and JobSet in a tenant namespace is Kueue's, labelled or not: one without
+        # a queue name is held (suspended) like any other until a queue admits it, so no
+        # tenant's job runs past its quota. Elsewhere (the platform's own one-off Jobs in
+        # kube-system and envoy-gateway-system) only jobs that name a queue are.
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         "resources": {"excludeResourcePrefixes": list(excluded)},
     }

@@ -1,8 +1,9 @@
 """What the API server would refuse, for every Kubernetes object a stack applies.
 
-`refusals` runs the API server's own rules (apiserver.py) on every object, and judges
-every custom resource against its CRD (crd_schema.py): the CRDs the stack's charts
-install, then those in the CRD folder for kinds no chart brings. The preview reports each
+`refusals` runs the API server's own rules (apiserver.py) on every object, judges every
+custom resource against its CRD (crd_schema.py): the CRDs the stack's charts install, then
+those in the CRD folder for kinds no chart brings; and runs the stack's own admission
+policies over the pods its workloads would create (admission_policy.py). The preview reports each
 refusal as an engine error, because a real `pulumi up` would fail on it.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from infra.checks.admission_policy import pod_refusals
 from infra.checks.apiserver import Problem, object_label, problems
 from infra.checks.crd_schema import CrdIndex, Outcome, is_custom, load_crd_files, validate
 from infra.chart_cache import shared_folder
@@ -49,4 +51,5 @@ def refusals(objects: Sequence[tuple[str, Mapping[str, Any]]], outcome: Outcome 
             validate(obj, index, outcome)
             found += outcome.problems[before:]
         lines += [f"{owner}: {problem}" for problem in found]
-    return lines
+    # The stack's own ValidatingAdmissionPolicies, over the pods its workloads would make.
+    return lines + pod_refusals(objects)

@@ -208,20 +208,28 @@ def _load_parser() -> None:
         )
 
 
-def _evaluate(label: str, where: str, rule: Mapping[str, Any], value: Any, outcome: Outcome) -> None:
+def cel_program(text: str) -> Any:
+    """A compiled CEL expression (cached per process); raises celpy.CELParseError."""
     import celpy
 
     global _ENV
+    program = _PROGRAMS.get(text)
+    if program is None:
+        if _ENV is None:
+            _load_parser()
+            _ENV = celpy.Environment()
+        program = _PROGRAMS[text] = _ENV.program(_ENV.compile(text))
+    return program
+
+
+def _evaluate(label: str, where: str, rule: Mapping[str, Any], value: Any, outcome: Outcome) -> None:
+    import celpy
+
     text = str(rule.get("rule", ""))
     if "oldSelf" in text:
         return  # a transition rule: only on update
-    if _ENV is None:
-        _load_parser()
-        _ENV = celpy.Environment()
     try:
-        program = _PROGRAMS.get(text)
-        if program is None:
-            program = _PROGRAMS[text] = _ENV.program(_ENV.compile(text))
+        program = cel_program(text)
         result = program.evaluate({"self": celpy.json_to_cel(value)})
     except celpy.CELParseError as err:
         outcome.rules_skipped.append(f"{label} {where}: {text} (cel-python cannot parse it: {err})")

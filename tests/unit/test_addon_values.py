@@ -45,9 +45,10 @@ from components.addons.values import (
 )
 from components.inference_spec import adapter_values
 from components.rollout_values import argo_rollouts_values, envoy_gateway_values
-from components.tenancy_spec import Tenant
+from components.tenancy_spec import Tenant, tenant_namespace
 from components.training_spec import HUGEPAGES_RESOURCE, pod_resources
 from infra.catalog import lookup
+from infra.checks.admission_policy import namespace_labels, selector_matches
 from infra.config import ConfigError, load_stack, parse_config
 from infra.versions import CHARTS, IMAGES, UNBUILT, image_uri, unpinned
 from tests.unit.test_config import raw_stack
@@ -300,10 +301,16 @@ def test_kueue_configuration_replaces_the_charts_whole():
     assert certs["webhookSecretName"] == "kueue-webhook-server-cert"
 
 
-def test_kueue_queues_jobsets_and_jobs_only_and_only_when_they_name_a_queue():
+def test_kueue_queues_every_job_in_a_tenant_namespace_and_elsewhere_only_those_naming_a_queue():
     config = kueue_manager_config()
     assert config["integrations"]["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]
-    assert config["manageJobsWithoutQueueName"] is False
+    # A tenant's job without a queue label is held like the rest (issue: GPUs outside the queue).
+    assert config["manageJobsWithoutQueueName"] is True
+    selector = config["managedJobsNamespaceSelector"]
+    tenant = tenant_namespace(Tenant("research", 8, 32, 0, 0))
+    platform = {"metadata": {"name": "kube-system", "labels": {}}}
+    assert selector_matches(selector, namespace_labels(tenant))
+    assert not selector_matches(selector, namespace_labels(platform))
 
 
 def covered(queue: dict[str, Any]) -> set[str]:
