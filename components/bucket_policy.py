@@ -184,8 +184,9 @@ def bucket_policy(
             }
         )
     for prefix, owner in owned_prefixes:
-        # A tenant's feature store: the bucket's other readers (every training role, the
-        # Lustre link) reach the rest of the bucket, never this prefix.
+        # A prefix with owners (a tenant's feature store, a model's request logs, the model
+        # repository, MLflow's artifacts, a tenant's runs): no other principal reaches it,
+        # whatever its own policies allow.
         statements.append(
             {
                 "Sid": "OnlyOwnerReads" + "".join(part.capitalize() for part in prefix.strip("/").replace("-", "/")

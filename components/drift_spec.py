@@ -10,6 +10,7 @@ the `ModelInputDrift` alert fires on a drifted feature. Nothing here imports Pul
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from components.addons.queues import LOCAL_QUEUE
 from components.features_spec import schedule
 from components.request_log_spec import key_prefix
 from components.tenancy_spec import MONITORING_NAMESPACE
+from components.tenant_paths import datasets_prefix, list_condition
 from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, RUN_AS, tenant_pod_security
 
 PUSHGATEWAY = "pushgateway"
@@ -165,9 +167,19 @@ def objects(plan: DriftPlan) -> list[dict[str, Any]]:
 # --- The Pushgateway -------------------------------------------------------------------
 
 
-def pushgateway_objects(image: str) -> list[dict[str, Any]]:
+# What the checks push (workloads/monitor/drift_job.py); the scrape keeps these alone.
+PUSHED_METRICS = ("mlplat_model_input_drift_score", "mlplat_model_input_drifted", "mlplat_model_input_drift_rows",
+                  "mlplat_model_drift_check_timestamp_seconds")
+
+
+def pushgateway_objects(image: str, plan: DriftPlan) -> list[dict[str, Any]]:
     """One replica (it holds what batch jobs pushed since it started; each check pushes
-    again on its next run), scraped with the jobs' own labels kept."""
+    again on its next run). Anything able to reach it can push any series, so: only the
+    check's namespace reaches it (by the namespace's name, which the API server sets, not a
+    label its tenant chooses), and the scrape keeps only the drift series of that
+    namespace's model, under the Pushgateway's own job and instance (honorLabels off). A
+    push cannot feed the canary's abort rule, Triton's autoscaler or another model's
+    alert."""
     labels = {"app.kubernetes.io/name": PUSHGATEWAY, "app.kubernetes.io/part-of": "mlplat"}
     meta = {"name": PUSHGATEWAY, "namespace": MONITORING_NAMESPACE, "labels": labels}
     resources = {"cpu": "100m", "memory": "128Mi"}
@@ -180,6 +192,8 @@ def pushgateway_objects(image: str) -> list[dict[str, Any]]:
         "resources": {"requests": dict(resources), "limits": {"cpu": "500m", "memory": "256Mi"}},
         "securityContext": CONTAINER_SECURITY,
     }
+    kept = {"sourceLabels": ["__name__", "model"], "separator": ";", "action": "keep",
+            "regex": f"({'|'.join(PUSHED_METRICS)});{re.escape(plan.model)}"}
     return [
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
             "replicas": 1, "selector": {"matchLabels": labels},
@@ -190,22 +204,34 @@ def pushgateway_objects(image: str) -> list[dict[str, Any]]:
         {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
             "type": "ClusterIP", "selector": labels,
             "ports": [{"name": "http", "port": PUSHGATEWAY_PORT, "targetPort": "http", "protocol": "TCP"}]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": {"name": f"{PUSHGATEWAY}-from-drift-checks", "namespace": MONITORING_NAMESPACE},
+         "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": [{
+             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": plan.tenant}},
+                       "podSelector": {"matchLabels": _labels(plan)}}],
+             "ports": [{"protocol": "TCP", "port": PUSHGATEWAY_PORT}]}]}},
         {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": meta, "spec": {
             "selector": {"matchLabels": labels},
-            # The pushed series keep the labels the jobs gave them (model, version, column).
-            "endpoints": [{"port": "http", "interval": "30s", "honorLabels": True}]}},
+            # A pushed job or instance label is kept as exported_job / exported_instance;
+            # model, version and column are the pushed series' own.
+            "endpoints": [{"port": "http", "interval": "30s", "honorLabels": False,
+                           "metricRelabelings": [kept]}]}},
     ]
 
 
 # --- AWS side -------------------------------------------------------------------------
 
 
-def s3_statements(bucket_arn: str, key_arn: str) -> list[dict[str, Any]]:
-    """Read the datasets bucket as training roles do (the training data may sit anywhere in
-    it: Lustre's datasets directory mirrors the bucket's root); the bucket policy keeps
-    every owned prefix but the model's request logs out of reach. Decrypt with its key."""
+def s3_statements(bucket_arn: str, key_arn: str, tenant: str, model: str) -> list[dict[str, Any]]:
+    """Read the model's tenant's datasets (the reference its lineage names; the tenant's
+    Lustre datasets directory mirrors that prefix) and the model's request logs; decrypt
+    with the datasets key. No other tenant's datasets, no other model's logs."""
+    datasets, logs = datasets_prefix(tenant), key_prefix(model)
     return [
-        {"Sid": "ListDatasets", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
-        {"Sid": "ReadDatasetsAndLogs", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket_arn}/*"]},
+        {"Sid": "ListDatasetsAndLogs", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn],
+         "Condition": {"StringLike": {"s3:prefix": [*list_condition(datasets)["StringLike"]["s3:prefix"],
+                                                    *list_condition(logs)["StringLike"]["s3:prefix"]]}}},
+        {"Sid": "ReadDatasetsAndLogs", "Effect": "Allow", "Action": ["s3:GetObject"],
+         "Resource": [f"{bucket_arn}/{datasets}*", f"{bucket_arn}/{logs}*"]},
         {"Sid": "DecryptDatasets", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [key_arn]},
     ]

@@ -68,7 +68,8 @@ class PodIdentityRole(pulumi.ComponentResource):
             name,
             name=args.role_name,
             description=f"Pod Identity: {args.namespace}/{args.service_account}",
-            assume_role_policy=json.dumps(spec.pod_identity_trust_policy(args.account_id)),
+            assume_role_policy=json.dumps(spec.pod_identity_trust_policy(args.account_id, args.namespace,
+                                                                       args.service_account)),
             opts=child,
         )
         if args.statements:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pulumi
 
 from components.addons.charts import helm_chart
-from components.addons.objects import create
+from components.addons.objects import create, create_fenced
 from components.addons.values import MirrorImage
 from components.inference_spec import (
     ADAPTER_RELEASE,
@@ -33,9 +33,11 @@ from components.rollout_spec import (
     analysis_template,
     auth_rules,
     canary_rules,
+    client_headers,
     envoy_proxy,
     gateway,
     gateway_class,
+    gateway_clients,
     gateway_monitor,
     grpc_route,
     http_route,
@@ -52,6 +54,7 @@ from components.rollout_values import (
     certgen_objects,
     envoy_gateway_values,
 )
+from components.system_network_spec import ingress_policies
 from components.tenancy_spec import MONITORING_NAMESPACE, SYSTEM_NAMESPACES, system_namespace
 
 @dataclass(frozen=True)
@@ -109,9 +112,9 @@ class InferenceService(pulumi.ComponentResource):
 
         # The controllers first: their CRDs (Gateway API, Envoy Gateway, Argo Rollouts) must
         # exist before anything of their kinds.
-        controller_namespaces = {ns: create(system_namespace(SYSTEM_NAMESPACES[ns]), after)
+        controller_namespaces = {ns: create_fenced(system_namespace(SYSTEM_NAMESPACES[ns]), ingress_policies(ns), after)
                                  for ns in (ENVOY_GATEWAY_NAMESPACE, ARGO_ROLLOUTS_NAMESPACE)}
-        in_gateway_ns = pulumi.ResourceOptions(parent=self, depends_on=[controller_namespaces[ENVOY_GATEWAY_NAMESPACE]])
+        in_gateway_ns = pulumi.ResourceOptions(parent=self, depends_on=controller_namespaces[ENVOY_GATEWAY_NAMESPACE])
         # Envoy Gateway's certificates: its chart makes them in a hook the provider drops.
         certgen = [create(obj, in_gateway_ns) for obj in certgen_objects(tools.envoy_gateway.uri)]
         envoy_gateway = helm_chart(
@@ -121,7 +124,7 @@ class InferenceService(pulumi.ComponentResource):
         argo = helm_chart(
             ARGO_ROLLOUTS_CHART, argo_rollouts_values(tools.argo_rollouts, tools.plugin), tools.chart_mirror,
             pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on,
-                                                            controller_namespaces[ARGO_ROLLOUTS_NAMESPACE]]),
+                                                            *controller_namespaces[ARGO_ROLLOUTS_NAMESPACE]]),
             namespace=ARGO_ROLLOUTS_NAMESPACE)
 
         ns = create(namespace(plan), after)
@@ -147,12 +150,16 @@ class InferenceService(pulumi.ComponentResource):
         # The gateway: its class and proxies (cluster-wide and Envoy Gateway's namespace),
         # the Gateway, who may pass, and the weighted routes.
         with_gateway = pulumi.ResourceOptions(parent=self, depends_on=[ns, envoy_gateway])
-        proxy = create(envoy_proxy(rollout_plan, tools.envoy), with_gateway)
+        # The proxies' listener ports, before a proxy exists, in a namespace that denies ingress.
+        clients = create(gateway_clients(rollout_plan), pulumi.ResourceOptions(
+            parent=self, depends_on=controller_namespaces[ENVOY_GATEWAY_NAMESPACE]))
+        proxy = create(envoy_proxy(rollout_plan, tools.envoy), pulumi.ResourceOptions(
+            parent=self, depends_on=[ns, envoy_gateway, clients]))
         klass = create(gateway_class(), pulumi.ResourceOptions(parent=self, depends_on=[envoy_gateway, proxy]))
         entry = create(gateway(rollout_plan), pulumi.ResourceOptions(parent=self, depends_on=[ns, klass]))
         policy = security_policy(rollout_plan)
-        guarded = [entry, *([create(policy, pulumi.ResourceOptions(parent=self, depends_on=[entry]))]
-                            if policy else [])]
+        guarded = [entry, create(client_headers(rollout_plan), pulumi.ResourceOptions(parent=self, depends_on=[entry])),
+                   *([create(policy, pulumi.ResourceOptions(parent=self, depends_on=[entry]))] if policy else [])]
         # Argo's plugin moves the routes' weights during a rollout; a later `pulumi up`
         # must not move them back in the middle of one. A route's rules are one atomic list
         # to the API server, so they are ignored whole: a change to them (the mirror's
@@ -180,13 +187,13 @@ class InferenceService(pulumi.ComponentResource):
         if args.drift is not None:
             # The Pushgateway the checks push to, the alert on what they push, and the
             # check itself in its tenant's namespace (created with the tenancy).
-            for obj in pushgateway_objects(tools.pushgateway):
+            for obj in pushgateway_objects(tools.pushgateway, args.drift):
                 create(obj, scraped)
             create(drift_rules(args.drift), scraped)
             for obj in drift_objects(args.drift):
                 create(obj, pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
         create(gateway_monitor(rollout_plan), pulumi.ResourceOptions(parent=self, depends_on=[
-            controller_namespaces[ENVOY_GATEWAY_NAMESPACE], *args.depends_on]))
+            *controller_namespaces[ENVOY_GATEWAY_NAMESPACE], *args.depends_on]))
         metrics_ready: list[pulumi.Resource] = [self.rollout]
         if args.adapter is not None:
             adapter = args.adapter

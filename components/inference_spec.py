@@ -546,6 +546,11 @@ def repository_uri(bucket: str, prefix: str) -> str:
     return f"s3://{bucket}/{prefix}"
 
 
+def role_name(prefix: str, model: str) -> str:
+    """The IAM name of the serving pods' role (Pod Identity)."""
+    return f"{prefix}-inference-{model}"[:64]
+
+
 def s3_statements(bucket_arn: str, prefix: str, key_arn: str) -> list[dict[str, Any]]:
     """Read-only: list the repository's prefix, read its objects, decrypt with the models
     key (what `aws s3 sync` calls). Publishing and rollback are done by CI, never by the

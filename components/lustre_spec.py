@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from components.tenant_paths import datasets_prefix
+
 DEPLOYMENT_TYPE = "PERSISTENT_2"
 LUSTRE_VERSION = "2.15"
 
@@ -32,7 +34,7 @@ def tenant_datasets_path(tenant: str) -> str:
 
 
 def tenant_datasets_prefix(bucket: str, tenant: str) -> str:
-    return f"s3://{bucket}/{tenant}/"
+    return f"s3://{bucket}/{datasets_prefix(tenant)}"
 
 
 def tenants_error(count: int) -> str | None:

@@ -202,6 +202,18 @@ def gateway(plan: RolloutPlan) -> dict[str, Any]:
     }
 
 
+def gateway_clients(plan: RolloutPlan) -> dict[str, Any]:
+    """The proxies run in Envoy Gateway's namespace, which denies ingress by default
+    (components/system_network_spec.py): open their listener ports, and only those, to any
+    caller (tenants' pods, the internal load balancer). The proxies authenticate every
+    request."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": f"{GATEWAY}-gateway-clients", "namespace": ENVOY_GATEWAY_NAMESPACE,
+                         "labels": labels(plan.serving)},
+            "spec": {"podSelector": {"matchLabels": gateway_pods(plan.namespace)}, "policyTypes": ["Ingress"],
+                     "ingress": [{"ports": [{"protocol": "TCP", "port": p} for p in (GRPC_PORT, HTTP_PORT)]}]}}
+
+
 def _backends(plan: RolloutPlan, port: int) -> list[dict[str, Any]]:
     weights = split(plan, None)
     # Group and kind spelled out: the API server defaults them before its rules run.
@@ -268,7 +280,7 @@ def security_policy(plan: RolloutPlan) -> dict[str, Any] | None:
         "spec": {
             "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}],
             # The tenant reaches the request logger as a header the gateway sets from the
-            # token (a client's own header of that name is replaced).
+            # token (a client's own header of that name is dropped on arrival: client_headers).
             "jwt": {"providers": [{"name": provider, "issuer": auth.issuer, "audiences": list(auth.audiences),
                                    "remoteJWKS": {"uri": auth.jwks_uri},
                                    "claimToHeaders": [{"claim": auth.tenant_claim, "header": TENANT_HEADER}]}]},
@@ -278,6 +290,21 @@ def security_policy(plan: RolloutPlan) -> dict[str, Any] | None:
                     {"name": auth.tenant_claim, "valueType": "String", "values": list(auth.tenants)}]}},
             }]},
         },
+    }
+
+
+def client_headers(plan: RolloutPlan) -> dict[str, Any]:
+    """A client's own tenant header is dropped as the request arrives, before the JWT filter
+    sets the gateway's from the token: the request logger records the tenant the gateway
+    vouched for, or none, never one a caller wrote (Envoy's early header mutation runs
+    before every HTTP filter; a route's header filter would run after, and drop the
+    gateway's own)."""
+    return {
+        "apiVersion": ENVOY_GATEWAY_API, "kind": "ClientTrafficPolicy",
+        "metadata": {"name": f"{plan.name}-client-headers", "namespace": plan.namespace,
+                     "labels": labels(plan.serving)},
+        "spec": {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}],
+                 "headers": {"earlyRequestHeaders": {"remove": [TENANT_HEADER]}}},
     }
 
 

@@ -41,6 +41,9 @@ class Tenant:
     # The tenant's group: its pods run in it, and only it reaches its scratch directory.
     # Unset: drawn from the name (tenant_gid), never root's.
     gid: int | None = None
+    pods: int = 200  # pods at once, whatever made them
+    storage_gi: int = 2000  # volume claims' storage
+    ephemeral_gi: int = 500  # node-local disk its pods request
 
     def __post_init__(self) -> None:
         if self.gid is None:
@@ -70,7 +73,7 @@ def tenants_from_config(configured: Iterable[Any]) -> tuple[Tenant, ...]:
             name=t.name, cpu=t.quotas.cpu, memory_gi=t.quotas.memory_gi, gpu=t.quotas.gpu, efa=t.quotas.efa,
             cohort=t.cohort, groups=tuple(t.groups), role_arns=tuple(t.role_arns),
             instance_types=tuple(t.instance_types) if t.instance_types is not None else None,
-            gid=t.gid,
+            gid=t.gid, pods=t.quotas.pods, storage_gi=t.quotas.storage_gi, ephemeral_gi=t.quotas.ephemeral_gi,
         )
         for t in configured
     )
@@ -213,7 +216,8 @@ def quota_ceiling(tenant: Tenant, everyone: Sequence[Tenant]) -> Tenant:
 def resource_quota(tenant: Tenant, everyone: Sequence[Tenant]) -> dict[str, Any]:
     """A hard backstop under Kueue: pods that bypass the queue still cannot take more than
     the tenant could get by borrowing; nothing is exposed through a load balancer or node
-    port."""
+    port. What no queue lends (pod count, claimed storage, node-local disk) is the tenant's
+    own: another tenant's pods are not starved of IPs, nodes' disks or the storage budget."""
     ceiling = quota_ceiling(tenant, everyone)
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
@@ -223,6 +227,9 @@ def resource_quota(tenant: Tenant, everyone: Sequence[Tenant]) -> dict[str, Any]
             "requests.memory": f"{ceiling.memory_gi}Gi",
             f"requests.{GPU_RESOURCE}": str(ceiling.gpu),
             f"requests.{EFA_RESOURCE}": str(ceiling.efa),
+            "pods": str(tenant.pods),
+            "requests.storage": f"{tenant.storage_gi}Gi",
+            "requests.ephemeral-storage": f"{tenant.ephemeral_gi}Gi",
             "persistentvolumeclaims": "50",
             "services.loadbalancers": "0",
             "services.nodeports": "0",
@@ -231,14 +238,16 @@ def resource_quota(tenant: Tenant, everyone: Sequence[Tenant]) -> dict[str, Any]
 
 
 def limit_range(tenant: Tenant) -> dict[str, Any]:
-    """Defaults for containers that state no resources, so none runs unbounded."""
+    """Defaults for containers that state no resources, so none runs unbounded. Node-local
+    disk gets a default request only, which the quota counts: a default limit would evict a
+    single-node job checkpointing to its node-local scratch."""
     return {
         "apiVersion": "v1", "kind": "LimitRange",
         "metadata": {"name": "container-defaults", "namespace": tenant.name},
         "spec": {"limits": [{
             "type": "Container",
             "default": {"cpu": "1", "memory": "2Gi"},
-            "defaultRequest": {"cpu": "250m", "memory": "512Mi"},
+            "defaultRequest": {"cpu": "250m", "memory": "512Mi", "ephemeral-storage": "1Gi"},
         }]},
     }
 

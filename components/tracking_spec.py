@@ -85,6 +85,11 @@ def secret_names(prefix: str, tenants: tuple[str, ...]) -> SecretNames:
                        tenants={t: f"{prefix}/tracking/tenant/{t}" for t in tenants})
 
 
+def role_name(prefix: str) -> str:
+    """The IAM name of the tracking server's role (Pod Identity)."""
+    return f"{prefix}-tracking"[:64]
+
+
 def server_statements(models_arn: str, models_key_arn: str, tracking_key_arn: str, master_secret_arn: str,
                       made_secret_arns: list[str]) -> list[dict[str, Any]]:
     """The server's role: the models bucket's artifact prefix, the database's RDS-managed

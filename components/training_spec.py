@@ -96,6 +96,7 @@ from typing import Any
 from components import fabric_spec
 from components.fabric_spec import NodeFabric
 from components.specs.cluster import CA_CONFIG_MAP, CA_DIR, ca_config_map
+from components.tenant_paths import checkpoints_prefix, datasets_prefix, list_condition
 from infra.catalog import InstanceType
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -770,17 +771,29 @@ def gpu_check_daemonset(plan: TrainingPlan) -> dict[str, Any]:
 # --- S3 through Pod Identity --------------------------------------------------------
 
 
-def s3_statements(datasets_arn: str, checkpoints_arn: str, models_arn: str,
+def role_name(prefix: str, tenant: str, job: str) -> str:
+    """The IAM name of a training job's role (Pod Identity)."""
+    return f"{prefix}-{tenant}-{job}"[:64]
+
+
+def s3_statements(datasets_arn: str, checkpoints_arn: str, tenant: str,
                   read_key_arns: list[str], write_key_arns: list[str]) -> list[dict[str, Any]]:
-    """Read the datasets bucket; read and write the checkpoints and models buckets; use
-    their keys. Nothing may delete: the buckets are versioned and the trainer prunes only
-    its Lustre copies."""
+    """Read the tenant's datasets; read and write the tenant's checkpoints; use their keys.
+    Nothing of another tenant's, nothing in the models bucket (the model's publisher writes
+    the repository; the tracking server keeps the artifacts). Nothing may delete: the
+    buckets are versioned and the trainer prunes only its Lustre copies."""
+    datasets, runs = datasets_prefix(tenant), checkpoints_prefix(tenant)
     return [
-        {"Sid": "ListBuckets", "Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
-         "Resource": [datasets_arn, checkpoints_arn, models_arn]},
-        {"Sid": "ReadDatasets", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{datasets_arn}/*"]},
-        {"Sid": "ReadWriteOutputs", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
-         "Resource": [f"{checkpoints_arn}/*", f"{models_arn}/*"]},
+        {"Sid": "ListOwnDatasets", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [datasets_arn],
+         "Condition": list_condition(datasets)},
+        {"Sid": "ListOwnRuns", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [checkpoints_arn],
+         "Condition": list_condition(runs)},
+        {"Sid": "LocateBuckets", "Effect": "Allow", "Action": ["s3:GetBucketLocation"],
+         "Resource": [datasets_arn, checkpoints_arn]},
+        {"Sid": "ReadOwnDatasets", "Effect": "Allow", "Action": ["s3:GetObject"],
+         "Resource": [f"{datasets_arn}/{datasets}*"]},
+        {"Sid": "ReadWriteOwnRuns", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
+         "Resource": [f"{checkpoints_arn}/{runs}*"]},
         {"Sid": "DecryptInputs", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": list(read_key_arns)},
         {"Sid": "EncryptOutputs", "Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
          "Resource": list(write_key_arns)},

@@ -16,8 +16,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.inference import InferenceService
-from components.addons.objects import create
+from components.addons.objects import create, create_fenced
 from components.specs.cluster import PLATFORM_NAMESPACE, default_storage_class, kubeconfig, platform_config_map
+from components.system_network_spec import ingress_policies
 from components.tenancy_spec import SYSTEM_NAMESPACES, system_namespace
 from components.features import FeatureProject
 from components.tracking import TrackingServer
@@ -171,6 +172,7 @@ def platform_record(descriptor: CustomerClusterDescriptor, provider: k8s.Provide
     """The mlplat-system namespace and its ConfigMap of the descriptor's facts, where the
     policy pack reads the object store's encryption at rest and people read the rest."""
     opts = pulumi.ResourceOptions(provider=provider)
-    namespace = create(system_namespace(SYSTEM_NAMESPACES[PLATFORM_NAMESPACE]), opts)
+    namespace = create_fenced(system_namespace(SYSTEM_NAMESPACES[PLATFORM_NAMESPACE]),
+                              ingress_policies(PLATFORM_NAMESPACE), opts)
     return create(platform_config_map(platform_facts(descriptor)),
-                  pulumi.ResourceOptions(provider=provider, depends_on=[namespace]))
+                  pulumi.ResourceOptions(provider=provider, depends_on=namespace))

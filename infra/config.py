@@ -435,6 +435,11 @@ class TenantQuotasConfig(_Model):
     memory_gi: int = Field(ge=1)
     gpu: int = Field(default=0, ge=0)  # advertised GPUs (time-sliced replicas count)
     efa: int = Field(default=0, ge=0)  # EFA interfaces
+    # What Kueue does not count: pods (each is an API object, an IP and kubelet work),
+    # volume claims' storage and node-local disk (ephemeral-storage requests).
+    pods: int = Field(default=200, ge=1, le=10000)
+    storage_gi: int = Field(default=2000, ge=0)
+    ephemeral_gi: int = Field(default=500, ge=0)
 
 
 class TenantConfig(_Model):

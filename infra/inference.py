@@ -23,6 +23,7 @@ from components.inference_spec import (
     s3_statements,
     source_cidrs,
 )
+from components.inference_spec import role_name as serving_role
 from components.drift_spec import DriftPlan, drift_name, logs_uri
 from components.lustre_spec import DATASETS_PATH
 from components.training_spec import SCRATCH_MOUNT
@@ -135,7 +136,7 @@ def serving_identity(
     return PodIdentityRole(
         f"inference-{s.model_name}-identity",
         PodIdentityRoleArgs(
-            role_name=f"{prefix}-inference-{s.model_name}"[:64], account_id=account_id, namespace=s.namespace,
+            role_name=serving_role(prefix, s.model_name), account_id=account_id, namespace=s.namespace,
             service_account=SERVICE_ACCOUNT, cluster_name=cluster_name,
             statements=statements,
         ),
@@ -180,8 +181,8 @@ def drift_identity(
     aws_provider: aws.Provider,
     tracking: Any = None,  # components.tracking.TrackingDatabase
 ) -> PodIdentityRole | None:
-    """The drift check's role: read the training datasets and the model's request logs,
-    and its tenant's tracking user (to follow the lineage)."""
+    """The drift check's role: read its tenant's datasets (the reference) and the model's
+    request logs, and its tenant's tracking user (to follow the lineage)."""
     job = resolve_inference(config)
     tenant = drift_tenant(job.settings) if job is not None else None
     if tenant is None or tracking is None:
@@ -189,7 +190,7 @@ def drift_identity(
     s = job.settings
     statements = pulumi.Output.all(storage.buckets["datasets"].bucket.arn, keys["datasets"].arn,
                                    tracking.secrets[tenant].arn, keys["tracking"].arn).apply(
-        lambda a: drift_statements(a[0], a[1]) + tracking_statements(a[2], a[3], config.region))
+        lambda a: drift_statements(a[0], a[1], tenant, s.model_name) + tracking_statements(a[2], a[3], config.region))
     return PodIdentityRole(
         f"inference-{s.model_name}-drift",
         PodIdentityRoleArgs(

@@ -18,6 +18,11 @@ from components.audit import AuditTrail, AuditTrailArgs
 from components.bucket import BucketArgs, ObjectLock, RegionPinnedBucket
 from components.bucket_policy import TrailDelivery, bucket_name
 from components.features_spec import owned_prefixes
+from components.inference_spec import role_name as serving_role
+from components.tenant_paths import checkpoints_prefix
+from components.tracking_spec import ARTIFACTS_PREFIX
+from components.tracking_spec import role_name as tracking_role
+from components.training_spec import role_name as training_role
 from components.drift_spec import role_name as drift_role
 from components.request_log_spec import key_prefix
 from components.request_log_spec import role_name as log_role
@@ -62,6 +67,35 @@ class Storage:
     volumes: VolumeEncryption | None  # only in the stack that owns the account's EBS defaults
     workload_logs: WorkloadLogs
     lustre: LustreScratch | None
+
+
+def model_and_run_owners(config: PlatformConfig, prefix: str,
+                         account_id: str) -> dict[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """Who alone may touch the shared prefixes of the models and checkpoints buckets (the
+    bucket policy denies everyone else): the tracking server its artifacts; the publishers
+    (the deployer and break-glass roles: publishing and rollback are CI's) and the serving
+    pods, reading, the model repository; each tenant's training role and the publishers,
+    reading what they export, the tenant's runs."""
+    from infra.inference_plan import resolve_inference
+    from infra.training_plan import resolve_training
+
+    def arn(role: str) -> str:
+        return config.cluster.role_arn(role, account_id)
+
+    publishers = tuple(arn(r) for r in (config.cluster.deployer_role, config.cluster.break_glass_role) if r)
+    models: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    if config.tracking.enabled:
+        models += ((f"{ARTIFACTS_PREFIX}/", (arn(tracking_role(prefix)),)),)
+    serving = resolve_inference(config)
+    if serving is not None:
+        readers = (arn(serving_role(prefix, serving.settings.model_name)),)
+        models += ((f"{serving.settings.repository_prefix}/", publishers + readers),)
+    job = resolve_training(config)
+    runs = tuple(
+        (checkpoints_prefix(t.name), publishers + ((arn(training_role(prefix, t.name, job.settings.name)),)
+                                                   if job is not None and job.tenant.name == t.name else ()))
+        for t in config.tenants)
+    return {"models": models, "checkpoints": runs}
 
 
 def request_logging(config: PlatformConfig) -> tuple[str, int, str | None] | None:
@@ -131,6 +165,7 @@ def build_storage(
             log_role(prefix, model), *([drift_role(prefix, drift_tenant, model)] if drift_tenant else [])))
         owned["datasets"] += ((key_prefix(model), owners),)
         retained["datasets"] = ((key_prefix(model), days),)
+    owned.update(model_and_run_owners(config, prefix, account_id))
     buckets = {
         purpose: bucket(purpose, access_log_bucket=access_logs, access_log_prefix=f"{purpose}/",
                         vpc_endpoint_id=endpoint, owned_prefixes=owned.get(purpose, ()),

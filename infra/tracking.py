@@ -19,6 +19,7 @@ from components.tracking_spec import (
     CustomerStores,
     DatabasePlan,
     ServerPlan,
+    role_name,
     secret_names,
     server_statements,
 )
@@ -57,7 +58,7 @@ def tracking_identity(prefix: str, account_id: str, cluster_name: pulumi.Input[s
         database.admin_secret.arn, *[s.arn for s in database.secrets.values()],
     ).apply(lambda a: server_statements(a[0], a[1], a[2], a[3], list(a[4:])))
     return PodIdentityRole("tracking-identity", PodIdentityRoleArgs(
-        role_name=f"{prefix}-tracking"[:64], account_id=account_id, namespace=NAMESPACE,
+        role_name=role_name(prefix), account_id=account_id, namespace=NAMESPACE,
         service_account=SERVICE_ACCOUNT, cluster_name=cluster_name, statements=statements,
     ), opts=pulumi.ResourceOptions(providers={"aws": aws_provider}))
 

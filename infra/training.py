@@ -18,8 +18,9 @@ from components.fabric_spec import NodeFabric
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.training import TrainingJob, TrainingJobArgs
 from components.specs.cluster import CA_FILE
+from components.tenant_paths import checkpoints_prefix
 from components.tracking_spec import SERVER_URI, STORE_CREDENTIALS_DIR, STORE_CREDENTIALS_KEY, tenant_statements
-from components.training_spec import SecretFile, TrainingPlan, s3_statements, training_args
+from components.training_spec import SecretFile, TrainingPlan, role_name, s3_statements, training_args
 from infra.config import PlatformConfig
 from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
 from infra.training_plan import ResolvedTraining, resolve_training
@@ -105,10 +106,15 @@ def tracking_env(config: PlatformConfig, descriptor: ClusterDescriptor | Custome
         ("MLFLOW_TRACKING_USERNAME", plan.namespace),
         ("MLPLAT_TRACKING_SECRET_ARN", descriptor.tracking.tenant_secret_arns[plan.namespace]),
         ("MLPLAT_EXPERIMENT", f"{plan.namespace}/{plan.name}"),
-        ("MLPLAT_CHECKPOINT_UPLOAD", f"s3://{descriptor.buckets['checkpoints']}/runs"),
+        ("MLPLAT_CHECKPOINT_UPLOAD", checkpoint_upload(descriptor.buckets["checkpoints"], plan.namespace)),
         ("MLPLAT_IMAGE", plan.user_image or plan.image),  # the image that trains
         ("AWS_REGION", config.region),
     )
+
+
+def checkpoint_upload(bucket: str, tenant: str) -> str:
+    """Where rank 0 copies checkpoints: the tenant's own prefix (components/tenant_paths.py)."""
+    return f"s3://{bucket}/{checkpoints_prefix(tenant).rstrip('/')}"
 
 
 def customer_tracking(config: PlatformConfig, descriptor: CustomerClusterDescriptor,
@@ -126,7 +132,7 @@ def customer_tracking(config: PlatformConfig, descriptor: CustomerClusterDescrip
         ("MLFLOW_TRACKING_URI", SERVER_URI),
         ("MLFLOW_TRACKING_USERNAME", plan.namespace),
         ("MLPLAT_EXPERIMENT", f"{plan.namespace}/{plan.name}"),
-        ("MLPLAT_CHECKPOINT_UPLOAD", f"s3://{descriptor.buckets['checkpoints']}/runs"),
+        ("MLPLAT_CHECKPOINT_UPLOAD", checkpoint_upload(descriptor.buckets["checkpoints"], plan.namespace)),
         ("MLPLAT_IMAGE", plan.user_image or plan.image),  # the image that trains
         # boto3 (workloads/tracking/store.py): the customer's store, never AWS S3.
         ("AWS_ENDPOINT_URL_S3", store.endpoint),
@@ -151,24 +157,25 @@ def training_identity(
     tracking: Any = None,  # components.tracking.TrackingDatabase
 ) -> PodIdentityRole | None:
     """The cloud layer's half of the training job: the Pod Identity role its service
-    account gets, reading datasets and writing checkpoints and models, and reading its
-    tenant's tracking user."""
+    account gets, reading its tenant's datasets and writing its tenant's checkpoints, and
+    reading its tenant's tracking user."""
     job = resolve_training(config)
     if job is None:
         return None
     buckets = storage.buckets
     user_secret = tracking.secrets[job.tenant.name].arn if tracking is not None else ""
+    tenant = job.tenant.name
     statements = pulumi.Output.all(
-        buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn, buckets["models"].bucket.arn,
-        keys["datasets"].arn, keys["checkpoints"].arn, keys["models"].arn, keys["tracking"].arn, user_secret,
-    ).apply(lambda a: s3_statements(a[0], a[1], a[2], read_key_arns=[a[3]], write_key_arns=[a[4], a[5]])
-            + (tenant_statements(a[7], a[6], config.region) if a[7] else []))
+        buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn,
+        keys["datasets"].arn, keys["checkpoints"].arn, keys["tracking"].arn, user_secret,
+    ).apply(lambda a: s3_statements(a[0], a[1], tenant, read_key_arns=[a[2]], write_key_arns=[a[3]])
+            + (tenant_statements(a[5], a[4], config.region) if a[5] else []))
     s = job.settings
     # Named, and at the stack's root, as a stack made before the layers split holds it
     # once migrated (docs/layers.md).
     return PodIdentityRole(
         f"training-{s.name}-identity",
-        PodIdentityRoleArgs(role_name=f"{prefix}-{job.tenant.name}-{s.name}"[:64], account_id=account_id,
+        PodIdentityRoleArgs(role_name=role_name(prefix, job.tenant.name, s.name), account_id=account_id,
                             namespace=job.tenant.name,
                             service_account=s.name, cluster_name=cluster_name,
                             statements=statements),

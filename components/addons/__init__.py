@@ -17,7 +17,7 @@ import pulumi
 
 from components.addons.alerts import AlertThresholds
 from components.addons.device_plugins import DevicePlugins, DevicePluginsArgs
-from components.addons.objects import create
+from components.addons.objects import create, create_fenced
 from components.addons.plan import system_namespaces_needed
 from components.addons.queues import PoolCapacity, flavor_capacities
 from components.addons.scheduling import Scheduling, SchedulingArgs
@@ -25,6 +25,7 @@ from components.addons.storage_drivers import StorageDrivers, StorageDriversArgs
 from components.addons.telemetry import GpuTelemetry, GpuTelemetryArgs
 from components.addons.values import NAMESPACES, AddonContext
 from components.addons.volumes import LustreVolume, SharedScratch, shared_scratch_claim
+from components.system_network_spec import ingress_policies
 from components.tenancy_spec import SYSTEM_NAMESPACES, Tenant, system_namespace
 
 __all__ = ["AddonsArgs", "ClusterAddons", "LustreVolume", "SharedScratch"]
@@ -52,13 +53,14 @@ class ClusterAddons(pulumi.ComponentResource):
         ctx = args.context
         base = list(args.depends_on)
         namespaces = {
-            ns: create(system_namespace(SYSTEM_NAMESPACES[ns]), pulumi.ResourceOptions(parent=self, depends_on=base))
+            ns: create_fenced(system_namespace(SYSTEM_NAMESPACES[ns]), ingress_policies(ns),
+                              pulumi.ResourceOptions(parent=self, depends_on=base))
             for ns in system_namespaces_needed(ctx, args.lustre is not None)
             if SYSTEM_NAMESPACES[ns].managed
         }
 
         def after(*charts: str, extra: list[pulumi.Resource] | None = None) -> tuple[pulumi.Resource, ...]:
-            owned = [namespaces[NAMESPACES[c]] for c in charts if NAMESPACES[c] in namespaces]
+            owned = [r for c in charts if NAMESPACES[c] in namespaces for r in namespaces[NAMESPACES[c]]]
             return (*base, *owned, *(extra or []))
 
         crds: list[pulumi.Resource] = []

@@ -52,3 +52,12 @@ def create(manifest: dict[str, Any], opts: pulumi.ResourceOptions, name: str | N
     if typed is not None:
         return typed(name, opts=opts, **{_snake(k): v for k, v in body.items()})
     return k8s.apiextensions.CustomResource(name, api_version=api_version, kind=kind, opts=opts, **body)
+
+
+def create_fenced(namespace: dict[str, Any], policies: list[dict[str, Any]],
+                  opts: pulumi.ResourceOptions) -> list[pulumi.CustomResource]:
+    """A namespace, then the NetworkPolicies that fence it. Whatever runs there depends on
+    the whole list, so no pod of it starts before its fences."""
+    created = create(namespace, opts)
+    after = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[created]))
+    return [created, *(create(policy, after) for policy in policies)]

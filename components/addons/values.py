@@ -457,7 +457,9 @@ KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
 # nvidia.com/gpu and vpc.amazonaws.com/efa already count the node against the tenant's
 # quota, and the kube-scheduler still checks the node's allocatable huge pages. Without
 # this, Kueue never admits a workload asking for a resource no ClusterQueue covers.
-KUEUE_EXCLUDED_RESOURCE_PREFIXES = ("hugepages-",)
+# Node-local disk: every tenant pod asks for some (its namespace's LimitRange default, which
+# Kueue applies too), and the namespace's ResourceQuota, not a queue, rations it.
+KUEUE_EXCLUDED_RESOURCE_PREFIXES = ("hugepages-", "ephemeral-storage")
 
 
 def kueue_manager_config(excluded: tuple[str, ...] = KUEUE_EXCLUDED_RESOURCE_PREFIXES) -> dict[str, Any]:

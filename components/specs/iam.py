@@ -28,12 +28,16 @@ def trust_policy(service: str, *, tag_session: bool = False,
     return {"Version": "2012-10-17", "Statement": [statement]}
 
 
-def pod_identity_trust_policy(account_id: str) -> dict[str, Any]:
-    # EKS Pod Identity requires both actions; session tags carry the cluster, namespace
-    # and service account, so policies can condition on them. aws:SourceAccount keeps the
-    # service from assuming the role for another account's cluster (confused deputy).
-    return trust_policy(POD_IDENTITY_PRINCIPAL, tag_session=True,
-                        condition={"StringEquals": {"aws:SourceAccount": account_id}})
+def pod_identity_trust_policy(account_id: str, namespace: str, service_account: str) -> dict[str, Any]:
+    # EKS Pod Identity requires both actions. aws:SourceAccount keeps the service from
+    # assuming the role for another account's cluster (confused deputy). The session tags
+    # it passes name the pod's namespace and service account: the role is for that one
+    # service account, whatever association someone makes for it elsewhere.
+    return trust_policy(POD_IDENTITY_PRINCIPAL, tag_session=True, condition={"StringEquals": {
+        "aws:SourceAccount": account_id,
+        "aws:RequestTag/kubernetes-namespace": namespace,
+        "aws:RequestTag/kubernetes-service-account": service_account,
+    }})
 
 
 def flow_log_trust_policy(account_id: str, region: str) -> dict[str, Any]:

@@ -209,7 +209,7 @@ def test_workloads_wait_for_plugins_queues_claims_and_tenant_directories(rec):
 def test_kueue_release_gets_the_whole_manager_configuration(rec):
     config = yaml.safe_load(release(rec, "kueue").inputs()["values"]["managerConfig"]["controllerManagerConfigYaml"])
     assert config == kueue_manager_config()
-    assert config["resources"]["excludeResourcePrefixes"] == ["hugepages-"]
+    assert config["resources"]["excludeResourcePrefixes"] == ["hugepages-", "ephemeral-storage"]
 
 
 def test_gpu_operator_mode_replaces_plugin_and_exporter():

@@ -172,11 +172,18 @@ def test_the_cloud_layer_gives_the_cluster_layers_service_account_its_role():
     [role] = [r for r in of_type(cloud, "aws:iam/role:Role") if r.parent == identity]
     trust = json.loads(role.inputs()["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    # For that service account alone (the session tags Pod Identity passes).
+    tags = trust["Statement"][0]["Condition"]["StringEquals"]
+    assert (tags["aws:RequestTag/kubernetes-namespace"], tags["aws:RequestTag/kubernetes-service-account"]) == account
     [policy] = [r for r in of_type(cloud, "aws:iam/rolePolicy:RolePolicy") if r.parent == identity]
     statements = {s["Sid"]: s for s in json.loads(policy.inputs()["policy"])["Statement"]}
     buckets = {r.name: r.inputs()["bucket"] for r in of_type(cloud, "aws:s3/bucket:Bucket")}
-    assert statements["ReadDatasets"]["Resource"] == [f"arn:aws:s3:::{buckets['datasets']}/*"]
-    assert statements["ReadWriteOutputs"]["Action"] == ["s3:GetObject", "s3:PutObject"]
+    tenant = account[0]
+    # The tenant's own prefixes: its datasets and its runs, nothing in the models bucket.
+    assert statements["ReadOwnDatasets"]["Resource"] == [f"arn:aws:s3:::{buckets['datasets']}/{tenant}/*"]
+    assert statements["ReadWriteOwnRuns"]["Resource"] == [f"arn:aws:s3:::{buckets['checkpoints']}/runs/{tenant}/*"]
+    assert statements["ReadWriteOwnRuns"]["Action"] == ["s3:GetObject", "s3:PutObject"]
+    assert not any(buckets["models"] in json.dumps(s) for s in statements.values())
     assert not any("Delete" in a for s in statements.values() for a in s["Action"])
 
 

@@ -133,3 +133,18 @@ def test_the_ifexists_defect_is_caught_when_it_comes_back(prod):
     # And the module no longer writes it.
     assert "IfExists" not in json.dumps(bucket_policy_module.bucket_policy("b", "k", account=ACCOUNT_ID)
                                         ["Statement"][1:])
+
+
+def test_the_bucket_keeps_shared_prefixes_to_their_owners_whatever_an_identity_policy_allows(prod):
+    """Take the owner-only Denies out of the models and checkpoints buckets: an account role
+    whose own policy allows it (an admin, a developer) then reaches the served model, MLflow's
+    artifacts and a tenant's runs. With them, it does not (the table's Denied paths)."""
+    broken = copy.deepcopy(prod.bucket_policies)
+    for purpose in ("models", "checkpoints"):
+        policy = broken[prod.buckets[purpose]]
+        policy["Statement"] = [s for s in policy["Statement"] if not s.get("Sid", "").startswith("OnlyOwnerReads")]
+    around = tuple(p for p in PATHS if p.principal == "arn:aws:iam::{account}:role/developer"
+                   and p.resource.startswith(("bucket:models/", "bucket:checkpoints/")))
+    assert len(around) == 3 and all(p.expect != ALLOWED for p in around)
+    assert set(decide(around, prod, bucket_policies=broken).values()) == {ALLOWED}
+    assert ALLOWED not in decide(around, prod).values()

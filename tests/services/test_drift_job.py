@@ -178,3 +178,45 @@ def test_a_dataset_trained_from_lustre_is_read_from_the_bucket_lustre_mirrors(tr
     assert unreachable.returncode == 2
     assert unreachable.stderr == ("error: the training dataset /fsx/datasets/datasets/drift is not reachable from "
                                   "this job\n")
+
+
+def relabel_keep(rule: dict, labels: dict[str, str]) -> bool:
+    """Prometheus' `keep` action: the source labels' values joined by the separator must
+    match the regex whole (RE2; this regex needs nothing Python's re lacks)."""
+    import re
+
+    joined = rule.get("separator", ";").join(labels.get(name, "") for name in rule["sourceLabels"])
+    return re.fullmatch(rule["regex"], joined) is not None
+
+
+def test_the_scrape_keeps_the_checks_series_and_drops_what_anyone_else_pushes(tracking, served, pushgateway):
+    """What a tenant able to reach the Pushgateway could push (a Triton metric the
+    autoscaler and the canary rule read, another model's drift) is in the gateway, and the
+    ServiceMonitor's relabelling drops it from what Prometheus stores; the check's own
+    series stay."""
+    from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from components.drift_spec import DriftPlan, pushgateway_objects
+
+    logs = log_requests(served, "scraped", windows(served["tokens"], 400, seed=11))
+    done = drift_job(tracking, "--logs", logs, "--pushgateway", pushgateway)
+    assert done.returncode == 0, done.stderr[-2000:]
+    forged = CollectorRegistry()
+    Gauge("nv_inference_queue_duration_us", "forged", ["model"], registry=forged).labels(model="gpt").set(1e9)
+    Gauge("mlplat_model_input_drifted", "forged", ["model", "column"], registry=forged).labels(
+        model="other", column="x").set(1)
+    push_to_gateway(pushgateway, job="triton", registry=forged)
+
+    plan = DriftPlan(model="gpt", version=TRITON_VERSION, registered_model=REGISTERED, tenant="serving",
+                     image="img", logs=logs, region=REGION)
+    [monitor] = [o for o in pushgateway_objects("img", plan) if o["kind"] == "ServiceMonitor"]
+    [rule] = monitor["spec"]["endpoints"][0]["metricRelabelings"]
+    exposed = [(s.name, s.labels) for family in text_string_to_metric_families(
+        requests.get(f"{pushgateway}/metrics", timeout=10).text) for s in family.samples]
+    assert ("nv_inference_queue_duration_us", {"job": "triton", "instance": "", "model": "gpt"}) in exposed
+    kept = [(name, labels) for name, labels in exposed if relabel_keep(rule, {**labels, "__name__": name})]
+    assert {name for name, _ in kept} == {"mlplat_model_input_drift_score", "mlplat_model_input_drifted",
+                                          "mlplat_model_input_drift_rows", "mlplat_model_drift_check_timestamp_seconds"}
+    assert {labels["model"] for _, labels in kept} == {"gpt"}
+    assert all(labels.get("job") == "model-drift" for _, labels in kept)

@@ -199,3 +199,19 @@ def test_a_tampered_shard_is_refused_at_resume_with_its_name(tracking, trained, 
     refused = torchrun(2, "workloads.train", *args, "--max-steps", "30")
     assert refused.returncode != 0
     assert f"train: error: {tampered}: does not match dataset {trained['version'].id}" in refused.stderr
+
+
+def test_no_process_of_the_server_has_the_database_password_on_its_command_line(tracking):
+    """Any user of the node can read a process's command line (/proc/<pid>/cmdline, `ps`);
+    the server's processes take the database URI from their environment."""
+    from pathlib import Path
+
+    commands = []
+    for entry in Path("/proc").iterdir():
+        try:
+            commands.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, ValueError):
+            continue  # not a process, or gone
+    assert any("mlflow server" in c for c in commands)  # the server runs
+    assert len(tracking.postgres.password) >= 16
+    assert [c for c in commands if tracking.postgres.password in c] == []

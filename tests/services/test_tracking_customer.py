@@ -195,7 +195,11 @@ def test_the_trainers_checkpoint_upload_goes_to_the_customers_store_over_its_ca(
         manifest, _digest = json.loads(done.stdout)
         assert manifest == f"{pod_env['MLPLAT_CHECKPOINT_UPLOAD']}/run-1/step_00000005/manifest.json"
         keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
-        assert keys == {f"runs/run-1/step_00000005/{name}" for name in ("model.pt", "config.json", "manifest.json")}
+        # Under the tenant's own prefix, which its scoped keys may write (docs/onprem.md).
+        tenant = pod_env["MLPLAT_CHECKPOINT_UPLOAD"].removeprefix(f"s3://{bucket}/runs/")
+        assert tenant and "/" not in tenant
+        assert keys == {f"runs/{tenant}/run-1/step_00000005/{name}"
+                        for name in ("model.pt", "config.json", "manifest.json")}
         # Without the customer's CA, the store's certificate is not trusted: nothing is sent.
         untrusted = {k: v for k, v in env.items() if k != "AWS_CA_BUNDLE"}
         refused = subprocess.run([sys.executable, "-c", UPLOAD, str(checkpoint)], env=untrusted, cwd=REPO,

@@ -226,7 +226,7 @@ def test_training_runs_are_tracked_with_the_tenants_secrets_and_the_customers_st
     plain = {name: e.get("value") for name, e in env.items()}
     assert plain["MLFLOW_TRACKING_URI"] == "http://mlflow.mlflow.svc.cluster.local:5000"
     assert plain["MLFLOW_TRACKING_USERNAME"] == tenant
-    assert plain["MLPLAT_CHECKPOINT_UPLOAD"] == f"s3://{descriptor.buckets['checkpoints']}/runs"
+    assert plain["MLPLAT_CHECKPOINT_UPLOAD"] == f"s3://{descriptor.buckets['checkpoints']}/runs/research"
     assert plain["AWS_ENDPOINT_URL_S3"] == descriptor.object_storage.endpoint == "https://s3.dc1.example.ae"
     assert plain["AWS_CA_BUNDLE"] == "/etc/mlplat/ca/ca.crt"
     volumes = {v["name"]: v for v in pod["volumes"]}

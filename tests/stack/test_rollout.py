@@ -430,17 +430,20 @@ def test_prods_drift_check_is_a_kueue_job_of_the_serving_tenant_reading_the_line
         f"/fsx/datasets/=s3://{descriptor['buckets']['datasets']}/serving/"  # the tenant's own prefix
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["MLFLOW_TRACKING_USERNAME"] == "serving" and env["MLPLAT_TRACKING_SECRET_ARN"]
-    # It may push to the Pushgateway, which Prometheus scrapes with the pushed labels kept.
+    # It pushes to the Pushgateway, which Prometheus scrapes under its own job and instance,
+    # keeping the model, version and column the check pushed (tests/stack/test_platform_ingress.py).
     gateway = command[command.index("--pushgateway") + 1]
     assert gateway == "http://pushgateway.monitoring.svc.cluster.local:9091"
     monitor = rendered("prod-cluster", "ServiceMonitor", "pushgateway")
-    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is False
 
 
 def test_the_drift_alert_fires_on_a_drifted_feature_and_when_checks_stop(tmp_path):
     rule = rendered("prod-cluster", "PrometheusRule", "model-drift-gpt")
     day = 24 * 60  # minutes
-    labels = 'model="gpt",version="1",job="model-drift",instance=""'
+    # As Prometheus stores them: the Pushgateway's job and instance, the pushed job kept apart.
+    labels = 'model="gpt",version="1",job="pushgateway",instance="10.0.3.7:9091",exported_job="model-drift",' \
+             'exported_instance=""'
     # Pushed every day; the Pushgateway holds each value until the next push. One column
     # drifts on the second day; the checks stop after the third push.
     inputs = [
@@ -521,3 +524,26 @@ def test_a_field_the_model_does_not_have_is_refused():
     assert refused("prod", requestLogging={"fields": {"input_ids": "personal", "user_email": "personal"}}) == ("stacks/Pulumi.prod.yaml: mlplat:inference.requestLogging.fields: user_email is not an "
                               "input or output of the served model; known: input_ids, logits, top_k_ids, "
                               "top_k_logprobs")
+
+
+def test_the_logger_reads_only_the_tenant_the_gateway_set_from_the_token():
+    """The header the logger reads is the one the SecurityPolicy sets from the token's
+    claim, and a client's copy is removed as the request arrives, before that filter runs
+    (Envoy Gateway's earlyRequestHeaders), on the Gateway every route hangs from."""
+    from workloads.monitor.logger import TENANT_HEADER as LOGGER_READS
+
+    gateway = rendered("prod-cluster", "Gateway")
+    policy = rendered("prod-cluster", "SecurityPolicy")
+    headers = rendered("prod-cluster", "ClientTrafficPolicy")
+    set_from_token = {c["header"].lower() for p in policy["spec"]["jwt"]["providers"] for c in p["claimToHeaders"]}
+    assert set_from_token == {LOGGER_READS}
+    assert headers["metadata"]["namespace"] == gateway["metadata"]["namespace"]
+    assert headers["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                               "name": gateway["metadata"]["name"]}]
+    early = headers["spec"]["headers"]["earlyRequestHeaders"]
+    assert {h.lower() for h in early["remove"]} >= set_from_token
+    assert not early.get("set") and not early.get("add")
+    # Every route reaches the backends through this Gateway alone.
+    for kind in ("GRPCRoute", "HTTPRoute"):
+        route = rendered("prod-cluster", kind)
+        assert {p["name"] for p in route["spec"]["parentRefs"]} == {gateway["metadata"]["name"]}

@@ -104,7 +104,7 @@ def test_training_jobs_are_tracked_as_their_tenant(environment):
     assert env["MLFLOW_TRACKING_URI"] == "http://mlflow.mlflow.svc.cluster.local:5000"
     assert env["MLFLOW_TRACKING_USERNAME"] == tenant
     assert env["MLPLAT_TRACKING_SECRET_ARN"] == cloud.stack_outputs[OUTPUT]["tracking"]["tenantSecretArns"][tenant]
-    assert env["MLPLAT_CHECKPOINT_UPLOAD"] == f"s3://{cloud.stack_outputs[OUTPUT]['buckets']['checkpoints']}/runs"
+    assert env["MLPLAT_CHECKPOINT_UPLOAD"] == f"s3://{cloud.stack_outputs[OUTPUT]['buckets']['checkpoints']}/runs/{tenant}"
     assert env["MLPLAT_IMAGE"] == container["image"]
 
 

@@ -62,6 +62,19 @@ def test_the_stack_lists_match_the_stacks():
         assert of_type(preview(s), JOBSET) == [] and lustre_tenants(preview(s)) == set()
 
 
+def limit_range_defaults(result, namespace: str) -> set[str]:
+    """What the namespace's LimitRange adds to a container that names no such resource:
+    the API server applies it at admission, and Kueue applies it too when it sums a
+    workload's requests."""
+    names: set[str] = set()
+    for reg in of_type(result, "kubernetes:core/v1:LimitRange"):
+        body = reg.inputs()
+        if body["metadata"]["namespace"] == namespace:
+            for limit in body["spec"]["limits"]:
+                names |= set(limit.get("defaultRequest", {})) | set(limit.get("default", {}))
+    return names
+
+
 @pytest.mark.parametrize("stack", TRAINING_STACKS)
 def test_kueue_covers_or_ignores_every_resource_the_pods_ask_for(stack):
     result = cluster(stack)
@@ -71,8 +84,10 @@ def test_kueue_covers_or_ignores_every_resource_the_pods_ask_for(stack):
         body = reg.inputs()
         namespace = body["metadata"]["namespace"]
         covered = {r for g in queues[namespace]["spec"]["resourceGroups"] for r in g["coveredResources"]}
+        defaults = limit_range_defaults(result, namespace)
+        assert "ephemeral-storage" in defaults  # the quota counts node-local disk
         for pod in pod_specs(body):
-            asked = requested(pod)
+            asked = requested(pod) | defaults
             missing = {r for r in asked if r not in covered and not any(r.startswith(p) for p in excluded)}
             assert missing == set(), f"{stack} {body['metadata']['name']}: ClusterQueue {namespace} cannot admit"
             # Pods on EFA pools ask for huge pages, which no ClusterQueue covers.

@@ -334,7 +334,7 @@ def test_every_resource_an_efa_training_pod_asks_for_is_covered_or_excluded(inst
     assert admissible(requested, queue, excluded) == set()
     # The exclusion is what admits it: no ClusterQueue covers huge pages.
     assert admissible(requested, queue, ()) == {HUGEPAGES_RESOURCE}
-    assert list(KUEUE_EXCLUDED_RESOURCE_PREFIXES) == excluded == ["hugepages-"]
+    assert list(KUEUE_EXCLUDED_RESOURCE_PREFIXES) == excluded == ["hugepages-", "ephemeral-storage"]
 
 
 def test_kueue_excludes_nothing_the_queues_ration():

@@ -82,9 +82,12 @@ def test_node_role_is_least_privilege():
         "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
         "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
     }
-    trust = iam_spec.pod_identity_trust_policy("111122223333")["Statement"][0]
+    trust = iam_spec.pod_identity_trust_policy("111122223333", "research", "trainer")["Statement"][0]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert trust["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": "111122223333",
+                                                   "aws:RequestTag/kubernetes-namespace": "research",
+                                                   "aws:RequestTag/kubernetes-service-account": "trainer"}}
 
 
 def _pool(**extra) -> NodePoolConfig:

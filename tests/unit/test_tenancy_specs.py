@@ -3,6 +3,7 @@ Pod Security exceptions, and the tenant settings a user gets wrong."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,26 @@ def test_resource_quota_backstops_kueue_and_blocks_exposure():
     assert hard["requests.vpc.amazonaws.com/efa"] == "128"
     assert hard["requests.cpu"] == "96" and hard["requests.memory"] == "768Gi"
     assert hard["services.loadbalancers"] == "0" and hard["services.nodeports"] == "0"
+
+
+def test_what_no_queue_lends_is_the_tenants_own_whatever_its_cohort():
+    """Pods, claimed storage and node-local disk are not borrowed through Kueue: the
+    ceiling is the tenant's own, where CPU's is its cohort's sum."""
+    research = replace(RESEARCH, pods=40, storage_gi=300, ephemeral_gi=90)
+    hard = resource_quota(research, [research, *[t for t in EVERYONE if t.name != research.name]])["spec"]["hard"]
+    assert (hard["pods"], hard["requests.storage"], hard["requests.ephemeral-storage"]) == ("40", "300Gi", "90Gi")
+    assert research.cohort and int(hard["requests.cpu"]) > research.cpu
+
+
+def test_the_config_names_pods_storage_and_disk_or_takes_the_defaults():
+    from infra.config import TenantQuotasConfig
+
+    given = TenantQuotasConfig.model_validate({"cpu": 8, "memoryGi": 32, "pods": 12, "storageGi": 5, "ephemeralGi": 7})
+    assert (given.pods, given.storage_gi, given.ephemeral_gi) == (12, 5, 7)
+    default = TenantQuotasConfig.model_validate({"cpu": 8, "memoryGi": 32})
+    assert default.pods >= 1 and default.storage_gi > 0 and default.ephemeral_gi > 0
+    with pytest.raises(ValueError):
+        TenantQuotasConfig.model_validate({"cpu": 8, "memoryGi": 32, "pods": 0})
 
 
 def test_limit_range_gives_every_container_limits():

@@ -76,7 +76,7 @@ def assert_tracked(pod: dict, container: dict, plan: TrainingPlan, descriptor: C
     plain = {name: e.get("value") for name, e in env.items()}
     assert plain["MLFLOW_TRACKING_URI"] == SERVER_URI
     assert plain["MLFLOW_TRACKING_USERNAME"] == plan.namespace
-    assert plain["MLPLAT_CHECKPOINT_UPLOAD"] == f"s3://{descriptor.buckets['checkpoints']}/runs"
+    assert plain["MLPLAT_CHECKPOINT_UPLOAD"] == f"s3://{descriptor.buckets['checkpoints']}/runs/research"
     # The policy pack's object-store-endpoints-allowed: an allowed https endpoint beside s3://.
     allowed = json.loads((REPO / "policies" / "config" / "onprem.json").read_text())
     assert plain["AWS_ENDPOINT_URL_S3"] == store.endpoint and store.endpoint.startswith("https://")

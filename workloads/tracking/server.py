@@ -96,9 +96,11 @@ def auth_config(settings: ServerSettings) -> str:
 
 
 def server_command(settings: ServerSettings, mlflow: str = "mlflow") -> list[str]:
+    """The server's arguments: nothing secret, since any process on the node can read
+    another's command line (/proc/<pid>/cmdline); the database URI, which holds the
+    password, goes in the environment (start)."""
     return [
         mlflow, "server",
-        "--backend-store-uri", settings.database.uri(),
         # Proxied artifacts: the server reads and writes the bucket with its own (Pod
         # Identity) credentials; clients send artifacts through it.
         "--artifacts-destination", settings.artifacts,
@@ -154,6 +156,7 @@ def start(settings: ServerSettings, env: Mapping[str, str] | None = None, mlflow
         out.write(auth_config(settings))
     return subprocess.Popen(server_command(settings, mlflow),
                             env={**(env if env is not None else os.environ), "MLFLOW_AUTH_CONFIG_PATH": str(config),
+                                 "MLFLOW_BACKEND_STORE_URI": settings.database.uri(),
                                  "MLFLOW_FLASK_SERVER_SECRET_KEY": settings.secret_key},
                             stdout=log, stderr=subprocess.STDOUT if log else None)
 

@@ -74,7 +74,10 @@ def _s3(region: str | None = None) -> Any:
 
 
 def _client_error(err: Exception, what: str) -> StoreError:
-    code = getattr(err, "response", {}).get("Error", {}).get("Code", type(err).__name__)
+    # boto3's managed upload wraps the service's answer (S3UploadFailedError): its code is
+    # on the ClientError it was raised from.
+    answer = err if hasattr(err, "response") else (err.__context__ or err)
+    code = getattr(answer, "response", {}).get("Error", {}).get("Code", type(err).__name__)
     return StoreError(f"{what}: {code}")
 
 
@@ -82,6 +85,7 @@ def upload(checkpoint: Path, destination: str, *, run_id: str, dataset: str, con
            region: str | None = None) -> tuple[str, str]:
     """Copy the checkpoint directory under `destination/<run id>/<dir name>/`, then its
     manifest. Returns (manifest URI, the manifest's SHA-256)."""
+    from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
 
     root = Location.parse(destination).child(run_id, checkpoint.name)
@@ -98,7 +102,7 @@ def upload(checkpoint: Path, destination: str, *, run_id: str, dataset: str, con
                            ExtraArgs={"ChecksumAlgorithm": "SHA256"})
         s3.put_object(Bucket=root.bucket, Key=root.child(MANIFEST).key, Body=body, ChecksumAlgorithm="SHA256",
                       ContentType="application/json")
-    except (BotoCoreError, ClientError) as err:
+    except (BotoCoreError, ClientError, S3UploadFailedError) as err:
         raise _client_error(err, f"cannot upload {checkpoint} to {root.uri}") from None
     return root.child(MANIFEST).uri, hashlib.sha256(body).hexdigest()
 

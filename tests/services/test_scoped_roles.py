@@ -1,0 +1,98 @@
+"""A tenant's training role against a real S3 API that enforces IAM: moto, its
+authorization turned on once the buckets exist, with a user holding exactly the statements
+the training role gets (components/training_spec.py s3_statements). The trainer's own
+checkpoint copy (workloads/tracking/store.py) lands in its tenant's prefix and is refused in
+another's; its tenant's datasets read, another's refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import requests
+
+from components.training_spec import s3_statements
+from infra.training import checkpoint_upload
+from tests.services.tracking import REGION, require_tracking, start_moto, stop_processes
+from workloads.tracking.store import StoreError, upload
+
+KEY = "arn:aws:kms:me-central-1:111122223333:key/k"
+
+
+@pytest.fixture(scope="module")
+def store():
+    """(endpoint, the research training user's keys) on a moto server enforcing IAM."""
+    import boto3
+
+    require_tracking()
+    processes: list[subprocess.Popen] = []
+    endpoint = start_moto(processes)
+    try:
+        admin = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
+        s3 = admin.client("s3", endpoint_url=endpoint)
+        for bucket in ("datasets", "checkpoints"):
+            s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+        for tenant in ("research", "applied"):
+            s3.put_object(Bucket="datasets", Key=f"{tenant}/tokens/shard-0001.bin", Body=b"tokens")
+        iam = admin.client("iam", endpoint_url=endpoint)
+        iam.create_user(UserName="research-training")
+        statements = s3_statements("arn:aws:s3:::datasets", "arn:aws:s3:::checkpoints", "research",
+                                   read_key_arns=[KEY], write_key_arns=[KEY])
+        iam.put_user_policy(UserName="research-training", PolicyName="training",
+                            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}))
+        keys = iam.create_access_key(UserName="research-training")["AccessKey"]
+        # From here on, every request is authenticated and authorized.
+        requests.post(f"{endpoint}/moto-api/reset-auth", data=b"0", timeout=10).raise_for_status()
+        yield endpoint, keys
+    finally:
+        stop_processes(processes)
+
+
+@pytest.fixture
+def as_research(store, monkeypatch):
+    endpoint, keys = store
+    for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": keys["AccessKeyId"],
+                        "AWS_SECRET_ACCESS_KEY": keys["SecretAccessKey"], "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    import boto3
+
+    return boto3.client("s3", region_name=REGION)
+
+
+def test_authorization_is_on(store):
+    import boto3
+    from botocore.exceptions import ClientError
+
+    endpoint, _keys = store
+    stranger = boto3.client("s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="testing",
+                            aws_secret_access_key="testing")
+    with pytest.raises(ClientError, match="InvalidClientTokenId|AccessDenied|InvalidAccessKeyId"):
+        stranger.get_object(Bucket="datasets", Key="research/tokens/shard-0001.bin")
+
+
+def test_the_trainer_copies_checkpoints_into_its_tenants_prefix_only(as_research, tmp_path):
+    checkpoint = tmp_path / "step_00000010"
+    checkpoint.mkdir()
+    (checkpoint / "model.pt").write_bytes(b"weights")
+    manifest, _digest = upload(checkpoint, checkpoint_upload("checkpoints", "research"), run_id="r1", dataset="d",
+                               config={"step": 10}, region=REGION)
+    assert manifest == "s3://checkpoints/runs/research/r1/step_00000010/manifest.json"
+    assert as_research.get_object(Bucket="checkpoints", Key="runs/research/r1/step_00000010/model.pt")[
+        "Body"].read() == b"weights"
+    with pytest.raises(StoreError, match="cannot upload .* to s3://checkpoints/runs/applied/r1/step_00000010: "
+                                         "AccessDenied"):
+        upload(checkpoint, checkpoint_upload("checkpoints", "applied"), run_id="r1", dataset="d",
+               config={"step": 10}, region=REGION)
+    with pytest.raises(StoreError, match="AccessDenied"):  # nor the bucket's root, as before
+        upload(checkpoint, "s3://checkpoints/runs", run_id="r1", dataset="d", config={"step": 10}, region=REGION)
+
+
+def test_the_trainer_reads_its_tenants_datasets_only(as_research):
+    from botocore.exceptions import ClientError
+
+    assert as_research.get_object(Bucket="datasets", Key="research/tokens/shard-0001.bin")["Body"].read() == b"tokens"
+    with pytest.raises(ClientError, match="AccessDenied"):
+        as_research.get_object(Bucket="datasets", Key="applied/tokens/shard-0001.bin")
+    with pytest.raises(ClientError, match="AccessDenied"):
+        as_research.put_object(Bucket="datasets", Key="research/tokens/shard-0002.bin", Body=b"x")
