@@ -1,11 +1,17 @@
 """The scheduled drift check of the served model, and where its scores go, as plain data.
 
-A CronJob in the model's tenant namespace, admitted by Kueue into that tenant's queue (its
-quota pays for its own model's monitoring), runs `python -m workloads.monitor drift-job`
-(workloads/monitor/drift_job.py): the served version's training data, found through the
-lineage, against the last days of request logs. It pushes the scores to the Prometheus
+A CronJob in the serving namespace, beside the model it watches, runs `python -m
+workloads.monitor drift-job` (workloads/monitor/drift_job.py): the served version's
+training data, found through the lineage as the model's tenant (its tracking user, its
+datasets), against the last days of request logs. It pushes the scores to the Prometheus
 Pushgateway in `monitoring` (a batch job is gone before Prometheus could scrape it), and
-the `ModelInputDrift` alert fires on a drifted feature. Nothing here imports Pulumi.
+the `ModelInputDrift` alert fires on a drifted feature.
+
+Why not in the tenant's namespace: whatever a pod there holds, the tenant's developers hold
+too (they may run pods under any of its ServiceAccounts and exec into any of its pods), and
+the Pushgateway takes any series from whoever reaches it. In the serving namespace, where no
+tenant may run a pod, the check's pods are the only ones that can push. Nothing here
+imports Pulumi.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.addons.queues import LOCAL_QUEUE
 from components.features_spec import schedule
 from components.request_log_spec import key_prefix
-from components.tenancy_spec import MONITORING_NAMESPACE
+from components.tenancy_spec import MONITORING_NAMESPACE, POD_IDENTITY_AGENT
 from components.tenant_paths import datasets_prefix, list_condition
-from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, QUEUE_LABEL, RUN_AS, tenant_pod_security
+from components.tracking_spec import NAME as TRACKING_NAME
+from components.tracking_spec import NAMESPACE as TRACKING_NAMESPACE
+from components.tracking_spec import PORT as TRACKING_PORT
+from components.training_spec import CONTAINER_SECURITY, POD_SECURITY
 
 PUSHGATEWAY = "pushgateway"
 PUSHGATEWAY_PORT = 9091
@@ -33,10 +41,12 @@ class DriftPlan:
     model: str  # the Triton model
     version: int  # the Triton version served
     registered_model: str  # its name in the registry
-    tenant: str  # the namespace the job runs in, and whose queue admits it
+    tenant: str  # whose model it is: its tracking user, its datasets
+    namespace: str  # where the check runs: the serving namespace
     image: str  # the platform's serving image (it carries workloads/monitor)
     logs: str  # s3://<datasets bucket>/request-logs/<model>/
     region: str
+    aws_cidrs: tuple[str, ...]  # the AWS APIs it calls (the VPC's interface endpoints, the S3 prefix list)
     every_hours: int = 24
     days: int = 1
     min_rows: int = 200
@@ -44,7 +54,6 @@ class DriftPlan:
     # Where training pods read datasets on Lustre, and the bucket that directory mirrors:
     # the check reads the same files from S3 (None: the stack has no Lustre).
     lustre_datasets: tuple[str, str] | None = None
-    gid: int = RUN_AS  # the tenant's group (components/training_spec.py tenant_pod_security)
 
     @property
     def name(self) -> str:
@@ -64,9 +73,15 @@ def role_name(prefix: str, tenant: str, model: str) -> str:
     return f"{prefix}-{tenant}-drift-{model}"[:64]
 
 
-def _labels(plan: DriftPlan) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "model-drift", "app.kubernetes.io/instance": plan.model,
+def pod_labels(model: str) -> dict[str, str]:
+    """The check's pods' labels: the Pushgateway and the tracking server admit these, in
+    the serving namespace only."""
+    return {"app.kubernetes.io/name": "model-drift", "app.kubernetes.io/instance": model,
             "app.kubernetes.io/part-of": "mlplat"}
+
+
+def _labels(plan: DriftPlan) -> dict[str, str]:
+    return pod_labels(plan.model)
 
 
 def command(plan: DriftPlan) -> list[str]:
@@ -78,14 +93,14 @@ def command(plan: DriftPlan) -> list[str]:
 
 def service_account(plan: DriftPlan) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": plan.name, "namespace": plan.tenant, "labels": _labels(plan)},
+            "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": _labels(plan)},
             "automountServiceAccountToken": False}
 
 
 def cron_job(plan: DriftPlan) -> dict[str, Any]:
-    """One check at a time; a late one is skipped, not stacked; Kueue admits each Job into
-    the tenant's queue (CPU and memory from its quota: the queues cover no other resource,
-    so the job asks for no other; its scratch is bounded by the emptyDir's size)."""
+    """One check at a time; a late one is skipped, not stacked; a run that hangs is ended
+    after an hour. Requests equal limits and its scratch is bounded by the emptyDir's size,
+    so a check costs at most one core and 4 GiB for an hour a day."""
     resources = {"cpu": "1", "memory": "4Gi"}
     container = {
         "name": "drift",
@@ -100,12 +115,12 @@ def cron_job(plan: DriftPlan) -> dict[str, Any]:
         "securityContext": CONTAINER_SECURITY,
     }
     pod = {"serviceAccountName": plan.name, "automountServiceAccountToken": False,
-           "securityContext": tenant_pod_security(plan.gid),
+           "securityContext": POD_SECURITY,
            "restartPolicy": "Never", "containers": [container],
            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}]}
     return {
         "apiVersion": "batch/v1", "kind": "CronJob",
-        "metadata": {"name": plan.name, "namespace": plan.tenant, "labels": _labels(plan)},
+        "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": _labels(plan)},
         "spec": {
             "schedule": schedule(plan.every_hours * 60),
             "concurrencyPolicy": "Forbid",
@@ -113,7 +128,7 @@ def cron_job(plan: DriftPlan) -> dict[str, Any]:
             "successfulJobsHistoryLimit": 3,
             "failedJobsHistoryLimit": 3,
             "jobTemplate": {
-                "metadata": {"labels": {**_labels(plan), QUEUE_LABEL: LOCAL_QUEUE}},
+                "metadata": {"labels": _labels(plan)},
                 "spec": {"backoffLimit": 2, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 86400,
                          "template": {"metadata": {"labels": _labels(plan)}, "spec": pod}},
             },
@@ -122,14 +137,24 @@ def cron_job(plan: DriftPlan) -> dict[str, Any]:
 
 
 def network_policy(plan: DriftPlan) -> dict[str, Any]:
-    """The tenant's policies allow DNS, the AWS endpoints, the Pod Identity agent and the
-    tracking server; the job may also push to the Pushgateway."""
+    """The serving namespace denies both ways and lets every pod resolve names; the check
+    also reaches the AWS APIs, the Pod Identity agent, the tracking server and the
+    Pushgateway."""
+    def tcp(port: int) -> list[dict[str, Any]]:
+        return [{"protocol": "TCP", "port": port}]
+
+    def pods(namespace: str, name: str) -> dict[str, Any]:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}}}
+
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": f"{plan.name}-to-pushgateway", "namespace": plan.tenant},
-            "spec": {"podSelector": {"matchLabels": _labels(plan)}, "policyTypes": ["Egress"], "egress": [{
-                "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}},
-                        "podSelector": {"matchLabels": {"app.kubernetes.io/name": PUSHGATEWAY}}}],
-                "ports": [{"protocol": "TCP", "port": PUSHGATEWAY_PORT}]}]}}
+            "metadata": {"name": f"{plan.name}-egress", "namespace": plan.namespace},
+            "spec": {"podSelector": {"matchLabels": _labels(plan)}, "policyTypes": ["Egress"], "egress": [
+                {"to": [{"ipBlock": {"cidr": c}} for c in plan.aws_cidrs], "ports": tcp(443)},
+                {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": tcp(80)},
+                {"to": [pods(TRACKING_NAMESPACE, TRACKING_NAME)], "ports": tcp(TRACKING_PORT)},
+                {"to": [pods(MONITORING_NAMESPACE, PUSHGATEWAY)], "ports": tcp(PUSHGATEWAY_PORT)},
+            ]}}
 
 
 def drift_rules(plan: DriftPlan) -> dict[str, Any]:
@@ -155,7 +180,7 @@ def drift_rules(plan: DriftPlan) -> dict[str, Any]:
              "for": "15m",
              "labels": {"severity": "warning", "component": "drift"},
              "annotations": {"summary": f"No drift check of {plan.model} has reported for two runs",
-                             "description": f"See the {plan.name} CronJob in namespace {plan.tenant}."}},
+                             "description": f"See the {plan.name} CronJob in namespace {plan.namespace}."}},
         ]}]},
     }
 
@@ -175,11 +200,11 @@ PUSHED_METRICS = ("mlplat_model_input_drift_score", "mlplat_model_input_drifted"
 def pushgateway_objects(image: str, plan: DriftPlan) -> list[dict[str, Any]]:
     """One replica (it holds what batch jobs pushed since it started; each check pushes
     again on its next run). Anything able to reach it can push any series, so: only the
-    check's namespace reaches it (by the namespace's name, which the API server sets, not a
-    label its tenant chooses), and the scrape keeps only the drift series of that
-    namespace's model, under the Pushgateway's own job and instance (honorLabels off). A
-    push cannot feed the canary's abort rule, Triton's autoscaler or another model's
-    alert."""
+    check's pods reach it (in the serving namespace, by its name, which the API server sets;
+    no tenant may run a pod there), and the scrape keeps only the drift series of the
+    check's model, under the Pushgateway's own job and instance (honorLabels off): even a
+    pod that got in could not feed the canary's abort rule, Triton's autoscaler or another
+    model's alert."""
     labels = {"app.kubernetes.io/name": PUSHGATEWAY, "app.kubernetes.io/part-of": "mlplat"}
     meta = {"name": PUSHGATEWAY, "namespace": MONITORING_NAMESPACE, "labels": labels}
     resources = {"cpu": "100m", "memory": "128Mi"}
@@ -207,7 +232,7 @@ def pushgateway_objects(image: str, plan: DriftPlan) -> list[dict[str, Any]]:
         {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
          "metadata": {"name": f"{PUSHGATEWAY}-from-drift-checks", "namespace": MONITORING_NAMESPACE},
          "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": [{
-             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": plan.tenant}},
+             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": plan.namespace}},
                        "podSelector": {"matchLabels": _labels(plan)}}],
              "ports": [{"protocol": "TCP", "port": PUSHGATEWAY_PORT}]}]}},
         {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": meta, "spec": {

@@ -185,13 +185,15 @@ class InferenceService(pulumi.ComponentResource):
         create(canary_rules(rollout_plan), scraped)
         create(auth_rules(rollout_plan), scraped)
         if args.drift is not None:
-            # The Pushgateway the checks push to, the alert on what they push, and the
-            # check itself in its tenant's namespace (created with the tenancy).
+            # The Pushgateway the check pushes to, the alert on what it pushes, and the
+            # check itself in this namespace, inside its fences.
             for obj in pushgateway_objects(tools.pushgateway, args.drift):
                 create(obj, scraped)
             create(drift_rules(args.drift), scraped)
-            for obj in drift_objects(args.drift):
-                create(obj, pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)))
+            *before, job = drift_objects(args.drift)  # its ServiceAccount and egress, then the CronJob
+            check = [create(obj, pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *fences]))
+                     for obj in before]
+            create(job, pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *fences, *check]))
         create(gateway_monitor(rollout_plan), pulumi.ResourceOptions(parent=self, depends_on=[
             *controller_namespaces[ENVOY_GATEWAY_NAMESPACE], *args.depends_on]))
         metrics_ready: list[pulumi.Resource] = [self.rollout]

@@ -171,6 +171,9 @@ class ServerPlan:
     vpc_cidr: str
     endpoint_cidrs: tuple[str, ...]  # AWS APIs (interface endpoints, the S3 prefix list)
     tenants: tuple[str, ...]
+    # (namespace, pod labels) of platform pods that sign in as a tenant: the drift check,
+    # in the serving namespace (components/drift_spec.py).
+    monitors: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     cpu: str = "1"
     cpu_limit: str = "2"  # gunicorn's workers burst on registry searches
     memory: str = "2Gi"
@@ -259,7 +262,7 @@ def _policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def network_policies(plan: ServerPlan) -> list[dict[str, Any]]:
-    """Default deny; in: the tenants' namespaces on the server's port; out: DNS, the
+    """Default deny; in: the tenants' namespaces (and the drift check) on the server's port; out: DNS, the
     database inside the VPC, the Pod Identity agent and the AWS APIs (on a customer's
     cluster: its database and its object store)."""
     if plan.customer is not None:
@@ -281,7 +284,9 @@ def network_policies(plan: ServerPlan) -> list[dict[str, Any]]:
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [
-                {"key": TENANT_LABEL, "operator": "In", "values": sorted(plan.tenants)}]}}],
+                {"key": TENANT_LABEL, "operator": "In", "values": sorted(plan.tenants)}]}},
+                *({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                   "podSelector": {"matchLabels": dict(labels)}} for namespace, labels in plan.monitors)],
                 "ports": [{"protocol": "TCP", "port": PORT}]}],
         }),
         _policy("allow-egress", {

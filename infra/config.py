@@ -835,7 +835,7 @@ class InferenceDriftConfig(_Model):
 
     enabled: bool = False
     registered_model: str | None = None  # the served model's name in the registry
-    tenant: str | None = None  # whose namespace and queue run it; default: the first of auth.tenants
+    tenant: str | None = None  # whose model it is (tracking user, datasets); default: the first of auth.tenants
     every_hours: Literal[1, 2, 3, 4, 6, 8, 12, 24] = 24
     days: int = Field(default=1, ge=1, le=30)  # of request logs per check
     min_rows: int = Field(default=200, ge=1)  # fewer logged requests are not judged

@@ -182,7 +182,8 @@ def drift_identity(
     tracking: Any = None,  # components.tracking.TrackingDatabase
 ) -> PodIdentityRole | None:
     """The drift check's role: read its tenant's datasets (the reference) and the model's
-    request logs, and its tenant's tracking user (to follow the lineage)."""
+    request logs, and its tenant's tracking user (to follow the lineage). Assumed from the
+    serving namespace, where the check runs and no tenant may run a pod."""
     job = resolve_inference(config)
     tenant = drift_tenant(job.settings) if job is not None else None
     if tenant is None or tracking is None:
@@ -194,7 +195,7 @@ def drift_identity(
     return PodIdentityRole(
         f"inference-{s.model_name}-drift",
         PodIdentityRoleArgs(
-            role_name=drift_role(prefix, tenant, s.model_name), account_id=account_id, namespace=tenant,
+            role_name=drift_role(prefix, tenant, s.model_name), account_id=account_id, namespace=s.namespace,
             service_account=drift_name(s.model_name),
             cluster_name=cluster_name, statements=statements,
         ),
@@ -210,13 +211,14 @@ def drift_plan(config: PlatformConfig, settings: Any, descriptor: ClusterDescrip
     drift = settings.drift
     return DriftPlan(
         model=settings.model_name, version=settings.version, registered_model=drift.registered_model, tenant=tenant,
+        namespace=settings.namespace,
         image=image_uri("serving", descriptor.account_id, config.region, config.environment, platform_images),
         logs=logs_uri(descriptor.buckets["datasets"], settings.model_name), region=config.region,
+        aws_cidrs=(config.network.vpc_cidr, *(c for c in descriptor.endpoint_cidrs if c != config.network.vpc_cidr)),
         every_hours=drift.every_hours, days=drift.days, min_rows=drift.min_rows,
         # The tenant's own datasets directory mirrors its own prefix (components/lustre_spec.py).
         lustre_datasets=(f"{SCRATCH_MOUNT}{DATASETS_PATH}/", f"s3://{descriptor.buckets['datasets']}/{tenant}/")
         if descriptor.lustre is not None else None,
-        gid=config.tenant_group(tenant),
         tracking_env=(("MLFLOW_TRACKING_URI", TRACKING_URI), ("MLFLOW_TRACKING_USERNAME", tenant),
                       ("MLPLAT_TRACKING_SECRET_ARN", descriptor.tracking.tenant_secret_arns[tenant])),
     )
@@ -309,8 +311,6 @@ def build_inference(
     if job is None:
         return None
     drift = drift_plan(config, job.settings, descriptor, platform_images)
-    # The drift check runs in its tenant's namespace, with its queue.
-    tenant_namespace = services.tenancy.namespaces.get(drift.tenant) if drift is not None else None
     plan = serving_plan(config, job, descriptor.account_id, descriptor.buckets["models"],
                         tuple(c for c in descriptor.endpoint_cidrs if c != config.network.vpc_cidr))
     return InferenceService(
@@ -322,7 +322,7 @@ def build_inference(
             drift=drift,
             adapter=metrics_adapter(config, job, descriptor.account_id),
             # The Prometheus stack (PodMonitor CRD, the adapter's source) and the device plugins.
-            depends_on=(services.addons, *([tenant_namespace] if tenant_namespace is not None else [])),
+            depends_on=(services.addons,),
         ),
         opts=pulumi.ResourceOptions(providers={"kubernetes": k8s_provider}),
     )

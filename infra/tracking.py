@@ -10,6 +10,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.drift_spec import pod_labels
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.tracking import TrackingDatabase, TrackingDatabaseArgs, TrackingServer, TrackingServerArgs
 from components.tracking_spec import (
@@ -25,6 +26,7 @@ from components.tracking_spec import (
 )
 from infra.config import NodePoolConfig, PlatformConfig
 from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
+from infra.inference_plan import drift_tenant, resolve_inference
 from infra.versions import image_ref, image_uri
 
 
@@ -114,7 +116,16 @@ def server_plan(config: PlatformConfig, descriptor: ClusterDescriptor | Customer
         artifacts=f"s3://{descriptor.buckets['models']}/{ARTIFACTS_PREFIX}",
         region=config.region, vpc_cidr=config.network.vpc_cidr,
         endpoint_cidrs=tuple(descriptor.endpoint_cidrs), tenants=tuple(x.name for x in config.tenants),
+        monitors=drift_monitors(config),
     )
+
+
+def drift_monitors(config: PlatformConfig) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """The drift check signs in as its model's tenant from the serving namespace."""
+    job = resolve_inference(config)
+    if job is None or drift_tenant(job.settings) is None:
+        return ()
+    return ((job.settings.namespace, tuple(pod_labels(job.settings.model_name).items())),)
 
 
 def build_tracking_server(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,

@@ -40,6 +40,12 @@ def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
     return True
 
 
+def _types(spec: dict[str, Any]) -> list[str]:
+    """policyTypes, or what the API server defaults it to: Ingress, and Egress where the
+    policy has egress rules."""
+    return spec.get("policyTypes") or ["Ingress", *(["Egress"] if "egress" in spec else [])]
+
+
 class Cluster:
     def __init__(self, objects: list[dict[str, Any]]):
         self.policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
@@ -82,13 +88,27 @@ class Cluster:
                 return True
         return False
 
-    def admits(self, source: Pod, target: Pod, port: int, protocol: str = "TCP") -> bool:
-        selecting = [p for p in self.policies if p["metadata"]["namespace"] == target.namespace
-                     and selects(p["spec"].get("podSelector"), target.labels)
-                     and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])]
+    def _decide(self, selected: Pod, peer: Pod, direction: str, target: Pod, port: int, protocol: str) -> bool:
+        """Whether `selected`'s namespace's policies let the connection through in
+        `direction` (Ingress: peer connects to selected; Egress: selected connects to peer).
+        Ports are the target's."""
+        key, peers = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
+        selecting = [p for p in self.policies if p["metadata"]["namespace"] == selected.namespace
+                     and selects(p["spec"].get("podSelector"), selected.labels)
+                     and direction in _types(p["spec"])]
         if not selecting:
-            return True  # not isolated: everything reaches it
+            return True  # not isolated in that direction
         return any(
-            (not rule.get("from") or any(self._peer_matches(peer, target.namespace, source) for peer in rule["from"]))
+            (not rule.get(peers) or any(self._peer_matches(x, selected.namespace, peer) for x in rule[peers]))
             and self._port_matches(rule.get("ports"), target, port, protocol)
-            for policy in selecting for rule in policy["spec"].get("ingress") or ())
+            for policy in selecting for rule in policy["spec"].get(key) or ())
+
+    def admits(self, source: Pod, target: Pod, port: int, protocol: str = "TCP") -> bool:
+        """The target's ingress policies let the source in."""
+        return self._decide(target, source, "Ingress", target, port, protocol)
+
+    def connects(self, source: Pod, target: Pod, port: int, protocol: str = "TCP") -> bool:
+        """Both ends agree: the source's egress (when it is a pod) and the target's ingress
+        (when it is a pod)."""
+        out = source.namespace is None or self._decide(source, target, "Egress", target, port, protocol)
+        return out and (target.namespace is None or self.admits(source, target, port, protocol))

@@ -209,6 +209,7 @@ def test_the_scrape_keeps_the_checks_series_and_drops_what_anyone_else_pushes(tr
     push_to_gateway(pushgateway, job="triton", registry=forged)
 
     plan = DriftPlan(model="gpt", version=TRITON_VERSION, registered_model=REGISTERED, tenant="serving",
+                     namespace="inference", aws_cidrs=("10.0.0.0/16",),
                      image="img", logs=logs, region=REGION)
     [monitor] = [o for o in pushgateway_objects("img", plan) if o["kind"] == "ServiceMonitor"]
     [rule] = monitor["spec"]["endpoints"][0]["metricRelabelings"]

@@ -198,18 +198,20 @@ def test_argos_analysis_queries_prometheus_and_a_look_alike_in_a_tenant_namespac
         assert not cluster.admits(Pod(tenant, dict(PROMETHEUS)), prometheus, 9090)
 
 
-def test_only_the_drift_checks_namespace_pushes_and_only_its_models_drift_series_are_kept():
+def test_only_the_drift_check_pushes_and_only_its_models_drift_series_are_kept():
+    """The check runs in the serving namespace, where no tenant runs pods: a pod with its
+    labels in any tenant's namespace, the model's own tenant's included, is refused."""
     everything = objects("prod-cluster")
     cluster = Cluster(everything)
     found = pods("prod-cluster")
     gateway = found["monitoring/Deployment/pushgateway"]
     [check] = [p for k, p in found.items() if "/CronJob/model-drift-" in k]
-    assert check.namespace == "serving"
-    assert cluster.admits(check, gateway, 9091)
-    for tenant in set(tenants("prod-cluster")) - {"serving"}:
+    assert check.namespace == "inference" and check.namespace not in tenants("prod-cluster")
+    assert cluster.connects(check, gateway, 9091)
+    for tenant in tenants("prod-cluster"):
         assert not cluster.admits(Pod(tenant, dict(check.labels)), gateway, 9091), tenant
-    assert not cluster.admits(Pod("serving", {"app": "notebook"}), gateway, 9091)
-    assert not cluster.admits(Pod("inference", dict(check.labels)), gateway, 9091)
+    triton = found["inference/Deployment/triton"]
+    assert not cluster.connects(triton, gateway, 9091)  # a model's code cannot push either
     [monitor] = [o for o in everything if o["kind"] == "ServiceMonitor" and o["metadata"]["name"] == "pushgateway"]
     [endpoint] = monitor["spec"]["endpoints"]
     assert endpoint["honorLabels"] is False  # a pushed job or instance cannot pass for another target
@@ -217,6 +219,20 @@ def test_only_the_drift_checks_namespace_pushes_and_only_its_models_drift_series
     assert len(keep) == 1 and keep[0]["sourceLabels"] == ["__name__", "model"]
     assert set(PUSHED_METRICS) == {"mlplat_model_input_drift_score", "mlplat_model_input_drifted",
                                    "mlplat_model_input_drift_rows", "mlplat_model_drift_check_timestamp_seconds"}
+
+
+def test_the_drift_check_reaches_what_it_needs_and_nothing_else_in_its_namespace():
+    cluster = Cluster(objects("prod-cluster"))
+    found = pods("prod-cluster")
+    [check] = [p for k, p in found.items() if "/CronJob/model-drift-" in k]
+    tracking = found["mlflow/Deployment/mlflow"]
+    assert cluster.connects(check, tracking, TRACKING_PORT)  # the lineage, as its tenant
+    assert cluster.connects(check, Pod(None, ip="10.0.40.5"), 443)  # an interface endpoint (S3 and the rest)
+    assert cluster.connects(check, Pod(None, ip="169.254.170.23"), 80)  # Pod Identity
+    assert not cluster.connects(check, found["inference/Deployment/triton"], 8000)
+    assert not cluster.connects(check, Pod(None, ip="8.8.8.8"), 443)
+    # The tracking server admits the check from the serving namespace, not its look-alike elsewhere.
+    assert not cluster.admits(Pod("inference", {"app": "other"}), tracking, TRACKING_PORT)
 
 
 def test_a_platform_namespace_without_its_openings_would_refuse_the_api_server():

@@ -81,6 +81,29 @@ def _client_error(err: Exception, what: str) -> StoreError:
     return StoreError(f"{what}: {code}")
 
 
+def check_scope(destination: str, region: str | None = None) -> None:
+    """Refuse keys that reach past `destination` (s3://<bucket>/runs/<tenant>): where they
+    can list the prefix above it or the bucket's root, every tenant's runs are in reach of
+    whoever holds them, and a tenant's developers do. Raises StoreError naming the prefix;
+    a store that answers AccessDenied there passes."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    where = Location.parse(destination)
+    parent = where.key.rpartition("/")[0]
+    for prefix in dict.fromkeys((f"{parent}/" if parent else "", "")):
+        try:
+            _s3(region).list_objects_v2(Bucket=where.bucket, Prefix=prefix, Delimiter="/", MaxKeys=1)
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") in ("AccessDenied", "403"):
+                continue
+            raise _client_error(err, f"cannot check the store's keys on s3://{where.bucket}/{prefix}") from None
+        except BotoCoreError as err:
+            raise _client_error(err, f"cannot check the store's keys on s3://{where.bucket}/{prefix}") from None
+        raise StoreError(f"the object store keys can list s3://{where.bucket}/{prefix}, beyond "
+                         f"{where.uri}/: every tenant's data is in reach of this tenant; give it keys scoped to "
+                         "its own prefixes (docs/onprem.md)")
+
+
 def upload(checkpoint: Path, destination: str, *, run_id: str, dataset: str, config: Mapping[str, Any],
            region: str | None = None) -> tuple[str, str]:
     """Copy the checkpoint directory under `destination/<run id>/<dir name>/`, then its

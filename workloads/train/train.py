@@ -545,6 +545,12 @@ def run(args: argparse.Namespace) -> int:
         raise LayoutError("--strategy fsdp needs torchrun (a process group); start it with torchrun, even for one "
                           "process")
     plan_accumulation(args, int(os.environ.get("WORLD_SIZE", "1")))
+    if args.checkpoint_upload and os.environ.get("AWS_ENDPOINT_URL_S3"):
+        # A store that is not AWS S3 (a customer's): its keys are the customer's, not a role
+        # the platform wrote and checks; keys broader than the tenant stop the run here.
+        from workloads.tracking.store import check_scope
+
+        check_scope(args.checkpoint_upload)
     rt = init_runtime(args.device)
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
