@@ -24,6 +24,9 @@ class TenancyArgs:
     # The cluster's GPU pools, (name, instance type): each tenant may pin its GPU pods to
     # those its queue has flavors for.
     gpu_pools: tuple[tuple[str, str], ...] = ()
+    # The size of the scratch claim the platform makes in each tenant's namespace (Lustre,
+    # or a customer's shared scratch): the storage quota leaves room for it.
+    scratch_gi: int = 0
 
 
 class Tenancy(pulumi.ComponentResource):
@@ -45,7 +48,7 @@ class Tenancy(pulumi.ComponentResource):
                                pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=policies))
             self.namespaces[tenant.name] = namespace
             inside = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
-            for manifest in tenant_objects(tenant, args.tenants):
+            for manifest in tenant_objects(tenant, args.tenants, scratch_gi=args.scratch_gi):
                 create(manifest, inside)
             if args.endpoint_cidrs is not None:
                 policy = endpoint_policy(tenant, [])

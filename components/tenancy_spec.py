@@ -213,11 +213,14 @@ def quota_ceiling(tenant: Tenant, everyone: Sequence[Tenant]) -> Tenant:
     )
 
 
-def resource_quota(tenant: Tenant, everyone: Sequence[Tenant]) -> dict[str, Any]:
+def resource_quota(tenant: Tenant, everyone: Sequence[Tenant], scratch_gi: int = 0) -> dict[str, Any]:
     """A hard backstop under Kueue: pods that bypass the queue still cannot take more than
     the tenant could get by borrowing; nothing is exposed through a load balancer or node
     port. What no queue lends (pod count, claimed storage, node-local disk) is the tenant's
-    own: another tenant's pods are not starved of IPs, nodes' disks or the storage budget."""
+    own: another tenant's pods are not starved of IPs, nodes' disks or the storage budget.
+    Claimed storage counts every claim in the namespace, the platform's own scratch claim
+    (`scratch_gi`: the Lustre file system's or the customer's scratch size) included, so
+    the tenant's `storageGi` comes on top of it."""
     ceiling = quota_ceiling(tenant, everyone)
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
@@ -228,7 +231,7 @@ def resource_quota(tenant: Tenant, everyone: Sequence[Tenant]) -> dict[str, Any]
             f"requests.{GPU_RESOURCE}": str(ceiling.gpu),
             f"requests.{EFA_RESOURCE}": str(ceiling.efa),
             "pods": str(tenant.pods),
-            "requests.storage": f"{tenant.storage_gi}Gi",
+            "requests.storage": f"{tenant.storage_gi + scratch_gi}Gi",
             "requests.ephemeral-storage": f"{tenant.ephemeral_gi}Gi",
             "persistentvolumeclaims": "50",
             "services.loadbalancers": "0",
@@ -358,11 +361,11 @@ def developer_binding(tenant: Tenant) -> dict[str, Any]:
 
 
 def tenant_objects(
-    tenant: Tenant, everyone: Sequence[Tenant], endpoint_cidrs: Sequence[str] | None = None
+    tenant: Tenant, everyone: Sequence[Tenant], endpoint_cidrs: Sequence[str] | None = None, scratch_gi: int = 0
 ) -> list[dict[str, Any]]:
     """Everything in a tenant's namespace except the namespace itself. The endpoint policy
     is added where the CIDRs are known (the component adds it once the VPC exists)."""
-    objects = [resource_quota(tenant, everyone), limit_range(tenant), *network_policies(tenant),
+    objects = [resource_quota(tenant, everyone, scratch_gi), limit_range(tenant), *network_policies(tenant),
                developer_role(tenant)]
     if tenant.groups:
         objects.append(developer_binding(tenant))

@@ -24,6 +24,9 @@ def checkpoints_prefix(tenant: str) -> str:
 
 
 def list_condition(prefix: str) -> dict[str, dict[str, list[str]]]:
-    """ListBucket under `prefix` only (the prefix itself, with or without its slash, and
-    anything below it)."""
-    return {"StringLike": {"s3:prefix": [prefix.rstrip("/"), prefix, f"{prefix}*"]}}
+    """ListBucket under `prefix` only: the prefix with its slash, and anything below it.
+    Never the prefix without its slash: a listing of `research` returns `research-2/...`,
+    another tenant's keys."""
+    if not prefix.endswith("/"):
+        raise ValueError(f"{prefix!r}: a listing prefix ends with its slash")
+    return {"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}}

@@ -52,9 +52,11 @@ def build_cluster_services(
 ) -> ClusterServices:
     providers = {"kubernetes": k8s_provider}
     tenants = tenants_from_config(config.tenants)
+    lustre = lustre_volume(config, descriptor)
     tenancy = Tenancy(
         "tenancy",
-        TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.endpoint_cidrs), gpu_pools=gpu_pool_names(config)),
+        TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.endpoint_cidrs), gpu_pools=gpu_pool_names(config),
+                    scratch_gi=lustre.capacity_gib if lustre is not None else 0),
         opts=pulumi.ResourceOptions(providers=providers),
     )
     telemetry = config.addons.telemetry
@@ -68,7 +70,7 @@ def build_cluster_services(
             chart_mirror=chart_mirror(config.addons.chart_mirror, descriptor.account_id, config.region,
                                        config.environment),
             thresholds=AlertThresholds(telemetry.gpu_temperature_celsius, telemetry.gpu_idle_percent),
-            lustre=lustre_volume(config, descriptor),
+            lustre=lustre,
             # Releases wait for Ready pods: the encrypted StorageClass (Prometheus' volumes)
             # first. The nodes, the CNI and the EBS CSI driver are the cloud layer's, applied
             # before this layer.
@@ -109,7 +111,8 @@ def build_customer_services(
         "tenancy",
         # Tenants' pods reach the object store (HTTPS) and nothing else outside the cluster.
         TenancyArgs(tenants=tenants, endpoint_cidrs=list(descriptor.object_storage.cidrs),
-                    gpu_pools=gpu_pool_names(config)),
+                    gpu_pools=gpu_pool_names(config),
+                    scratch_gi=descriptor.storage_classes.scratch_gib if descriptor.storage_classes.shared else 0),
         opts=pulumi.ResourceOptions(providers=providers),
     )
     telemetry = config.addons.telemetry

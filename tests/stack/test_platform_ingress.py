@@ -113,10 +113,11 @@ def entrances(stack: str) -> set[tuple[str, int]]:
 
 
 def attacker(namespace: str, target: Pod) -> Pod:
-    """A tenant's pod with every label that opens a door somewhere."""
+    """A tenant's pod with every label that opens a door somewhere, and an address in the
+    VPC as the VPC CNI gives pods (an ipBlock of the VPC's CIDR would let it in)."""
     return Pod(namespace, {**PROMETHEUS, **ARGO, "app.kubernetes.io/name": "model-drift",
                            "app.kubernetes.io/instance": "gpt", "app.kubernetes.io/part-of": "mlplat",
-                           **target.labels})
+                           **target.labels}, ip="10.0.200.7")
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -117,3 +117,37 @@ def test_tenant_namespaces_are_what_kueue_manages_without_a_queue_name():
     managed = {o["metadata"]["name"] for o in objects("prod-cluster") if o["kind"] == "Namespace"
                and selector_matches(config["managedJobsNamespaceSelector"], namespace_labels(o))}
     assert managed == set(tenants("prod-cluster")) == {"research", "applied", "serving"}
+
+
+def gib(quantity: str) -> float:
+    units = {"Gi": 1, "Ti": 1024, "Mi": 1 / 1024}
+    for suffix, scale in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[:-len(suffix)]) * scale
+    raise AssertionError(f"unexpected quantity {quantity}")
+
+
+@pytest.mark.parametrize("stack", CLUSTER_STACKS)
+def test_the_platforms_own_claims_fit_each_tenants_quota_with_its_storage_on_top(stack):
+    """The API server refuses a claim past the namespace's quota: the scratch claim the
+    platform makes in each tenant's namespace (the whole Lustre file system's size, or the
+    customer's scratch size) must fit, and leave the tenant its configured storage."""
+    from infra.config import load_stack
+    from infra.descriptor import descriptor_config
+    from tests.conftest import CUSTOMER_STACKS, customer_descriptor
+
+    config = (descriptor_config(customer_descriptor(stack), stack) if stack in CUSTOMER_STACKS
+              else load_stack(stack.removesuffix("-cluster")))
+    configured = {t.name: t.quotas.storage_gi for t in config.tenants}
+    everything = objects(stack)
+    checked = 0
+    for name in tenants(stack):
+        [quota] = [o for o in everything if o["kind"] == "ResourceQuota" and o["metadata"]["namespace"] == name]
+        claims = [o for o in everything if o["kind"] == "PersistentVolumeClaim" and o["metadata"]["namespace"] == name]
+        claimed = sum(gib(c["spec"]["resources"]["requests"]["storage"]) for c in claims)
+        hard = quota["spec"]["hard"]
+        assert claimed + configured[name] <= gib(hard["requests.storage"]), (stack, name, claimed)
+        assert len(claims) < int(hard["persistentvolumeclaims"])
+        checked += bool(claims)
+    if stack in ("prod-cluster", "staging-cluster", "onprem"):
+        assert checked, f"{stack}: no tenant has a scratch claim; the walk is broken"
