@@ -22,7 +22,7 @@ from typing import Any
 
 from components.features_spec import schedule
 from components.request_log_spec import key_prefix
-from components.tenancy_spec import MONITORING_NAMESPACE, POD_IDENTITY_AGENT
+from components.tenancy_spec import MONITORING_NAMESPACE, POD_IDENTITY_AGENT, pods_in
 from components.tenant_paths import datasets_prefix, list_condition
 from components.tracking_spec import NAME as TRACKING_NAME
 from components.tracking_spec import NAMESPACE as TRACKING_NAMESPACE
@@ -80,10 +80,6 @@ def pod_labels(model: str) -> dict[str, str]:
             "app.kubernetes.io/part-of": "mlplat"}
 
 
-def _labels(plan: DriftPlan) -> dict[str, str]:
-    return pod_labels(plan.model)
-
-
 def command(plan: DriftPlan) -> list[str]:
     return ["python", "-m", "workloads.monitor", "drift-job", "--registered-model", plan.registered_model,
             "--model", plan.model, "--version", str(plan.version), "--logs", plan.logs, "--days", str(plan.days),
@@ -93,7 +89,7 @@ def command(plan: DriftPlan) -> list[str]:
 
 def service_account(plan: DriftPlan) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": _labels(plan)},
+            "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": pod_labels(plan.model)},
             "automountServiceAccountToken": False}
 
 
@@ -120,7 +116,7 @@ def cron_job(plan: DriftPlan) -> dict[str, Any]:
            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}]}
     return {
         "apiVersion": "batch/v1", "kind": "CronJob",
-        "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": _labels(plan)},
+        "metadata": {"name": plan.name, "namespace": plan.namespace, "labels": pod_labels(plan.model)},
         "spec": {
             "schedule": schedule(plan.every_hours * 60),
             "concurrencyPolicy": "Forbid",
@@ -128,9 +124,9 @@ def cron_job(plan: DriftPlan) -> dict[str, Any]:
             "successfulJobsHistoryLimit": 3,
             "failedJobsHistoryLimit": 3,
             "jobTemplate": {
-                "metadata": {"labels": _labels(plan)},
+                "metadata": {"labels": pod_labels(plan.model)},
                 "spec": {"backoffLimit": 2, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 86400,
-                         "template": {"metadata": {"labels": _labels(plan)}, "spec": pod}},
+                         "template": {"metadata": {"labels": pod_labels(plan.model)}, "spec": pod}},
             },
         },
     }
@@ -143,17 +139,15 @@ def network_policy(plan: DriftPlan) -> dict[str, Any]:
     def tcp(port: int) -> list[dict[str, Any]]:
         return [{"protocol": "TCP", "port": port}]
 
-    def pods(namespace: str, name: str) -> dict[str, Any]:
-        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}}}
-
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": f"{plan.name}-egress", "namespace": plan.namespace},
-            "spec": {"podSelector": {"matchLabels": _labels(plan)}, "policyTypes": ["Egress"], "egress": [
+            "spec": {"podSelector": {"matchLabels": pod_labels(plan.model)}, "policyTypes": ["Egress"], "egress": [
                 {"to": [{"ipBlock": {"cidr": c}} for c in plan.aws_cidrs], "ports": tcp(443)},
                 {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": tcp(80)},
-                {"to": [pods(TRACKING_NAMESPACE, TRACKING_NAME)], "ports": tcp(TRACKING_PORT)},
-                {"to": [pods(MONITORING_NAMESPACE, PUSHGATEWAY)], "ports": tcp(PUSHGATEWAY_PORT)},
+                {"to": [pods_in(TRACKING_NAMESPACE, {"app.kubernetes.io/name": TRACKING_NAME})],
+                 "ports": tcp(TRACKING_PORT)},
+                {"to": [pods_in(MONITORING_NAMESPACE, {"app.kubernetes.io/name": PUSHGATEWAY})],
+                 "ports": tcp(PUSHGATEWAY_PORT)},
             ]}}
 
 
@@ -232,8 +226,7 @@ def pushgateway_objects(image: str, plan: DriftPlan) -> list[dict[str, Any]]:
         {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
          "metadata": {"name": f"{PUSHGATEWAY}-from-drift-checks", "namespace": MONITORING_NAMESPACE},
          "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": [{
-             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": plan.namespace}},
-                       "podSelector": {"matchLabels": _labels(plan)}}],
+             "from": [pods_in(plan.namespace, pod_labels(plan.model))],
              "ports": [{"protocol": "TCP", "port": PUSHGATEWAY_PORT}]}]}},
         {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": meta, "spec": {
             "selector": {"matchLabels": labels},

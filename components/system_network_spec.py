@@ -23,14 +23,9 @@ from typing import Any
 
 from components.inference_spec import PROMETHEUS_PORT
 from components.rollout_values import ARGO_ROLLOUTS_NAMESPACE
-from components.tenancy_spec import MONITORING_NAMESPACE
+from components.tenancy_spec import MONITORING_NAMESPACE, pods_in
 
 PROMETHEUS_PODS = {"app.kubernetes.io/name": "prometheus"}
-
-
-def _in_namespace(namespace: str, pods: dict[str, str]) -> dict[str, Any]:
-    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "podSelector": {"matchLabels": dict(pods)}}
 
 
 @dataclass(frozen=True)
@@ -55,7 +50,7 @@ OPENINGS: dict[str, tuple[Opening, ...]] = {
                 "The API server aggregates prometheus-adapter's custom metrics API (the inference autoscaler's)."),
         Opening("allow-rollout-analysis", tuple(PROMETHEUS_PODS.items()), (PROMETHEUS_PORT,),
                 "Argo Rollouts' canary analysis queries Prometheus.",
-                (_in_namespace(ARGO_ROLLOUTS_NAMESPACE, {"app.kubernetes.io/name": "argo-rollouts"}),)),
+                (pods_in(ARGO_ROLLOUTS_NAMESPACE, {"app.kubernetes.io/name": "argo-rollouts"}),)),
     ),
 }
 
@@ -80,7 +75,7 @@ def ingress_policies(namespace: str) -> list[dict[str, Any]]:
     if namespace != MONITORING_NAMESPACE:  # there, its own pods already
         policies.append(_policy(namespace, "allow-prometheus", {
             "podSelector": {}, "policyTypes": ["Ingress"],
-            "ingress": [{"from": [_in_namespace(MONITORING_NAMESPACE, PROMETHEUS_PODS)]}]},
+            "ingress": [{"from": [pods_in(MONITORING_NAMESPACE, PROMETHEUS_PODS)]}]},
             "Prometheus scrapes the components' metrics ports."))
     for opening in OPENINGS.get(namespace, ()):
         rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": p} for p in opening.ports]}

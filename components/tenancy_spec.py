@@ -264,6 +264,12 @@ def _namespace_selector(name: str) -> dict[str, Any]:
     return {"matchLabels": {"kubernetes.io/metadata.name": name}}
 
 
+def pods_in(namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A NetworkPolicy peer: the pods with `labels` in the namespace of that name (a label
+    the API server sets, which no tenant can put on another namespace)."""
+    return {"namespaceSelector": _namespace_selector(namespace), "podSelector": {"matchLabels": dict(labels)}}
+
+
 def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
     """Default deny both ways, then: DNS, traffic inside the namespace (the training
     rendezvous and NCCL's socket bootstrap use many ports), AWS credentials from the Pod
@@ -275,8 +281,7 @@ def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
             "podSelector": {},
             "policyTypes": ["Egress"],
             "egress": [{
-                "to": [{"namespaceSelector": _namespace_selector("kube-system"),
-                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                "to": [pods_in("kube-system", {"k8s-app": "kube-dns"})],
                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
             }],
         }),
@@ -295,17 +300,13 @@ def network_policies(tenant: Tenant) -> list[dict[str, Any]]:
         _policy(tenant, "allow-tracking", {
             "podSelector": {},
             "policyTypes": ["Egress"],
-            "egress": [{"to": [{"namespaceSelector": _namespace_selector("mlflow"),
-                                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "mlflow"}}}],
+            "egress": [{"to": [pods_in("mlflow", {"app.kubernetes.io/name": "mlflow"})],
                         "ports": [{"protocol": "TCP", "port": 5000}]}],
         }),
         _policy(tenant, "allow-prometheus-scrape", {
             "podSelector": {},
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{
-                "namespaceSelector": _namespace_selector(MONITORING_NAMESPACE),
-                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-            }]}],
+            "ingress": [{"from": [pods_in(MONITORING_NAMESPACE, {"app.kubernetes.io/name": "prometheus"})]}],
         }),
     ]
 

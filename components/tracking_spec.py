@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from components.specs.cluster import CA_CONFIG_MAP, CA_DIR, CA_FILE, ca_config_map
-from components.tenancy_spec import POD_IDENTITY_AGENT, pod_security_labels
+from components.tenancy_spec import POD_IDENTITY_AGENT, pod_security_labels, pods_in
 from components.training_spec import CONTAINER_SECURITY, POD_SECURITY, instance_type_affinity
 from workloads.tracking.server import DSN_FILE_ENV, USERS_DIR_ENV
 
@@ -285,8 +285,7 @@ def network_policies(plan: ServerPlan) -> list[dict[str, Any]]:
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [
                 {"key": TENANT_LABEL, "operator": "In", "values": sorted(plan.tenants)}]}},
-                *({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                   "podSelector": {"matchLabels": dict(labels)}} for namespace, labels in plan.monitors)],
+                *(pods_in(namespace, dict(labels)) for namespace, labels in plan.monitors)],
                 "ports": [{"protocol": "TCP", "port": PORT}]}],
         }),
         _policy("allow-egress", {

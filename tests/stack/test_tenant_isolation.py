@@ -12,6 +12,7 @@ import pytest
 
 from components.admission_spec import EXTERNAL_IPS_POLICY, TENANT_LABEL, TENANT_PODS_POLICY
 from infra.checks.admission import refusals
+from infra.checks.apiserver import parse_quantity
 from infra.checks.admission_policy import namespace_labels, workload_pods
 from infra.preview.report import kubernetes_objects
 from tests.conftest import CLUSTER_STACKS, preview
@@ -119,14 +120,6 @@ def test_tenant_namespaces_are_what_kueue_manages_without_a_queue_name():
     assert managed == set(tenants("prod-cluster")) == {"research", "applied", "serving"}
 
 
-def gib(quantity: str) -> float:
-    units = {"Gi": 1, "Ti": 1024, "Mi": 1 / 1024}
-    for suffix, scale in units.items():
-        if quantity.endswith(suffix):
-            return float(quantity[:-len(suffix)]) * scale
-    raise AssertionError(f"unexpected quantity {quantity}")
-
-
 @pytest.mark.parametrize("stack", CLUSTER_STACKS)
 def test_the_platforms_own_claims_fit_each_tenants_quota_with_its_storage_on_top(stack):
     """The API server refuses a claim past the namespace's quota: the scratch claim the
@@ -144,9 +137,9 @@ def test_the_platforms_own_claims_fit_each_tenants_quota_with_its_storage_on_top
     for name in tenants(stack):
         [quota] = [o for o in everything if o["kind"] == "ResourceQuota" and o["metadata"]["namespace"] == name]
         claims = [o for o in everything if o["kind"] == "PersistentVolumeClaim" and o["metadata"]["namespace"] == name]
-        claimed = sum(gib(c["spec"]["resources"]["requests"]["storage"]) for c in claims)
+        claimed = sum(parse_quantity(c["spec"]["resources"]["requests"]["storage"]) for c in claims)
         hard = quota["spec"]["hard"]
-        assert claimed + configured[name] <= gib(hard["requests.storage"]), (stack, name, claimed)
+        assert claimed + configured[name] * 2**30 <= parse_quantity(hard["requests.storage"]), (stack, name, claimed)
         assert len(claims) < int(hard["persistentvolumeclaims"])
         checked += bool(claims)
     if stack in ("prod-cluster", "staging-cluster", "onprem"):
