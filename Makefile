@@ -140,14 +140,15 @@ bench: setup services $(MLSERVER_STAMP)
 	$(BIN)/python bench/preview_diff.py
 	$(BIN)/python bench/report.py
 
-# The real engine: needs the Pulumi CLI, a backend login and AWS credentials.
-# STACK=<env> applies the cloud layer, STACK=<env>-cluster the cluster layer (from inside
-# the VPC); both layers share the environment's policy config.
+# The real engine: needs the Pulumi CLI, PULUMI_BACKEND_URL (the state bucket `mlplat
+# bootstrap` made) and AWS credentials. STACK=<env> applies the cloud layer,
+# STACK=<env>-cluster the cluster layer (from inside the VPC): `mlplat deploy` (infra/deploy.py)
+# prepares the pack's environment, creates the stack on its first deploy, and runs pulumi up.
 UP_STACK = $(or $(STACK),$(ENV))
 up:
 	@command -v pulumi >/dev/null 2>&1 || { echo "make up needs the Pulumi CLI (https://www.pulumi.com/docs/install/); use 'make preview STACK=$(UP_STACK)' offline"; exit 1; }
 	@$(MAKE) --no-print-directory setup-core
-	pulumi up --stack $(UP_STACK) --policy-pack policies --policy-pack-config policies/config/$(patsubst %-cluster,%,$(UP_STACK)).json
+	$(BIN)/mlplat deploy --stack $(UP_STACK)
 
 clean:
 	rm -rf $(OUT) .pytest_cache

@@ -21,6 +21,8 @@ class DeployRunnerArgs:
     account_id: str
     region: str
     repository: str  # owner/name on GitHub: whose workflow jobs the runner takes
+    actor_ids: tuple[int, ...]  # GitHub users whose deploy jobs may start a runner
+    token_stored: bool  # the token's secret holds its value: the webhook may be created
     vpc_id: pulumi.Input[str]
     subnet_ids: Sequence[pulumi.Input[str]]  # private subnets (egress through the NAT gateway)
     subnet_arns: Sequence[pulumi.Input[str]]
@@ -33,8 +35,9 @@ class DeployRunnerArgs:
 class DeployRunner(pulumi.ComponentResource):
     """A CodeBuild project in the private subnets that runs GitHub Actions jobs labelled
     `codebuild-<project>-<run id>-<attempt>`, its webhook, role, logs and security group,
-    the GitHub token's secret (its value is put in once, by hand: docs/layers.md) and the
-    API server's ingress rule from the runner."""
+    the GitHub token's secret (its value is put in once, by hand: docs/bring-up.md) and the
+    API server's ingress rule from the runner. The webhook waits for the token: creating it
+    without one fails, and would stop the first `pulumi up` of the cloud layer."""
 
     project: aws.codebuild.Project
     security_group: aws.ec2.SecurityGroup
@@ -46,8 +49,9 @@ class DeployRunner(pulumi.ComponentResource):
         project = spec.project_name(args.prefix)
         self.token = aws.secretsmanager.Secret(
             f"{name}-github-token", name=f"{project}/github-token", kms_key_id=args.secrets_key_arn,
-            description="GitHub token CodeBuild registers the deploy runner with (put the value in by hand)",
-            opts=child)
+            description="GitHub token CodeBuild registers the deploy runner with (put the value in by hand, as "
+                        "JSON: docs/bring-up.md)",
+            tags=spec.TOKEN_TAGS, opts=child)
         logs = aws.cloudwatch.LogGroup(
             f"{name}-logs", name=f"/aws/codebuild/{project}", kms_key_id=args.logs_key_arn,
             retention_in_days=args.log_retention_days, opts=child)
@@ -90,9 +94,10 @@ class DeployRunner(pulumi.ComponentResource):
                                                                                   status="ENABLED"),
                 s3_logs=aws.codebuild.ProjectLogsConfigS3LogsArgs(status="DISABLED")),
             opts=child)
-        aws.codebuild.Webhook(
-            name, project_name=self.project.name, build_type="BUILD",
-            filter_groups=[aws.codebuild.WebhookFilterGroupArgs(filters=[
-                aws.codebuild.WebhookFilterGroupFilterArgs(type="EVENT", pattern=spec.WEBHOOK_EVENT)])],
-            opts=child)
+        if args.token_stored:
+            aws.codebuild.Webhook(
+                name, project_name=self.project.name, build_type="BUILD",
+                filter_groups=[aws.codebuild.WebhookFilterGroupArgs(filters=[
+                    aws.codebuild.WebhookFilterGroupFilterArgs(**f) for f in spec.webhook_filters(args.actor_ids)])],
+                opts=child)
         self.register_outputs({"project": self.project.name, "securityGroup": self.security_group.id})

@@ -749,7 +749,10 @@ def gpu_check_daemonset(plan: TrainingPlan) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": plan.namespace, "labels": labels},
+        # Not awaited: Ready means "this node passes", which a deploy must not wait on (GPU
+        # nodes join when capacity comes; infra/checks/first_deploy.py lists the reason).
+        "metadata": {"name": name, "namespace": plan.namespace, "labels": labels,
+                     "annotations": {"pulumi.com/skipAwait": "true"}},
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {

@@ -5,6 +5,8 @@
     mlplat preview --stack NAME --against BASE.json [--diff-markdown PATH] [--diff-json PATH]
     mlplat preview --env ENV --against BASE_DIR [--out DIR]   (BASE_DIR/<stack>.json per layer)
     mlplat charts list | pull [--to DIR]
+    mlplat bootstrap --account ID --region REGION --environment ENV [--repository OWNER/NAME]
+    mlplat deploy --stack NAME [--preview] [--config NS:KEY=VALUE]   (the real engine, as CI runs it)
 
 Exit codes: 0 no mandatory violation, 1 at least one (or an error the real engine would
 raise), 2 bad input (unknown stack, invalid config, a base report that is unreadable, of
@@ -87,6 +89,25 @@ def _parser() -> argparse.ArgumentParser:
     mirror.add_argument("--dry-run", action="store_true", help="list what would be copied and its size; copy nothing")
     mirror.add_argument("--plain-http", action="append", default=[], metavar="HOST",
                         help="speak plain HTTP to this registry (a local test registry; repeatable)")
+    bootstrap = sub.add_parser(
+        "bootstrap", help="create what an account needs before its first `pulumi up`: the state bucket, the state "
+                          "and secrets keys, the deployer and break-glass roles (idempotent; docs/bring-up.md)")
+    bootstrap.add_argument("--account", required=True, help="the AWS account id (12 digits) the credentials are of")
+    bootstrap.add_argument("--region", required=True, help="the region the environments deploy to (me-central-1)")
+    bootstrap.add_argument("--environment", action="append", default=[], metavar="ENV",
+                           help="an environment this account deploys (a cloud-layer stack: prod); repeatable")
+    bootstrap.add_argument("--repository", metavar="OWNER/NAME",
+                           help="the GitHub repository whose deploy workflow assumes the deployer role (default: "
+                                "the stack files' deployRunner.repository)")
+    bootstrap.add_argument("--stacks-dir", type=Path, metavar="DIR", help="where stack files live (default stacks/)")
+    deploy = sub.add_parser(
+        "deploy", help="run the real engine on a stack as the deploy workflow does: the pack's environment, the "
+                       "stack created on first deploy with its secrets provider, then pulumi up (or --preview)")
+    deploy.add_argument("--stack", required=True, help="the stack: prod (cloud layer) or prod-cluster")
+    deploy.add_argument("--preview", action="store_true", help="pulumi preview instead of up; creates no stack")
+    deploy.add_argument("--config", action="append", default=[], metavar="NS:KEY=VALUE",
+                        help="config for this run (pulumi up --config), e.g. mlplat:platformImages=<json>")
+    deploy.add_argument("--stacks-dir", type=Path, metavar="DIR", help="where stack files live (default stacks/)")
     docs = sub.add_parser("docs", help="regenerate the README's component reference from the code and the previews")
     docs.add_argument("--readme", type=Path, default=Path("README.md"), help="the README to update (default README.md)")
     return parser
@@ -94,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"charts": _charts, "diagram": _diagram, "docs": _docs, "mirror": _mirror, "preview": _preview}
+    commands = {"bootstrap": _bootstrap, "charts": _charts, "deploy": _deploy, "diagram": _diagram, "docs": _docs,
+                "mirror": _mirror, "preview": _preview}
     code = commands[args.command](args)
     if argv is None:
         # Run as the command: tearing the interpreter down (pulumi_aws's thousands of classes,
@@ -140,7 +162,7 @@ def _mirror(args: argparse.Namespace) -> int:
     from infra.config import CLUSTER_SUFFIX, ConfigError
     from infra.descriptor import environment_settings
     from infra.mirror import Mirror, MirrorError, check_registry, plan, summary_text
-    from infra.skopeo import RegistryError, Skopeo, Unreachable, auth_file
+    from infra.skopeo import RegistryError, Skopeo, Unreachable, auth_file, host_of
     from infra.versions import PlanError
 
     started = time.perf_counter()
@@ -160,7 +182,9 @@ def _mirror(args: argparse.Namespace) -> int:
     progress(f"{environment}: {len(artifacts)} artifact(s) of the plan; asking {args.registry} what it holds")
     signal.signal(signal.SIGTERM, _interrupt)  # a cancelled CI job: stop as on Ctrl-C
     try:
-        with auth_file() as authfile:
+        # Sources in ECR (the region's EKS add-on registry) take ECR's login, which the
+        # deployer's AWS credentials give: no `skopeo login` step of its own.
+        with auth_file(ecr_sources={host_of(a.source) for a in artifacts if a.kind == "image"}) as authfile:
             mirror = Mirror(Skopeo(authfile, frozenset(args.plain_http)), progress)
             summary = mirror.run(artifacts, dry_run=args.dry_run)
     except Unreachable as err:
@@ -175,6 +199,45 @@ def _mirror(args: argparse.Namespace) -> int:
         return 130
     print(summary_text(summary, args.registry, args.dry_run))
     return EXIT_OK
+
+
+def _bootstrap(args: argparse.Namespace) -> int:
+    import boto3
+
+    from infra.bootstrap import BootstrapError, make_plan, run
+    from infra.config import STACKS_DIR, load_stack
+
+    stacks_dir = args.stacks_dir or STACKS_DIR
+    try:
+        plan = make_plan(args.account, args.region, args.environment, args.repository,
+                         lambda env: load_stack(env, stacks_dir))
+        print(f"bootstrap: account {plan.account}, {plan.region}, for {', '.join(plan.environments)} "
+              f"deployed from {plan.repository}", flush=True)
+        created = run(plan, boto3.Session(), lambda line: print(line, flush=True))
+    except BootstrapError as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"{len(created)} created, the rest already there. For the stacks and the deploy workflow:\n"
+          f"  state backend (vars.PULUMI_BACKEND_URL):   {plan.backend_url}\n"
+          f"  secrets provider (each stack file):       {plan.secrets_provider}\n"
+          f"  deployer role (vars.AWS_DEPLOY_ROLE_ARN): {plan.role_arn(plan.deployer_role)}\n"
+          f"  break-glass role:                         {plan.role_arn(plan.break_glass_role)}\n"
+          f"  preview role (vars.AWS_PREVIEW_ROLE_ARN): {plan.role_arn(plan.preview_role)}\n"
+          "The deployer trusts the OIDC subject customised to repo, context and job_workflow_ref: set it once "
+          "(docs/bring-up.md, step 2).")
+    return EXIT_OK
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from infra.deploy import DeployError, deploy
+
+    root = Path.cwd()
+    try:
+        return deploy(args.stack, preview=args.preview, config=args.config, root=root,
+                      stacks_dir=args.stacks_dir or root / "stacks", say=lambda line: print(line, flush=True))
+    except DeployError as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def _interrupt(_signum: int, _frame: object) -> None:

@@ -221,9 +221,10 @@ class NodePoolConfig(_Model):
             with_efa = sorted(t.name for t in catalog.efa_types() if t.family == it.family)
             hint = f"EFA sizes of {it.family}: {', '.join(with_efa)}" if with_efa else "e.g. p5.48xlarge"
             raise _FieldError("efa", f"{self.instance_type!r} has no EFA interfaces; set efa: false or use an EFA type ({hint})")
-        if self.min_size < 2:
+        if self.min_size == 1:
             raise _FieldError(
-                "minSize", f"{self.min_size} is too small for an EFA pool; EFA pools run at least 2 nodes (minSize >= 2)"
+                "minSize", "1 is too small for an EFA pool; EFA pools run at 0 (until capacity is there) or at least "
+                           "2 nodes (minSize >= 2)"
             )
         if self.pinned_zone_id is None:
             raise _FieldError(
@@ -289,6 +290,19 @@ class DeployRunnerConfig(_Model):
     # The GitHub repository (owner/name) whose workflow jobs the in-VPC runner takes: the
     # cluster layer's deploy (components/specs/deploy_runner.py).
     repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    # GitHub user ids (numbers: `gh api users/<login> --jq .id`) whose pushes to main may
+    # start a runner: who merges. Without them, any actor's job asking for the label would.
+    actor_ids: tuple[int, ...] = Field(min_length=1)
+    # The runner's GitHub token is in its secret (docs/bring-up.md, one step by hand): only
+    # then is the webhook created, which GitHub refuses without a token.
+    token_stored: bool = False
+
+    @field_validator("actor_ids")
+    @classmethod
+    def _actors(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(actor <= 0 for actor in value) or len(set(value)) != len(value):
+            raise ValueError(f"{list(value)}: list each GitHub user id (a positive number) once")
+        return value
 
 
 class PublicEndpointConfig(_Model):

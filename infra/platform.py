@@ -118,6 +118,7 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
         subnets = list(compute.network.subnets.values())
         runner = DeployRunner("deploy-runner", DeployRunnerArgs(
             prefix=prefix, account_id=account_id, region=config.region, repository=config.deploy_runner.repository,
+            actor_ids=config.deploy_runner.actor_ids, token_stored=config.deploy_runner.token_stored,
             vpc_id=compute.network.vpc.id, subnet_ids=[s.id for s in subnets], subnet_arns=[s.arn for s in subnets],
             cluster_security_group_id=compute.cluster.cluster_security_group_id,
             secrets_key_arn=keys.keys["cluster"].arn, logs_key_arn=keys.keys["logs"].arn,

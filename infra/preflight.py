@@ -5,7 +5,12 @@
 - a pool of a type AWS seldom has on demand names a reservation or a Capacity Block (or
   says `onDemand: true`), and a Capacity Block it names holds its type, zone and size;
 - the pinned EKS add-on versions are published in the region;
-- every VPC endpoint service the network makes exists in the region.
+- every VPC endpoint service the network makes exists in the region;
+- the deployer and break-glass roles the cluster names exist (`mlplat bootstrap` makes
+  them): EKS refuses an access entry for a role that is not there, late in the update;
+- every zone the network spreads over is one AWS reports `available` now, and at least
+  two are (EKS needs subnets in two zones). Zones are lost: two of me-central-1's three
+  went offline in March 2026, and a stack file's list cannot know that.
 
 A p5 pool pinned to a zone without p5 capacity, or beyond the vCPU quota, would otherwise
 sit in CREATING until the node group times out, tens of minutes later, with a message
@@ -143,14 +148,24 @@ def check_capacity_block(index: int, pool: NodePoolConfig, block: Any, zone_id: 
 
 def check_on_demand_acknowledged(config: PlatformConfig) -> None:
     """Pools of types AWS seldom has on demand in one spine need a reservation, a Capacity
-    Block, or `onDemand: true` saying the stack takes its chances."""
+    Block, or `onDemand: true` saying the stack takes its chances; and then they start
+    empty. A node group created at minSize > 0 stays CREATING while EC2 has no capacity
+    (tens of minutes), and the update waits on it: no first deploy may wait on GPUs."""
     for index, pool in enumerate(config.node_pools):
         instance = lookup(pool.instance_type)
-        if instance.reservation_advised and pool.capacity_reservation_id is None and not pool.on_demand:
+        if not instance.reservation_advised or pool.capacity_reservation_id is not None:
+            continue
+        if not pool.on_demand:
             raise ConfigError(
                 f"preflight: {PROJECT}:nodePools[{index}]: {pool.instance_type} x {pool.max_size} on demand will most "
                 "likely fail with InsufficientInstanceCapacity; set capacityReservationId (with capacityBlock: true "
                 "for a Capacity Block), or onDemand: true to launch on demand anyway")
+        starting = pool.desired_size if pool.desired_size is not None else pool.min_size
+        if pool.min_size or starting:
+            raise ConfigError(
+                f"preflight: {PROJECT}:nodePools[{index}]: {pool.instance_type} on demand starts at {starting} "
+                f"node(s), and the deploy would wait while EC2 has none to give; start at minSize: 0 with no "
+                "desiredSize and raise them once capacity is there, or name capacityReservationId")
 
 
 # --- Add-on versions and endpoint services the region must offer ----------------------
@@ -187,11 +202,48 @@ def check_endpoint_service(service: str, region: str, found: bool, detail: str =
             "(components/specs/network.py) or deploy to a region that has it")
 
 
+# --- Zones AWS says are available now ---------------------------------------------------
+
+
+def check_zones(config: PlatformConfig, available: Iterable[str]) -> None:
+    """Every zone of the network, and every pool's pinned zone, is available; at least two
+    are. `available` is AWS's answer (DescribeAvailabilityZones, state available)."""
+    available = set(available)
+    where = ", ".join(sorted(available)) or "none"
+    for index, pool in enumerate(config.node_pools):
+        pinned = pool.pinned_zone_id
+        if pinned is not None and pinned not in available:
+            key = "placementGroupZoneId" if pool.placement_group_zone_id else "zoneId"
+            raise ConfigError(
+                f"preflight: {PROJECT}:nodePools[{index}].{key}: {pinned} is not available in {config.region} now "
+                f"(available: {where}); pin an available zone, or wait for AWS to restore it")
+    gone = [zone for zone in config.zone_ids if zone not in available]
+    if len(config.zone_ids) - len(gone) < 2:
+        raise ConfigError(
+            f"preflight: {PROJECT}:network.zoneIds: {config.region} has {len(available)} available zone(s) now "
+            f"({where}) of the network's {', '.join(config.zone_ids)}; EKS needs two. Run in-country on the "
+            "customer's own cluster until AWS restores a second zone (docs/onprem.md)")
+    if gone:
+        raise ConfigError(
+            f"preflight: {PROJECT}:network.zoneIds: {', '.join(gone)} {'is' if len(gone) == 1 else 'are'} not "
+            f"available in {config.region} now (available: {where}); list only available zones")
+
+
 # --- All of it, before anything is created --------------------------------------------
 
 
 def preflight(config: PlatformConfig, opts: pulumi.InvokeOptions) -> dict[str, tuple[str, ...]]:
     """Every check above against the region; the zones each pool may use."""
+    check_zones(config, aws.get_availability_zones(state="available", opts=opts).zone_ids)
+    for key, role in (("deployerRole", config.cluster.deployer_role), ("breakGlassRole", config.cluster.break_glass_role)):
+        if role is None or role.startswith("arn:") and role.split(":")[4] != _account(opts):
+            continue  # another account's role: not ours to look up
+        name = role.rsplit("/", 1)[-1]
+        found, reason = region_lookup(lambda name=name: aws.iam.get_role(name=name, opts=opts))
+        if found is None:
+            raise ConfigError(
+                f"preflight: {PROJECT}:cluster.{key}: role {name} does not exist in this account ({reason}); run "
+                f"`mlplat bootstrap` (docs/bring-up.md), or name an existing role")
     check_on_demand_acknowledged(config)
     zones = pool_zones(config, opts)
     quotas = {code: aws.servicequotas.get_service_quota(service_code="ec2", quota_code=code, opts=opts).value
@@ -218,10 +270,15 @@ def preflight(config: PlatformConfig, opts: pulumi.InvokeOptions) -> dict[str, t
     return zones
 
 
+def _account(opts: pulumi.InvokeOptions) -> str:
+    return aws.get_caller_identity(opts=opts).account_id
+
+
 # What AWS (through the provider) says when a lookup finds nothing. Anything else (no
 # permission, throttling, expired credentials) is not an answer about the region: it is
 # raised as it came.
-NOT_FOUND = ("no matching", "not found", "notfound", "does not exist", "no versions")
+NOT_FOUND = ("no matching", "not found", "notfound", "does not exist", "no versions", "couldn't find", "cannot be found",
+             "nosuchentity")
 
 
 def region_lookup(invoke: Callable[[], Any]) -> tuple[Any | None, str]:

@@ -22,7 +22,7 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,15 +220,40 @@ def credentials_from(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
     return found
 
 
+def ecr_credentials(hosts: Iterable[str], env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Auth entries for ECR source registries (the EKS add-on registry of the stack's
+    region, which the EFA device plugin is copied from): ECR's authorization token for the
+    region, from the AWS credentials in the environment, as `aws ecr get-login-password`
+    gives it. The token opens every registry of the region the caller may pull from."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    found: dict[str, dict[str, str]] = {}
+    for host in sorted(set(hosts)):
+        ecr = ECR_HOST.match(host)
+        if not ecr:
+            continue
+        session = boto3.Session(region_name=ecr.group(2))
+        try:
+            data = session.client("ecr", endpoint_url=env.get("AWS_ENDPOINT_URL") or None).get_authorization_token()
+        except (BotoCoreError, ClientError) as err:
+            raise Unreachable(host, f"{host}: no ECR login ({str(err)[:200]}); sign in to AWS as the deployer, or "
+                                    f"{login_hint(host)}") from None
+        found[host] = {"auth": data["authorizationData"][0]["authorizationToken"]}
+    return found
+
+
 @contextmanager
-def auth_file(env: Mapping[str, str] | None = None) -> Iterator[Path]:
-    """A private auth file for one run: every login already on this machine, and the
-    credentials from the environment on top. Removed afterwards."""
+def auth_file(env: Mapping[str, str] | None = None, ecr_sources: Iterable[str] = ()) -> Iterator[Path]:
+    """A private auth file for one run: every login already on this machine, the
+    credentials from the environment on top, and an ECR login for each ECR source host
+    with none. Removed afterwards."""
     env = os.environ if env is None else env
     auths: dict[str, Any] = {}
     for path in default_auth_files(env):
         auths.update(_read_auths(path))
     auths.update(credentials_from(env))
+    auths.update(ecr_credentials([h for h in ecr_sources if h not in auths], env))
     handle, name = tempfile.mkstemp(prefix="mlplat-auth-", suffix=".json")
     try:
         with os.fdopen(handle, "w") as out:  # mkstemp: readable by this user only

@@ -103,7 +103,9 @@ def resolve_training(config: Any) -> ResolvedTraining | None:
                 "gpu quota and the type in its instanceTypes, or pick another tenant"
             )
 
-    nodes = settings.nodes if settings.nodes is not None else max(1, pool.min_size)
+    # By default as many nodes as the pool starts with; an EFA pool is for multi-node jobs,
+    # so two even where it starts empty (Kueue admits the job once the nodes are there).
+    nodes = settings.nodes if settings.nodes is not None else max(2 if pool.efa else 1, pool.min_size)
     if nodes > pool.max_size:
         raise TrainingConfigError("nodes", f"{nodes} is more than pool {pool.name!r} holds (maxSize {pool.max_size})")
     min_nodes = settings.min_nodes if settings.min_nodes is not None else nodes

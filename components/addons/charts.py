@@ -21,7 +21,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.addons.defaults import with_default_resources, with_stated_token_use
+from components.addons.defaults import (with_default_resources, with_stated_token_use,
+                                        with_unawaited_gpu_daemonsets)
 from components.addons.values import NAMESPACES, chart_source
 
 # Every Helm hook a chart of the platform has (rendered with the platform's values), which a
@@ -58,12 +59,14 @@ DROPPED_HOOKS: dict[tuple[str, str, str], str] = {
 
 def default_resources(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
     """The transform every Chart carries: limits for chart containers that set none, and
-    token use stated on the pods that call the API server (defaults.py API_CLIENTS)."""
+    token use stated on the pods that call the API server (defaults.py API_CLIENTS), and GPU
+    nodes' DaemonSets left unawaited (GPU_NODE_DAEMONSETS)."""
     if not args.custom or not args.type_.startswith("kubernetes:") or "kind" not in args.props:
         return None
     props, filled = with_default_resources(args.props)
     props, stated = with_stated_token_use(props)
-    return pulumi.ResourceTransformResult(props, args.opts) if filled or stated else None
+    props, unawaited = with_unawaited_gpu_daemonsets(props)
+    return pulumi.ResourceTransformResult(props, args.opts) if filled or stated or unawaited else None
 
 
 def helm_chart(

@@ -106,3 +106,32 @@ def with_stated_token_use(obj: Mapping[str, Any]) -> tuple[dict[str, Any], bool]
     for spec in _pod_specs(out.get("spec")):
         spec.setdefault("automountServiceAccountToken", True)
     return out, True
+
+
+# DaemonSets of charts that run only on GPU nodes. The provider waits for a DaemonSet until
+# its pod is ready on every node it selects, so each GPU node that joins during an update
+# (a pool starting empty, scaled up; capacity granted late) would hold the update up, and
+# a node whose driver or fabric is broken would fail it. They are not awaited; what they
+# serve is judged where it is used (jobs wait for their GPUs, Prometheus for its targets).
+GPU_NODE_DAEMONSETS: dict[tuple[str, str, str], str] = {
+    ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin"): "advertises the GPUs of each GPU node",
+    ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin-gpu-feature-discovery"): "labels each GPU node",
+    ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin-mps-control-daemon"): "shares GPUs under MPS",
+    ("DaemonSet", "nvidia-device-plugin", "nvidia-device-plugin-node-feature-discovery-worker"):
+        "feeds node features of each GPU node to the GPU labels",
+    ("DaemonSet", "kube-system", "aws-efa-k8s-device-plugin"): "advertises the EFA interfaces of each EFA node",
+    ("DaemonSet", "monitoring", "dcgm-exporter"): "exports each GPU node's DCGM metrics",
+}
+SKIP_AWAIT = "pulumi.com/skipAwait"
+
+
+def with_unawaited_gpu_daemonsets(obj: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The object with `pulumi.com/skipAwait: "true"` where it is one of GPU_NODE_DAEMONSETS."""
+    meta = obj.get("metadata") or {}
+    key = (str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
+    if key not in GPU_NODE_DAEMONSETS or (meta.get("annotations") or {}).get(SKIP_AWAIT) == "true":
+        return dict(obj), False
+    out = copy.deepcopy(dict(obj))
+    out["metadata"] = {**out.get("metadata", {}), "annotations": {**(meta.get("annotations") or {}),
+                                                                   SKIP_AWAIT: "true"}}
+    return out, True

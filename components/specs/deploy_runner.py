@@ -11,12 +11,41 @@ from __future__ import annotations
 
 from typing import Any
 
-# Amazon Linux 2023 standard image: Python 3.11 and the AWS CLI, no Docker daemon needed.
-IMAGE = "aws/codebuild/amazonlinux-x86_64-standard:5.0"
+# CodeBuild's Ubuntu 22.04 standard image: the job's actions/setup-python takes builds made
+# for Ubuntu (it has none for Amazon Linux, the image before), and it has the AWS CLI.
+IMAGE = "aws/codebuild/standard:7.0"
 COMPUTE_TYPE = "BUILD_GENERAL1_MEDIUM"
 # GitHub's workflow_job event, which CodeBuild turns into one runner build per queued job.
 WEBHOOK_EVENT = "WORKFLOW_JOB_QUEUED"
+# The workflow whose jobs the runner takes (.github/workflows/deploy.yml's `name`: a job of
+# the reusable deploy-environment.yml runs in its caller's run).
+DEPLOY_WORKFLOW_NAME = "deploy"
 HTTPS = 443
+# CodeBuild reads a token from Secrets Manager only in this JSON form and with these tags
+# (AWS CodeBuild: "Create and store a token in a Secrets Manager secret").
+TOKEN_TAGS = {"codebuild:source": "", "codebuild:source:type": "personal_access_token",
+              "codebuild:source:provider": "github"}
+
+
+def token_secret_value(token: str) -> str:
+    """The secret's value for a GitHub token: what `aws secretsmanager put-secret-value`
+    must store (docs/bring-up.md)."""
+    import json
+
+    return json.dumps({"ServerType": "GITHUB", "AuthType": "PERSONAL_ACCESS_TOKEN", "Token": token})
+
+
+def webhook_filters(actor_ids: tuple[int, ...]) -> list[dict[str, str]]:
+    """One filter group, every filter of which must match: a queued job of the deploy
+    workflow, started by one of these GitHub users. (The branch is held by the GitHub
+    environments' deployment-branch rule, `main` only, and the deployer's trust, which
+    names main; CodeBuild's HEAD_REF filter is documented for push and pull-request events
+    only.)"""
+    if not actor_ids:
+        raise ValueError("a runner webhook needs at least one actor id; without, any actor's job could take it")
+    return [{"type": "EVENT", "pattern": WEBHOOK_EVENT},
+            {"type": "WORKFLOW_NAME", "pattern": f"^{DEPLOY_WORKFLOW_NAME}$"},
+            {"type": "ACTOR_ACCOUNT_ID", "pattern": "^(" + "|".join(str(a) for a in actor_ids) + ")$"}]
 
 
 def project_name(prefix: str) -> str:

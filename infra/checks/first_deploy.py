@@ -2,9 +2,10 @@
 
 The Kubernetes provider waits for what it creates to become ready: a Deployment,
 StatefulSet or ReplicaSet until its replicas are available, a Job until it completes, a
-bare Pod until it runs, and a Service with a selector until it targets a ready pod
-(pulumi-kubernetes' await logic; a DaemonSet with no node to run on is ready at once, but
-a Service in front of it then targets nothing). A new environment has no model published and no dataset yet, and
+bare Pod until it runs, a DaemonSet until a pod is ready on every node it selects, and a
+Service with a selector until it targets a ready pod (pulumi-kubernetes' await logic). A
+DaemonSet with no node to run on is ready at once, but one for GPU nodes waits on every
+GPU node that joins meanwhile, and a Service in front of it then targets nothing. A new environment has no model published and no dataset yet, and
 no GPU node until capacity is granted, so an object whose readiness needs one of them
 stalls the update until the provider's timeout (ten minutes for a Deployment) and fails
 it. `pulumi.com/skipAwait` turns the wait off; it is allowed only with a written reason.
@@ -12,9 +13,11 @@ it. `pulumi.com/skipAwait` turns the wait off; it is allowed only with a written
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from components.addons.defaults import GPU_NODE_DAEMONSETS
 from infra.checks.apiserver import containers
 from infra.checks.images import object_id
 
@@ -28,6 +31,14 @@ SKIP_AWAIT_REASONS: dict[str, str] = {
     **{f"Service inference/triton-{variant}": "the Rollout behind it starts at zero replicas and is scaled up once "
                                                "a model is published (README: a new environment, and its first model)"
        for variant in ("stable", "canary")},
+    # Charts' DaemonSets of GPU nodes (components/addons/defaults.py adds the annotation).
+    **{f"{kind} {namespace}/{name}": f"{why}; runs only on GPU nodes, which join when capacity comes"
+       for (kind, namespace, name), why in GPU_NODE_DAEMONSETS.items()},
+    # The pool's GPU check is Ready only while its node passes (components/training_spec.py):
+    # its readiness is what it measures, never a condition of the deploy.
+    "DaemonSet */gpu-check-*": "Ready only while its node passes the GPU check; GPU nodes join when capacity comes "
+                               "(a pool without a reservation starts empty), and a failing node must not hold up "
+                               "the update",
     "Service monitoring/dcgm-exporter": "the exporter runs only on GPU instance types; a new environment may have "
                                         "no GPU node for weeks, and Prometheus finds the pods when they come",
     "Deployment mlflow/mlflow": "a customer's cluster: the server's database DSN and users are the customer's "
@@ -64,8 +75,13 @@ def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: S
         kind = str(obj.get("kind"))
         ident = object_id(obj)
         if _skips_await(obj):
-            if ident not in skip_reasons and _in_any_namespace(ident) not in skip_reasons:
+            if not _reason_listed(ident, skip_reasons):
                 lines.append(f"{owner}: {ident}: sets {SKIP_AWAIT} with no reason listed beside it")
+            continue
+        if kind == "DaemonSet":
+            gpu = _needs_gpu_node(_pod_spec(obj), gpu_node_labels)
+            if gpu:
+                lines.append(f"{owner}: {ident}: waits for a ready pod on each {gpu[0]} that joins during the update")
             continue
         if kind not in AWAITED or (AWAITED[kind] and _replicas(obj) == 0):
             continue
@@ -74,6 +90,12 @@ def waits(objects: Iterable[tuple[str, Mapping[str, Any]]], *, data_locations: S
             lines.append(f"{owner}: {ident}: waits for {' and '.join(needs)}, which a new environment does not have")
     lines += _services_without_pods(objects, data_locations, gpu_node_labels)
     return lines
+
+
+def _reason_listed(ident: str, reasons: Mapping[str, str]) -> bool:
+    """A reason listed for this object, in any namespace (`*`), or for a name pattern."""
+    return any(fnmatch.fnmatchcase(ident, key) or fnmatch.fnmatchcase(_in_any_namespace(ident), key)
+               for key in reasons)
 
 
 def _in_any_namespace(ident: str) -> str:

@@ -46,6 +46,12 @@ class RegionFixture:
     # Capacity Blocks the account holds, by cr- id: instanceType, availabilityZoneId,
     # instanceCount, state.
     capacity_blocks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Zone ids AWS reports as not available (impaired, or lost as two of me-central-1's
+    # were in March 2026): a state=available lookup leaves them out.
+    unavailable_zones: frozenset[str] = frozenset()
+    # IAM roles (by name) the account does not have: a deployer or break-glass role that
+    # `mlplat bootstrap` has not made.
+    missing_roles: frozenset[str] = frozenset()
 
     @property
     def zones(self) -> tuple[tuple[str, str], ...]:
@@ -76,14 +82,25 @@ def _partition(_fx: RegionFixture, _args: dict[str, Any]) -> dict[str, Any]:
     return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws", "reverseDnsPrefix": "com.amazonaws"}
 
 
-def _availability_zones(fx: RegionFixture, _args: dict[str, Any]) -> dict[str, Any]:
+def _availability_zones(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
+    state = args.get("state")
+    zones = [(name, zone_id) for name, zone_id in fx.zones
+             if state != "available" or zone_id not in fx.unavailable_zones]
     return {
-        "names": [name for name, _ in fx.zones],
-        "zoneIds": [zone_id for _, zone_id in fx.zones],
-        "groupNames": [fx.region] * len(fx.zones),
+        "names": [name for name, _ in zones],
+        "zoneIds": [zone_id for _, zone_id in zones],
+        "groupNames": [fx.region] * len(zones),
         "id": fx.region,
-        "state": "available",
+        "state": state,
     }
+
+
+def _role(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
+    name = args["name"]
+    if name in fx.missing_roles:
+        raise InvokeRefused(f"reading IAM Role ({name}): couldn't find resource")
+    return {"id": name, "name": name, "arn": f"arn:aws:iam::{fx.account_id}:role/{name}", "path": "/",
+            "assumeRolePolicy": "{}", "maxSessionDuration": 3600, "uniqueId": "AROAPREVIEW"}
 
 
 def _instance_type_offerings(fx: RegionFixture, args: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +176,7 @@ _HANDLERS = {
     "aws:index/getRegion:getRegion": _region,
     "aws:index/getPartition:getPartition": _partition,
     "aws:index/getAvailabilityZones:getAvailabilityZones": _availability_zones,
+    "aws:iam/getRole:getRole": _role,
     "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": _instance_type_offerings,
     "aws:ssm/getParameter:getParameter": _ssm_parameter,
     "aws:ec2/getAmi:getAmi": _ami,

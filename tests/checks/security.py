@@ -724,10 +724,12 @@ def scan_images(paths: Sequence[Path], accepted_path: Path = ACCEPTED, today: dt
 
 
 def image_targets(environment: str, platform_images: Any) -> list[tuple[str, str, str]]:
-    """(name, repository, digest) of every image of the registry plan in the environment's
-    registry: each mirror at its pin, each platform image as CI recorded its build
-    (`tag@digest`, the build step's platform-images). What the deploy waits on and judges."""
-    from infra.versions import BUILT, DIGEST, IMAGES
+    """(name, repository, digest) of every image of the environment's registry plan (its
+    site's: an AWS environment never runs, mirrors or scans a customer-only image such as
+    the bare-metal drivers): each mirror at its pin, each platform image as CI recorded its
+    build (`tag@digest`, the build step's platform-images). What the deploy judges."""
+    from infra.config import site_of
+    from infra.versions import BUILT, DIGEST, IMAGES, plan_images
 
     if not isinstance(platform_images, dict):
         raise ScanError("--platform-images must be the build's record, a JSON object of image name to tag@digest")
@@ -737,7 +739,7 @@ def image_targets(environment: str, platform_images: Any) -> list[tuple[str, str
         raise ScanError(f"--platform-images names {unknown[0]!r}, which is not a platform image of infra/versions.py "
                         f"({', '.join(sorted(built))})")
     targets, unpinned, unbuilt = [], [], []
-    for image in IMAGES.values():
+    for image in plan_images(site_of(environment)).values():
         if image.built_here:
             recorded = str(platform_images.get(image.name, ""))
             if not BUILT.match(recorded):

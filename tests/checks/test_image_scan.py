@@ -341,6 +341,26 @@ def test_the_targets_are_every_mirror_at_its_pin_and_every_platform_image_as_bui
         image_targets("prod", {"checks": f"0.1.0-abc@{built}"})
 
 
+def test_the_targets_are_the_environments_own_sites_images(monkeypatch):
+    """An AWS environment judges no customer-only image (it never mirrors or runs one), and
+    a customer's environment no AWS-only one."""
+    import infra.versions as versions
+
+    pin = "sha256:" + "a" * 64
+    plan = {
+        "python": versions.Image("python", "docker.io/library/python", "3.11", pin),
+        "doca-driver": versions.Image("doca-driver", "nvcr.io/nvidia/mellanox/doca-driver", "26.4",
+                                      sites=versions.CUSTOMER_ONLY),  # not pinned: judging it would fail
+        "fsx": versions.Image("fsx", "public.ecr.aws/fsx-csi-driver/aws-fsx-csi-driver", "v1.8.0", pin,
+                              sites=versions.AWS_ONLY),
+    }
+    monkeypatch.setattr(versions, "IMAGES", plan)
+    assert image_targets("prod", {}) == [("python", "mlplat/prod/mirror/python", pin),
+                                         ("fsx", "mlplat/prod/mirror/fsx", pin)]
+    with pytest.raises(ScanError, match="image\\(s\\) doca-driver have no digest"):
+        image_targets("onprem", {})
+
+
 def test_the_targets_command_is_one_line_and_exit_2_on_bad_input():
     done = run_cli("image-targets", "--stack", "prod", "--platform-images", "{not json")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "is not JSON" in done.stderr, done.stderr

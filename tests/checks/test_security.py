@@ -75,8 +75,13 @@ def test_both_tools_really_ran_over_the_project(project):
 
 def test_the_real_accepted_findings_file_loads():
     entries = load_accepted()
-    assert {e.tool for e in entries} == {"pip-audit", "bandit"}
+    assert {e.tool for e in entries} == {"pip-audit", "bandit", "image"}
     assert all(len(e.reason) > 60 for e in entries)
+    # The images triaged before a first bring-up: each an image of the AWS plan.
+    from infra.versions import plan_images
+
+    triaged = {e.where[0] for e in entries if e.tool == "image"}
+    assert triaged and triaged <= set(plan_images("aws"))
 
 
 # --- planted findings -----------------------------------------------------------------------

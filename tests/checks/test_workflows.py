@@ -56,10 +56,16 @@ def _engine_steps(job: dict) -> list[tuple[str, str]]:
     """(command, stack) of every step that runs the Pulumi engine on a stack."""
     found = []
     for step in job.get("steps") or []:
-        if str(step.get("uses", "")).startswith("pulumi/actions@"):
+        if str(step.get("uses", "")).startswith("pulumi/actions@") and "command" in (step.get("with") or {}):
             found.append((str(step["with"]["command"]), str(step["with"]["stack-name"])))
         for match in re.finditer(r"pulumi (up|preview)\b.*--stack[ =](\S+)", str(step.get("run", ""))):
             found.append((match.group(1), match.group(2)))
+        # `mlplat deploy` (infra/deploy.py): `pulumi up`, or `pulumi preview` with --preview.
+        for match in re.finditer(r"mlplat deploy --stack (\S+)([^\n|]*)", str(step.get("run", ""))):
+            stack = match.group(1).strip('"')
+            for name, value in (step.get("env") or {}).items():
+                stack = stack.replace(f"${name}", str(value))
+            found.append(("preview" if "--preview" in match.group(2) else "up", stack))
     return found
 
 
@@ -79,8 +85,8 @@ def test_every_cluster_layer_is_applied_and_engine_previewed_from_the_in_vpc_run
                 runs_on = job.get("runs-on")
                 assert isinstance(runs_on, str) and not GITHUB_HOSTED.match(runs_on), (workflow, name, runs_on)
                 assert IN_VPC.match(runs_on), f"{workflow} job {name}: {runs_on} is not the in-VPC runner"
-    assert {(w, n, c) for w, n, c in cluster_jobs} == {
-        ("deploy-environment.yml", "cluster", "up"), ("preview.yml", "engine-cluster", "preview")}
+    # Only the deploy workflow: a pull request's workflow never runs on the in-VPC runner.
+    assert {(w, n, c) for w, n, c in cluster_jobs} == {("deploy-environment.yml", "cluster", "up")}
 
 
 def test_the_cloud_layer_is_applied_before_the_cluster_layer_in_every_environment():
@@ -124,19 +130,36 @@ def test_the_supply_step_mirrors_and_builds_before_the_cluster_layer_reads_the_d
     build = next(step for step in supply["steps"] if step.get("id") == "build")
     assert "docker buildx build --push" in build["run"] and "BASE_IMAGE=" in build["run"]
     assert runs.index(mirror["run"]) < runs.index(build["run"])  # bases come from the mirror
-    [up] = [step for step in jobs["cluster"]["steps"] if str(step.get("uses", "")).startswith("pulumi/actions@")]
-    assert "mlplat:platformImages" in up["with"]["config-map"]
-    assert "needs.supply.outputs.platform-images" in up["with"]["config-map"]
+    [up] = [step for step in jobs["cluster"]["steps"] if "mlplat deploy" in str(step.get("run", ""))]
+    assert '--config "mlplat:platformImages=$PLATFORM_IMAGES"' in up["run"]
+    assert up["env"]["PLATFORM_IMAGES"] == "${{ needs.supply.outputs.platform-images }}"
 
 
 def test_every_engine_run_of_a_cluster_layer_names_the_platform_images():
     """The cluster layer refuses to run without mlplat:platformImages (infra/cluster_layer.py)."""
     runs = [(workflow, name, step) for workflow, name, job in _jobs() for step in job.get("steps") or []
-            if str(step.get("uses", "")).startswith("pulumi/actions@")
-            and str(step["with"]["stack-name"]).endswith("-cluster")]
-    assert len(runs) == 2
+            if any(stack.endswith("-cluster") for _, stack in _engine_steps({"steps": [step]}))]
+    assert len(runs) == 1
     for workflow, name, step in runs:
-        assert "'mlplat:platformImages': {value: '${{ " in step["with"].get("config-map", ""), (workflow, name)
+        assert "--config \"mlplat:platformImages=$" in step["run"], (workflow, name)
+
+
+def test_every_engine_run_goes_through_mlplat_deploy_with_the_state_bucket_and_no_passphrase():
+    """The steps live in `mlplat deploy`, which runs the same outside GitHub (the bring-up
+    rehearsal replays it): no engine run through pulumi/actions' own commands, which would
+    not create a stack on first deploy, prepare the pack's environment or check the
+    secrets provider; the state is the bootstrap's bucket; no passphrase anywhere."""
+    engine_runs = 0
+    for workflow, name, job in _jobs():
+        for step in job.get("steps") or []:
+            if str(step.get("uses", "")).startswith("pulumi/actions@"):
+                assert set(step.get("with") or {}) <= {"pulumi-version"}, (workflow, name, step["with"])
+            if "mlplat deploy" in str(step.get("run", "")):
+                engine_runs += 1
+                assert step["env"]["PULUMI_BACKEND_URL"] == "${{ vars.PULUMI_BACKEND_URL }}", (workflow, name)
+    assert engine_runs == 3  # the cloud and cluster layers' up, the pull request's preview
+    for path in WORKFLOWS:
+        assert "PULUMI_CONFIG_PASSPHRASE" not in path.read_text(), path.name
 
 
 def test_the_runner_label_names_the_project_the_cloud_layer_creates():
@@ -285,7 +308,7 @@ def test_the_image_scan_is_judged_after_the_push_and_before_the_cluster_layer_is
     # every finding and writes them to the job summary.
     assert scan["env"]["PLATFORM_IMAGES"] == "${{ steps.build.outputs.platform-images }}"
     script = scan["run"]
-    for part in ("image-targets --stack \"$ENVIRONMENT\"", "aws ecr wait image-scan-complete",
+    for part in ("image-targets --stack \"$ENVIRONMENT\"", '[ "$waited" -ge "$SCAN_WAIT_SECONDS" ]',
                  "aws ecr describe-image-scan-findings", "aws ecr start-image-scan", "--findings \"${files[@]}\"",
                  '>> "$GITHUB_STEP_SUMMARY"', 'exit "$code"'):
         assert part in script, part
@@ -365,7 +388,7 @@ def _run_image_scan_step(tmp_path: Path, targets: list[tuple[str, str, str]], an
            "PYTHONDONTWRITEBYTECODE": "1", "CALLS": str(tmp_path / "calls.log"), "ANSWERS": str(answer_dir),
            "MANIFESTS": str(manifest_dir), "TARGETS": str(tmp_path / "targets"), "ENVIRONMENT": "prod",
            "REGISTRY": "111122223333.dkr.ecr.me-central-1.amazonaws.com", "PLATFORM_IMAGES": "{}",
-           "GITHUB_STEP_SUMMARY": str(summary)}
+           "GITHUB_STEP_SUMMARY": str(summary), "SCAN_WAIT_SECONDS": "3", "SCAN_POLL_SECONDS": "1"}
     done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     calls = (tmp_path / "calls.log").read_text().splitlines() if (tmp_path / "calls.log").exists() else []
@@ -397,7 +420,9 @@ def test_the_scan_step_judges_each_platform_image_of_an_index_and_fails_on_a_new
     # image and the attestation were never asked about (the pools run linux/amd64).
     python_calls = [c for c in calls if _digest_of(python) in c]
     assert [c.split()[2] for c in python_calls] == [
-        "describe-image-scan-findings", "start-image-scan", "wait", "describe-image-scan-findings"]
+        "describe-image-scan-findings", "start-image-scan", "describe-image-scan-findings",
+        "describe-image-scan-findings"]
+    assert "python: the scan of " in done.stdout and "is IN_PROGRESS (0s of 3s)" in done.stdout
     assert not any(arm64 in c or attestation in c for c in calls if c.startswith("aws"))
     assert (tmp_path / "out" / "image-scan.json").exists()
 
@@ -416,5 +441,10 @@ def test_the_scan_step_fails_when_a_scan_does_not_finish(tmp_path):
     done, summary, calls = _run_image_scan_step(
         tmp_path, [("checks", "mlplat/prod/checks", _digest_of(checks))], {_digest_of(checks): checks})
     assert done.returncode == 2
-    assert any(c.startswith("aws ecr wait image-scan-complete") for c in calls)
+    # Polled every second for the 3 seconds allowed, a line each time, then given up on.
+    polls = [c for c in calls if "--query imageScanStatus.status" in c]
+    assert len(polls) == 4, calls  # the first look, then one per poll
+    assert [line for line in done.stdout.splitlines() if line.startswith("checks: the scan of")] == [
+        f"checks: the scan of {_digest_of(checks)[7:19]} is IN_PROGRESS ({n}s of 3s)" for n in (0, 1, 2)]
+    assert "is still IN_PROGRESS after 3s" in done.stdout
     assert summary.startswith("### Image scan: could not run") and "is IN_PROGRESS" in summary

@@ -167,6 +167,6 @@ def test_prod_preview_runs_the_p5_pool_with_32_efa_in_a_placement_group(prod_pre
         "mec1-az1"]
     efa_sg = one(prod_preview, "aws:ec2/securityGroup:SecurityGroup", "network-efa")
     assert efa_sg.urn in template.property_dependencies["networkInterfaces"]
-    assert ("mlplat-prod-train-p5: p5.48xlarge, 2-16 nodes (desired 4), AL2023_x86_64_NVIDIA, 32 EFA interfaces per "
+    assert ("mlplat-prod-train-p5: p5.48xlarge, 0-16 nodes (desired 0), AL2023_x86_64_NVIDIA, 32 EFA interfaces per "
             "node (1 efa + 31 efa-only), placement group mlplat-prod-train-p5 (cluster), zones mec1-az1"
             ) in plan_text(prod_preview)

@@ -149,3 +149,59 @@ def test_a_lookup_that_fails_for_another_reason_is_not_taken_for_an_answer():
                         "1 error occurred:\n\t* no matching EC2 VPC Endpoint Service found")
 
     assert region_lookup(missing) == (None, "no matching EC2 VPC Endpoint Service found")
+
+
+# --- zones AWS reports available, and pools that start empty without a reservation ------
+
+@pytest.mark.parametrize(("unavailable", "says"), [
+    ({"mec1-az3"}, "preflight: mlplat:network.zoneIds: mec1-az3 is not available in me-central-1 now (available: "
+                   "mec1-az1, mec1-az2); list only available zones"),
+    # March 2026: two of the three zones gone.
+    ({"mec1-az2", "mec1-az3"}, "preflight: mlplat:network.zoneIds: me-central-1 has 1 available zone(s) now "
+                               "(mec1-az1) of the network's mec1-az1, mec1-az2, mec1-az3; EKS needs two. Run "
+                               "in-country on the customer's own cluster"),
+    # The zone prod's EFA pool is pinned to (its placement group).
+    ({"mec1-az1"}, "preflight: mlplat:nodePools[1].placementGroupZoneId: mec1-az1 is not available in me-central-1 "
+                   "now (available: mec1-az2, mec1-az3); pin an available zone"),
+], ids=["one-lost", "two-lost", "pinned-lost"])
+def test_a_zone_aws_reports_unavailable_stops_the_stack(unavailable, says):
+    assert _refusal(unavailable_zones=frozenset(unavailable)).startswith(says)
+
+
+def test_a_lost_zone_the_network_does_not_use_is_fine():
+    config = load_stack("dev")
+    config = config.model_copy(update={"network": config.network.model_copy(
+        update={"zone_ids": ("mec1-az1", "mec1-az2")})})
+    rec = record(lambda _provider: build_platform(config),
+                 fixture=RegionFixture("me-central-1", unavailable_zones=frozenset({"mec1-az3"})), stack="dev")
+    subnets = [r.inputs()["availabilityZoneId"] for r in rec.registrations if r.type == "aws:ec2/subnet:Subnet"]
+    assert subnets and set(subnets) == {"mec1-az1", "mec1-az2"}
+
+
+def test_an_ultracluster_pool_without_a_reservation_starts_empty():
+    def pool(**fields):
+        return NodePoolConfig.model_validate({"name": "train", "role": "gpu", "instanceType": "p5.48xlarge",
+                                              "maxSize": 4, "efa": True, "placementGroupZoneId": "mec1-az1",
+                                              **fields})
+
+    def judged(node_pool):
+        return SimpleNamespace(node_pools=[node_pool])
+
+    check_on_demand_acknowledged(judged(pool(minSize=0, onDemand=True)))
+    for starting in ({"minSize": 2}, {"minSize": 0, "desiredSize": 2}):
+        with pytest.raises(ConfigError, match=r"^preflight: mlplat:nodePools\[0\]: p5.48xlarge on demand starts at 2 "
+                                              r"node\(s\), and the deploy would wait"):
+            check_on_demand_acknowledged(judged(pool(onDemand=True, **starting)))
+    # With capacity reserved it may start full; a type AWS has on demand may too.
+    check_on_demand_acknowledged(judged(pool(minSize=2, capacityReservationId="cr-0123456789abcdef0")))
+    check_on_demand_acknowledged(judged(NodePoolConfig.model_validate(
+        {"name": "infer", "role": "inference", "instanceType": "g6e.2xlarge", "minSize": 2, "maxSize": 4})))
+
+
+@pytest.mark.parametrize(("missing", "says"), [
+    ("mlplat-deployer", "preflight: mlplat:cluster.deployerRole: role mlplat-deployer does not exist in this account"),
+    ("mlplat-break-glass", "preflight: mlplat:cluster.breakGlassRole: role mlplat-break-glass does not exist"),
+])
+def test_the_cluster_admins_must_exist_before_their_access_entries(missing, says):
+    message = _refusal(missing_roles=frozenset({missing}))
+    assert message.startswith(says) and "run `mlplat bootstrap`" in message

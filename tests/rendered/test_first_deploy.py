@@ -172,3 +172,23 @@ def test_a_service_with_one_workload_that_can_start_does_not_wait():
     # Pods of another namespace, or a Service selecting pods an operator makes: nothing to judge.
     elsewhere = {**deployment, "metadata": {"name": "a", "namespace": "other"}}
     assert waits([("program", elsewhere), ("program", service)], data_locations=[], gpu_node_labels={}) == []
+
+
+def test_a_gpu_nodes_daemonset_left_awaited_would_hold_the_update_up():
+    """The pool's GPU check and the charts' GPU DaemonSets: each GPU node that joins during
+    an update (or fails its check) would hold it up; a DaemonSet for every node would not."""
+    result = preview("prod-cluster")
+    objects = copy.deepcopy(kubernetes_objects(result.registrations))
+    planted = []
+    for owner, obj in objects:
+        if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] in ("gpu-check-train-p5", "dcgm-exporter"):
+            del obj["metadata"]["annotations"][SKIP_AWAIT]  # the defect: awaited
+            planted.append(f"{owner}: DaemonSet {obj['metadata']['namespace']}/{obj['metadata']['name']}")
+    assert len(planted) == 2
+    lines = first_deploy_waits(result, objects)
+    assert [line.split(": waits")[0] for line in lines] == planted
+    assert all("a GPU node" in line and "joins during the update" in line for line in lines)
+    # A DaemonSet for every node, awaited, is fine: system nodes are there from the start.
+    every = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "log-agent", "namespace": "ml"},
+             "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    assert first_deploy_waits(result, [("program", every)]) == []

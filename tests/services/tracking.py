@@ -152,12 +152,14 @@ def aws_env(endpoint: str) -> dict[str, str]:
             "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
 
 
-def start_moto(processes: list[subprocess.Popen]) -> str:
-    """A moto server (S3, Secrets Manager) on a free port; its endpoint."""
+def start_moto(processes: list[subprocess.Popen], env: dict[str, str] | None = None) -> str:
+    """A moto server (S3, Secrets Manager, IAM, KMS, STS) on a free port; its endpoint.
+    `env`: moto's own settings (MOTO_IAM_LOAD_MANAGED_POLICIES, ...)."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     moto = subprocess.Popen([str(TRACKING_VENV / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
     processes.append(moto)
     wait_http(endpoint, moto, "moto_server", 30)
     return endpoint

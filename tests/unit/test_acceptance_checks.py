@@ -49,7 +49,15 @@ from tests.unit.acceptance_fixtures import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-PROD = stack_expectation("prod", load_stack("prod"))
+def _with_p5_capacity(config):
+    """prod once its p5 capacity came and the pool was raised to 4 (the stack file starts the
+    pool empty: no first deploy waits on GPUs)."""
+    pools = [p.model_copy(update={"min_size": 2, "desired_size": 4}) if p.name == "train-p5" else p
+             for p in config.node_pools]
+    return config.model_copy(update={"node_pools": pools})
+
+
+PROD = stack_expectation("prod", _with_p5_capacity(load_stack("prod")))
 POOLS = {p.name: p for p in PROD.pools}
 P5 = POOLS["train-p5"]
 NODE = "ip-10-0-41-87.me-central-1.compute.internal"

@@ -36,7 +36,7 @@ def test_stack_pools():
     prod = {p.name: p for p in load_stack("prod").node_pools}
     assert prod["train-p5"].efa and prod["train-p5"].placement_group_zone_id == "mec1-az1"
     staging = {p.name: p for p in load_stack("staging").node_pools}
-    assert staging["gpu-efa"].placement_group_zone_id == "mec1-az1" and staging["gpu-efa"].min_size == 2
+    assert staging["gpu-efa"].placement_group_zone_id == "mec1-az1" and staging["gpu-efa"].min_size == 0
     dev = {p.name: p for p in load_stack("dev").node_pools}
     assert not dev["gpu"].efa and dev["gpu"].placement_group_zone_id is None
     assert load_stack("prod").zone_ids == ("mec1-az1", "mec1-az2", "mec1-az3")
@@ -69,8 +69,8 @@ def test_efa_on_a_type_without_it():
 def test_efa_needs_two_nodes():
     message = bad(lambda raw: pool(raw, "train-p5").update(minSize=1))
     assert message == (
-        f"{SOURCE}: mlplat:nodePools[1].minSize: 1 is too small for an EFA pool; EFA pools run at least 2 nodes "
-        "(minSize >= 2)"
+        f"{SOURCE}: mlplat:nodePools[1].minSize: 1 is too small for an EFA pool; EFA pools run at 0 (until capacity "
+        "is there) or at least 2 nodes (minSize >= 2)"
     )
 
 
@@ -181,7 +181,7 @@ def test_bad_vpc_cidr_and_zones():
         ("instanceType: p5.48xlarge", "instanceType: g5.2xlarge", "mlplat:nodePools[1].efa: 'g5.2xlarge' has no EFA"),
         ("placementGroupZoneId: mec1-az1", "placementGroupZoneId: mec1-az7",
          "mlplat:nodePools[1].placementGroupZoneId: 'mec1-az7' is not one of the network's zones"),
-        ("maxSize: 16", "maxSize: 1", "mlplat:nodePools[1]: minSize 2 is above maxSize 1"),
+        ("minSize: 0\n      maxSize: 16", "minSize: 2\n      maxSize: 1", "mlplat:nodePools[1]: minSize 2 is above maxSize 1"),
         ("    deployerRole: mlplat-deployer", "    deployerRole: mlplat-deployer\n    publicEndpoint: {enabled: true}",
          "mlplat:cluster.publicEndpoint: enabled without cidrs"),
     ],

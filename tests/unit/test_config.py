@@ -28,9 +28,9 @@ def test_every_stack_parses_in_region(stack):
 def test_stack_shapes():
     assert [p.efa for p in load_stack("dev").node_pools if p.role == "gpu"] == [False]
     staging_gpu = [p for p in load_stack("staging").node_pools if p.role == "gpu"]
-    assert len(staging_gpu) == 1 and staging_gpu[0].efa and staging_gpu[0].min_size == 2
+    assert len(staging_gpu) == 1 and staging_gpu[0].efa and staging_gpu[0].min_size == 0
     prod = {p.role: p for p in load_stack("prod").node_pools}
-    assert prod["gpu"].instance_type == "p5.48xlarge" and prod["gpu"].efa and prod["gpu"].min_size >= 2
+    assert prod["gpu"].instance_type == "p5.48xlarge" and prod["gpu"].efa and prod["gpu"].min_size == 0
     assert "inference" in prod
     assert {p.role for p in load_stack("smb").node_pools} <= {"system", "cpu"}
 

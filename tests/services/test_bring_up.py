@@ -1,0 +1,226 @@
+"""The first bring-up of an environment, replayed in order from an empty account and an
+empty state backend: `mlplat bootstrap` against moto's server (IAM, KMS, S3, STS), then
+each layer's `mlplat deploy` as the deploy workflow calls it, with the Pulumi CLI played by
+a stand-in that refuses what the real CLI refuses (tests/fixtures/standin/pulumi_cli.py,
+each refusal citing its source). The policy pack's environment is made for real (python
+-m venv and pip, from the pack's requirements)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.services.tracking import REGION, require_tracking, start_moto, stop_processes
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+STANDIN = REPO / "tests" / "fixtures" / "standin" / "pulumi_cli.py"
+ACCOUNT = "123456789012"  # moto's account
+SECRETS_PROVIDER = f"awskms://alias/mlplat-state-secrets?region={REGION}"
+
+
+@pytest.fixture(scope="module")
+def account():
+    """An empty account on moto's server: (endpoint, environment for a client of it)."""
+    require_tracking()
+    processes: list[subprocess.Popen] = []
+    # AWS's managed policies (AdministratorAccess) exist in every account; moto loads them
+    # only when asked.
+    endpoint = start_moto(processes, env={"MOTO_IAM_LOAD_MANAGED_POLICIES": "true"})
+    try:
+        yield endpoint, {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
+    finally:
+        stop_processes(processes)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A clean checkout's project files (no policies/venv), a file backend, the stand-in."""
+    root = tmp_path_factory.mktemp("checkout")
+    shutil.copy(REPO / "Pulumi.yaml", root)
+    shutil.copytree(REPO / "stacks", root / "stacks")
+    shutil.copytree(REPO / "policies", root / "policies", ignore=shutil.ignore_patterns("venv", "__pycache__"))
+    tools = tmp_path_factory.mktemp("tools")
+    (tools / "pulumi").write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN} \"$@\"\n")
+    (tools / "pulumi").chmod(0o755)
+    state = tmp_path_factory.mktemp("state")
+    return root, tools, state
+
+
+def mlplat(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "mlplat"), *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def deploy_env(project, aws: dict[str, str], log: Path) -> dict[str, str]:
+    root, tools, state = project
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "AWS_"))}
+    return {**env, **aws, "PATH": f"{tools}:{env['PATH']}", "PULUMI_BACKEND_URL": f"file://{state}",
+            "STANDIN_LOG": str(log)}
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line)["args"] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_first_bring_up_of_an_environment_in_order(account, project, tmp_path):
+    _endpoint, aws = account
+    root, _tools, state = project
+    log = tmp_path / "pulumi-calls.jsonl"
+    env = deploy_env(project, aws, log)
+
+    # Before the bootstrap: the first deploy stops where the real CLI would, at the secrets key.
+    early = mlplat(root, env, "deploy", "--stack", "dev")
+    assert early.returncode != 0
+    assert "alias/mlplat-state-secrets" in early.stderr and "not found" in early.stderr.lower(), early.stderr
+    assert not list(state.rglob("dev.json")), "no stack is left behind"
+
+    # The bootstrap: everything created, then a second run creates nothing.
+    first = mlplat(root, {**env, "STANDIN_LOG": "/dev/null"}, "bootstrap", "--account", ACCOUNT, "--region", REGION,
+                   "--environment", "dev")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("\ncreated  ") == 8, first.stdout
+    again = mlplat(root, env, "bootstrap", "--account", ACCOUNT, "--region", REGION, "--environment", "dev")
+    assert again.returncode == 0 and "\ncreated " not in again.stdout and again.stdout.count("\nexists ") == 8
+
+    # A pull request's engine preview before the first deploy: nothing to compare, no stack made.
+    log.unlink(missing_ok=True)
+    preview = mlplat(root, env, "deploy", "--stack", "dev", "--preview")
+    assert preview.returncode == 0, preview.stderr
+    assert "not deployed yet" in preview.stdout and not list(state.rglob("dev.json"))
+
+    # The cloud layer, then the cluster layer with the images the supply step recorded.
+    log.unlink()
+    cloud = mlplat(root, env, "deploy", "--stack", "dev")
+    assert cloud.returncode == 0, cloud.stdout + cloud.stderr
+    images = json.dumps({"trainer": "1.0-abc@sha256:" + "a" * 64})
+    cluster = mlplat(root, env, "deploy", "--stack", "dev-cluster", "--config", f"mlplat:platformImages={images}")
+    assert cluster.returncode == 0, cluster.stdout + cluster.stderr
+    made = calls(log)
+    assert made == [
+        ["stack", "select", "--stack", "dev", "--non-interactive", "--create", "--secrets-provider", SECRETS_PROVIDER],
+        ["up", "--stack", "dev", "--non-interactive", "--policy-pack", "policies", "--policy-pack-config",
+         "policies/config/dev.json", "--yes"],
+        ["stack", "select", "--stack", "dev-cluster", "--non-interactive", "--create", "--secrets-provider",
+         SECRETS_PROVIDER],
+        ["up", "--stack", "dev-cluster", "--non-interactive", "--policy-pack", "policies", "--policy-pack-config",
+         "policies/config/dev.json", "--yes", "--config", f"mlplat:platformImages={images}"],
+    ]
+    # The pack's environment is real: the interpreter PulumiPolicy.yaml names runs the SDK.
+    pack_python = root / "policies" / "venv" / "bin" / "python"
+    assert subprocess.run([str(pack_python), "-c", "import pulumi_policy"], timeout=60).returncode == 0
+
+    # The next deploy selects the stacks the first one made, with their secrets provider.
+    log.unlink()
+    assert mlplat(root, env, "deploy", "--stack", "dev").returncode == 0
+    assert [c[:2] for c in calls(log)] == [["stack", "select"], ["up", "--stack"]]
+    saved = json.loads(next(state.rglob("dev.json")).read_text())
+    assert saved["checkpoint"]["secrets_providers"]["state"]["url"] == SECRETS_PROVIDER
+
+
+def test_what_the_old_workflow_did_is_refused_by_the_stand_in(project, tmp_path, account):
+    """`pulumi up --stack` on an empty backend, as pulumi/actions without upsert ran it."""
+    _endpoint, aws = account
+    root, tools, _state = project
+    env = deploy_env(project, aws, tmp_path / "log.jsonl")
+    done = subprocess.run([str(tools / "pulumi"), "up", "--stack", "staging", "--yes"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "no stack named 'staging' found" in done.stderr
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"PULUMI_BACKEND_URL": ""}, "PULUMI_BACKEND_URL is not set: set it to the state bucket"),
+    ({"PULUMI_BACKEND_URL": "https://api.pulumi.com"}, "PULUMI_BACKEND_URL is https://api.pulumi.com"),
+])
+def test_a_deploy_without_the_state_bucket_is_one_line(project, tmp_path, account, change, expected):
+    _endpoint, aws = account
+    root, _tools, _state = project
+    done = mlplat(root, {**deploy_env(project, aws, tmp_path / "log.jsonl"), **change}, "deploy", "--stack", "dev")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+    assert not (tmp_path / "log.jsonl").exists(), "the CLI was not called"
+
+
+@pytest.mark.parametrize("provider, expected", [
+    (None, "secretsprovider: not set; an AWS stack's secrets are encrypted with the state-secrets key"),
+    ("passphrase", "secretsprovider: passphrase; an AWS stack's secrets"),
+    ("awskms://alias/mlplat-state-secrets?region=us-east-1", "names region us-east-1, not the stack's me-central-1"),
+])
+def test_a_stack_file_without_an_in_region_key_is_refused(project, tmp_path, account, provider, expected):
+    _endpoint, aws = account
+    root, _tools, _state = project
+    stacks = tmp_path / "stacks"
+    shutil.copytree(root / "stacks", stacks)
+    path = stacks / "Pulumi.staging.yaml"
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("secretsprovider:"))
+    path.write_text((f"secretsprovider: {provider}\n" if provider else "") + text)
+    done = mlplat(root, deploy_env(project, aws, tmp_path / "log.jsonl"), "deploy", "--stack", "staging",
+                  "--stacks-dir", str(stacks))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--account", "12345", "--region", REGION, "--environment", "dev"], "--account '12345': an AWS account id is"),
+    (["--account", "210987654321", "--region", REGION, "--environment", "dev"],
+     "--account 210987654321: these credentials are of account 123456789012"),
+    (["--account", ACCOUNT, "--region", "me-central-9", "--environment", "dev"], "--region 'me-central-9': not an AWS"),
+    (["--account", ACCOUNT, "--region", "eu-west-1", "--environment", "dev"], "deploys to me-central-1, not eu-west-1"),
+    (["--account", ACCOUNT, "--region", REGION, "--environment", "qa"], "unknown stack 'qa'"),
+    (["--account", ACCOUNT, "--region", REGION], "--environment: name at least one environment"),
+    (["--account", ACCOUNT, "--region", REGION, "--environment", "dev", "--repository", "not a repo"],
+     "--repository 'not a repo': expected owner/name"),
+])
+def test_bootstrap_bad_input_is_one_line_and_creates_nothing(project, account, tmp_path, argv, expected):
+    _endpoint, aws = account
+    root, _tools, _state = project
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name=REGION,
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    roles = sorted(r["RoleName"] for r in iam.list_roles()["Roles"])
+    done = mlplat(root, deploy_env(project, aws, tmp_path / "log.jsonl"), "bootstrap", *argv)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+    assert sorted(r["RoleName"] for r in iam.list_roles()["Roles"]) == roles
+
+
+def test_the_mirror_logs_in_to_the_regions_eks_registry(account, monkeypatch, tmp_path):
+    """The EFA device plugin is copied from EKS's registry in the region, which takes an ECR
+    login: the mirror gets one from the deployer's AWS credentials, as `aws ecr
+    get-login-password` would (here from moto's ECR)."""
+    import base64
+
+    from dataclasses import replace
+
+    from infra.mirror import plan
+    from infra.skopeo import Unreachable, auth_file, host_of
+    from infra.versions import IMAGES, eks_registry
+
+    _endpoint, aws = account
+    host = eks_registry(REGION)
+    images = [replace(IMAGES[name], digest="sha256:" + "a" * 64) for name in ("aws-efa-k8s-device-plugin", "pushgateway")]
+    sources = {host_of(a.source) for a in plan("prod", REGION, f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com",
+                                                 ["linux/amd64"], images=images, charts=[])}
+    assert host in sources, "prod's plan copies the EFA plugin from the region's EKS registry"
+    env = {**aws, "HOME": str(tmp_path)}  # no login on this machine
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)
+    with auth_file(env=env, ecr_sources=sources) as path:
+        auths = json.loads(path.read_text())["auths"]
+    user, _, password = base64.b64decode(auths[host]["auth"]).decode().partition(":")
+    assert user == "AWS" and password
+    assert set(auths) == {h for h in sources if h.endswith(".amazonaws.com")}, "only ECR hosts get the ECR login"
+    # Without AWS credentials: one line saying how to log in.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(Unreachable, match=rf"^{host}: no ECR login .*aws ecr get-login-password"):
+        with auth_file(env=env, ecr_sources=[host]):
+            pass
