@@ -49,6 +49,11 @@ def build_compute(
             log_retention_days=config.storage.log_retention_days,
             single_nat_gateway=config.network.single_nat_gateway,
             cluster_name=prefix,
+            egress=config.network.egress.mode,
+            allowed_domains=config.network.egress.allowed_domains,
+            # The firewall's rules say what the network reaches: under the logs key, with
+            # the network's evidence.
+            firewall_key_arn=logs_key,
         ),
         opts=aws_opts,
     )

@@ -257,6 +257,37 @@ REGION_ZONE_IDS: dict[str, tuple[str, ...]] = {
 }
 
 
+# A domain the egress allow-list admits: `example.com` exactly, `.example.com` it and every
+# name under it (AWS Network Firewall's domain-list syntax). No wildcard elsewhere.
+_DOMAIN = re.compile(r"^\.?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+
+
+class EgressConfig(_Model):
+    # How the private subnets reach the internet:
+    # - nat: a NAT gateway, anywhere on 443 (dev, smb: throwaway or small environments);
+    # - allow-list: AWS Network Firewall in front of the NAT gateway, which passes TLS and
+    #   HTTP only to `allowedDomains` (by SNI and Host) and drops everything else;
+    # - none: no NAT gateway and no internet gateway at all; AWS only through VPC endpoints.
+    # A restricted environment may not use nat.
+    mode: Literal["nat", "allow-list", "none"] = "nat"
+    allowed_domains: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _domains(self) -> EgressConfig:
+        if self.mode == "allow-list" and not self.allowed_domains:
+            raise ValueError("mode allow-list with no allowedDomains; list what must be reached (e.g. .github.com), "
+                             "or set mode: none")
+        if self.allowed_domains and self.mode != "allow-list":
+            raise ValueError(f"allowedDomains are set but mode is {self.mode}; set mode: allow-list or remove them")
+        for domain in self.allowed_domains:
+            if not _DOMAIN.match(domain):
+                raise ValueError(f"{domain!r} is not a domain name (example.com, or .example.com for it and every "
+                                 "name under it); no other wildcard, scheme or port")
+        if len(set(self.allowed_domains)) != len(self.allowed_domains):
+            raise ValueError("a domain is listed twice in allowedDomains")
+        return self
+
+
 class NetworkConfig(_Model):
     vpc_cidr: str = "10.0.0.0/16"
     # Empty: every zone of the region (REGION_ZONE_IDS).
@@ -264,6 +295,7 @@ class NetworkConfig(_Model):
     # One NAT gateway for the whole VPC instead of one per zone: cheaper, but egress
     # stops when that zone does. For throwaway environments.
     single_nat_gateway: bool = False
+    egress: EgressConfig = EgressConfig()
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -1003,6 +1035,19 @@ class PlatformConfig(_Model):
                     f"{PROJECT}:network.zoneIds",
                     f"{zone!r} is not a zone of {self.region}; allowed: {', '.join(REGION_ZONE_IDS[self.region])}",
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _egress(self, info: ValidationInfo) -> PlatformConfig:
+        if _customer_site(info):
+            return self
+        egress = self.network.egress
+        if self.data_classification == "restricted" and egress.mode == "nat":
+            raise _KeyError(f"{PROJECT}:network.egress.mode", "nat opens the internet to a restricted environment's "
+                            "private subnets; set mode: allow-list with allowedDomains, or mode: none")
+        if self.deploy_runner is not None and egress.mode == "none":
+            raise _KeyError(f"{PROJECT}:network.egress.mode", "none, but the deploy runner must reach GitHub; set "
+                            "mode: allow-list with the GitHub domains (docs/bring-up.md), or drop deployRunner")
         return self
 
     @model_validator(mode="after")

@@ -368,6 +368,14 @@ def _trail(name: str, inputs: dict, ident: str, region: str, account: str) -> di
     return {"id": arn, "name": trail, "arn": arn, "homeRegion": region}
 
 
+def _network_firewall(name: str, inputs: dict, ident: str, region: str, account: str) -> dict[str, Any]:
+    """One endpoint per subnet mapping, as Network Firewall reports them once in sync."""
+    states = [{"availabilityZone": region, "attachments": [{"subnetId": m.get("subnetId"), "status": "READY",
+                                                             "endpointId": f"vpce-{stable_id('fw', str(m.get('subnetId')))[:17]}"}]}
+              for m in inputs.get("subnetMappings") or []]
+    return {"firewallStatuses": [{"syncStates": states, "status": "READY"}], "updateToken": ident}
+
+
 # Type-specific outputs. Other components add theirs here as the program grows.
 _OUTPUTS: dict[str, Callable[[str, dict, str, str, str], dict[str, Any]]] = {
     "aws:s3/bucket:Bucket": _bucket,
@@ -397,6 +405,7 @@ _OUTPUTS: dict[str, Callable[[str, dict, str, str, str], dict[str, Any]]] = {
     "aws:secretsmanager/secret:Secret": _secret,
     "aws:elasticache/replicationGroup:ReplicationGroup": _replication_group,
     "aws:elasticache/user:User": _cache_user,
+    "aws:networkfirewall/firewall:Firewall": _network_firewall,
 }
 
 

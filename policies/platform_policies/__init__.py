@@ -32,6 +32,7 @@ from .encryption import (
     registries_encrypted_with_cmk,
     secrets_encrypted_with_cmk,
 )
+from .egress import no_open_internet_egress
 from .exposure import (
     eks_endpoint_private,
     no_external_access,
@@ -97,6 +98,7 @@ EXPOSURE = [
     no_public_ips_on_nodes,
     no_external_access,
     feature_server_in_cluster,
+    no_open_internet_egress,
 ]
 KUBERNETES = [
     k8s_charts_from_allowed_registries,

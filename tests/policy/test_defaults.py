@@ -20,6 +20,8 @@ RELAXED = {"k8s-pod-security-standards", "k8s-namespaces-enforce-pod-security",
            "k8s-images-pinned", "nothing-exposed-outside-the-cluster"}
 CUSTOMER_RULES = {p.name for p in CUSTOMER_CLUSTER}
 STRICTER = {("load-balancer-listeners-tls", "requireTls13Policy"): True,
+            # a restricted environment (prod): its private subnets only through the egress firewall
+            ("no-open-internet-egress", "restricted"): True,
             # turns a customer-cluster rule on (off, `aws`, by default)
             **{(name, "deployment"): "customer-cluster" for name in CUSTOMER_RULES}}
 # What a stack's config names of its own infrastructure, in place of the defaults (no registry,

@@ -39,6 +39,10 @@ RETIRED = {
         "clients reach Triton only through the gateway now, by way of triton-stable and triton-canary",
     ("mlplat:inference:InferenceService$kubernetes:networking.k8s.io/v1:NetworkPolicy",
      "networkpolicy-inference-allow-clients"): "replaced by allow-gateway: only the gateway's proxies reach Triton",
+    ("mlplat:network:Network$aws:ec2/routeTable:RouteTable", "network-public"):
+        "a restricted environment's egress goes through its firewall: each zone's public subnet has its own table "
+        "(network-public-<zone>) that sends the private subnet's return traffic back through the zone's firewall "
+        "endpoint; the shared table held routes only",
     ("mlplat:storage:LustreScratch$aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation", "lustre"):
         "replaced by one link per tenant (lustre-<tenant>), each its directory to its prefix; the link keeps "
         "deleteDataInFilesystem false, so removing it removes no file",

@@ -47,6 +47,7 @@ ATTEMPTS: dict[str, str | tuple[str, ...]] = {
     "sns_subscription_by_email.py": "no-data-paths-abroad",
     "pod_endpoint_abroad.py": "no-data-paths-abroad",
     "vpc_endpoint_to_another_region.py": "no-data-paths-abroad",
+    "private_subnet_straight_to_nat.py": "no-open-internet-egress",
 }
 LOOK_ALIKES = sorted(p.name for p in (CORPUS / "compliant").glob("*.py"))
 

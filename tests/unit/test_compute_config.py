@@ -89,7 +89,7 @@ def test_placement_zone_outside_the_network():
 
 def test_placement_zone_outside_a_narrowed_network():
     def mutate(raw):
-        raw["mlplat:network"] = {"zoneIds": ["mec1-az2", "mec1-az3"]}
+        raw["mlplat:network"]["zoneIds"] = ["mec1-az2", "mec1-az3"]
 
     message = bad(mutate)
     assert "mlplat:nodePools[1].placementGroupZoneId: 'mec1-az1' is not one of the network's zones; " \
