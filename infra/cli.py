@@ -7,6 +7,7 @@
     mlplat charts list | pull [--to DIR]
     mlplat bootstrap --account ID --region REGION --environment ENV [--repository OWNER/NAME]
     mlplat deploy --stack NAME [--preview] [--config NS:KEY=VALUE]   (the real engine, as CI runs it)
+    mlplat pin [--dry-run] [--only NAME] [--update NAME]   (digests of unpinned images and charts)
 
 Exit codes: 0 no mandatory violation, 1 at least one (or an error the real engine would
 raise), 2 bad input (unknown stack, invalid config, a base report that is unreadable, of
@@ -108,6 +109,18 @@ def _parser() -> argparse.ArgumentParser:
     deploy.add_argument("--config", action="append", default=[], metavar="NS:KEY=VALUE",
                         help="config for this run (pulumi up --config), e.g. mlplat:platformImages=<json>")
     deploy.add_argument("--stacks-dir", type=Path, metavar="DIR", help="where stack files live (default stacks/)")
+    pin = sub.add_parser(
+        "pin", help="read the digest each unpinned image and chart names upstream and write it into "
+                    "infra/versions.py (and out of the policy configs' awaiting lists); refuses a moved tag")
+    pin.add_argument("--dry-run", action="store_true", help="list what would be pinned; write nothing")
+    pin.add_argument("--only", action="append", default=[], metavar="NAME", help="only this image or chart")
+    pin.add_argument("--update", action="append", default=[], metavar="NAME",
+                     help="take the new digest of a pinned tag that moved upstream (after reviewing it)")
+    pin.add_argument("--region", default="me-central-1", help="the region whose EKS registry EKS images come from")
+    pin.add_argument("--plain-http", action="append", default=[], metavar="HOST",
+                     help="speak plain HTTP to this registry (a local test registry; repeatable)")
+    pin.add_argument("--versions", type=Path, metavar="PATH", help="the plan file (default infra/versions.py)")
+    pin.add_argument("--policy-configs", type=Path, metavar="DIR", help="default policies/config")
     docs = sub.add_parser("docs", help="regenerate the README's component reference from the code and the previews")
     docs.add_argument("--readme", type=Path, default=Path("README.md"), help="the README to update (default README.md)")
     return parser
@@ -116,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {"bootstrap": _bootstrap, "charts": _charts, "deploy": _deploy, "diagram": _diagram, "docs": _docs,
-                "mirror": _mirror, "preview": _preview}
+                "mirror": _mirror, "pin": _pin, "preview": _preview}
     code = commands[args.command](args)
     if argv is None:
         # Run as the command: tearing the interpreter down (pulumi_aws's thousands of classes,
@@ -238,6 +251,28 @@ def _deploy(args: argparse.Namespace) -> int:
     except DeployError as err:
         print(f"mlplat: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _pin(args: argparse.Namespace) -> int:
+    from infra.config import REPO_ROOT
+    from infra.pins import PinError, drop_awaiting, hosts, read_plan, report, resolve, select, write_plan
+    from infra.skopeo import Skopeo, Unreachable, auth_file
+
+    versions = args.versions or REPO_ROOT / "infra" / "versions.py"
+    configs = args.policy_configs or REPO_ROOT / "policies" / "config"
+    try:
+        entries = select(read_plan(versions, args.region), args.only, args.update)
+        with auth_file(ecr_sources=hosts(entries)) as authfile:
+            outcome = resolve(entries, Skopeo(authfile, frozenset(args.plain_http)), args.update,
+                              progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except (PinError, Unreachable) as err:
+        print(f"mlplat: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("\n".join(report(outcome, entries, args.dry_run)))
+    if outcome.changes and not args.dry_run:
+        write_plan(versions, entries, outcome.changes)
+        drop_awaiting(configs, [e.name for e in entries if e.kind == "image" and e.key in outcome.pinned])
+    return EXIT_VIOLATIONS if outcome.moved else EXIT_OK
 
 
 def _interrupt(_signum: int, _frame: object) -> None:

@@ -448,3 +448,18 @@ def test_the_scan_step_fails_when_a_scan_does_not_finish(tmp_path):
         f"checks: the scan of {_digest_of(checks)[7:19]} is IN_PROGRESS ({n}s of 3s)" for n in (0, 1, 2)]
     assert "is still IN_PROGRESS after 3s" in done.stdout
     assert summary.startswith("### Image scan: could not run") and "is IN_PROGRESS" in summary
+
+
+def test_pins_are_resolved_on_a_schedule_where_registries_answer_and_come_as_a_pull_request():
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "pin.yml").read_text())
+    # PyYAML reads the `on:` key as True.
+    triggers = workflow.get("on") or workflow.get(True)
+    assert "schedule" in triggers and "workflow_dispatch" in triggers
+    [job] = workflow["jobs"].values()
+    assert GITHUB_HOSTED.match(job["runs-on"]), "the registries answer only from outside the VPC"
+    runs = [str(step.get("run", "")) for step in job["steps"]]
+    assert any(".venv/bin/mlplat pin" in run for run in runs)
+    assert any("gh pr create --base main" in run for run in runs), "pins land through a reviewed pull request"
+    assert _engine_steps(job) == []
