@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ from tests.component.recorder import record
 from tests.conftest import preview
 
 WEBHOOK = "aws:codebuild/webhook:Webhook"
-REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _of_type(result, kind: str) -> list:

@@ -5,6 +5,8 @@ open route for a restricted environment."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from infra import cli
@@ -14,7 +16,7 @@ from tests.component.recorder import record
 from tests.conftest import preview
 
 RT = "aws:ec2/routeTable:RouteTable"
-REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _of(result, kind: str) -> list:

@@ -1,12 +1,14 @@
 """The first bring-up of an environment, replayed in order from an empty account and an
 empty state backend: `mlplat bootstrap` against moto's server (IAM, KMS, S3, STS), then
-each layer's `mlplat deploy` as the deploy workflow calls it, with the Pulumi CLI played by
+each layer's `mlplat deploy` as the deploy workflow calls it, the mirror between them
+against two local registries, with the Pulumi CLI played by
 a stand-in that refuses what the real CLI refuses (tests/fixtures/standin/pulumi_cli.py,
 each refusal citing its source). The policy pack's environment is made for real (python
 -m venv and pip, from the pack's requirements)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -70,7 +72,7 @@ def calls(log: Path) -> list[list[str]]:
     return [json.loads(line)["args"] for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def test_the_first_bring_up_of_an_environment_in_order(account, project, tmp_path):
+def test_the_first_bring_up_of_an_environment_in_order(account, project, tmp_path, registries, monkeypatch, capsys):
     _endpoint, aws = account
     root, _tools, state = project
     log = tmp_path / "pulumi-calls.jsonl"
@@ -100,6 +102,23 @@ def test_the_first_bring_up_of_an_environment_in_order(account, project, tmp_pat
     log.unlink()
     cloud = mlplat(root, env, "deploy", "--stack", "dev")
     assert cloud.returncode == 0, cloud.stdout + cloud.stderr
+    # The supply step between the layers: the mirror copies the plan by digest from upstream
+    # into the in-region registry (here two local registries and a plan of one image).
+    upstream, in_region = registries
+    from infra import cli
+    from infra.versions import Image
+    from tests.services.oci import push_image
+
+    plugin = push_image(tmp_path / "plugin", upstream, "nvidia/k8s-device-plugin:v0.19.3", "plugin")
+    monkeypatch.setattr("infra.mirror.IMAGES", {"k8s-device-plugin": Image(
+        "k8s-device-plugin", f"{upstream.host}/nvidia/k8s-device-plugin", "v0.19.3", plugin.digest)})
+    monkeypatch.setattr("infra.mirror.CHARTS", {})
+    assert cli.main(["mirror", "--stack", "dev", "--registry", in_region.host, "--plain-http", upstream.host,
+                     "--plain-http", in_region.host]) == 0, capsys.readouterr().err
+    copied = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
+                             f"docker://{in_region.host}/mlplat/dev/mirror/k8s-device-plugin:v0.19.3"],
+                            capture_output=True, timeout=60)
+    assert copied.returncode == 0 and f"sha256:{hashlib.sha256(copied.stdout).hexdigest()}" == plugin.digest
     images = json.dumps({"trainer": "1.0-abc@sha256:" + "a" * 64})
     cluster = mlplat(root, env, "deploy", "--stack", "dev-cluster", "--config", f"mlplat:platformImages={images}")
     assert cluster.returncode == 0, cluster.stdout + cluster.stderr
