@@ -86,17 +86,17 @@ def test_dev_keeps_its_nat_gateway():
     assert not _of(result, "aws:networkfirewall/firewall:Firewall")
 
 
-EGRESS = ("    egress:\n      mode: allow-list\n      allowedDomains: [github.com, .github.com, .githubusercontent.com, "
-          "get.pulumi.com, pypi.org,\n                       files.pythonhosted.org]\n")
+EGRESS = ("    egress:\n      mode: allow-list\n      allowedDomains:\n        - github.com\n        - .github.com\n"
+          "        - .githubusercontent.com\n        - get.pulumi.com\n        - pypi.org\n"
+          "        - files.pythonhosted.org\n")
 
 
 @pytest.mark.parametrize("old, new, expected", [
     (EGRESS, "    egress: {mode: nat}\n", "mlplat:network.egress.mode: nat opens the internet to a restricted "
                                             "environment's private subnets"),
     ("      mode: allow-list\n", "      mode: none\n", "allowedDomains are set but mode is none"),
-    ("[github.com, ", "['*.github.com', ", "'*.github.com' is not a domain name"),
-    ("      allowedDomains: [github.com, .github.com, .githubusercontent.com, get.pulumi.com, pypi.org,\n"
-     "                       files.pythonhosted.org]\n", "", "mode allow-list with no allowedDomains"),
+    ("        - github.com\n", "        - '*.github.com'\n", "'*.github.com' is not a domain name"),
+    (EGRESS, "    egress:\n      mode: allow-list\n", "mode allow-list with no allowedDomains"),
 ])
 def test_an_open_or_malformed_egress_is_refused_in_one_line(tmp_path, capsys, old, new, expected):
     stacks = tmp_path / "stacks"
