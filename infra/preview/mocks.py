@@ -19,7 +19,7 @@ from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra.preview.fixtures import InvokeRefused, RegionFixture
+from infra.preview.fixtures import InvokeRefused, RegionFixture, UnansweredInvoke
 
 # Pulumi's wire signatures (sdk/go/common/resource/sig): how secrets, unknowns and
 # resource references look inside a serialized property Struct.
@@ -181,6 +181,12 @@ class PreviewMocks(pulumi.runtime.Mocks):
             return self.fixture.answer(args.token, args.args)
         except InvokeRefused as err:  # AWS found nothing: the invoke fails, as the provider's would
             return {}, [("", str(err))]
+        except UnansweredInvoke:
+            raise
+        except Exception as err:  # noqa: BLE001 - a fixture's own fault fails the invoke, named; an exception
+            # escaping here would leave the invoke's call outstanding, and a program that catches the error
+            # (preflight's region_lookup does) would then wait for it forever.
+            return {}, [("", f"the offline preview's fixture for {args.token} failed: {type(err).__name__}: {err}")]
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         inputs = dict(args.inputs)

@@ -205,3 +205,30 @@ def test_an_ultracluster_pool_without_a_reservation_starts_empty():
 def test_the_cluster_admins_must_exist_before_their_access_entries(missing, says):
     message = _refusal(missing_roles=frozenset({missing}))
     assert message.startswith(says) and "run `mlplat bootstrap`" in message
+
+
+def test_a_fixture_that_fails_fails_its_invoke_as_the_provider_would(monkeypatch):
+    """A fixture's own error reaches the program as a failed invoke, named, which the
+    program may catch and go on from; raised as it came, the engine re-raised it at the
+    end of the run even after the program had caught it."""
+    import pulumi
+    import pulumi_aws as aws
+
+    from infra.preview import fixtures
+
+    def broken(_fixture, _args):
+        raise ValueError("broken fixture")
+
+    monkeypatch.setitem(fixtures._HANDLERS, "aws:iam/getRole:getRole", broken)
+    caught = []
+
+    def program(provider):
+        try:
+            aws.iam.get_role(name="x", opts=pulumi.InvokeOptions(provider=provider))
+        except Exception as err:  # noqa: BLE001 - what a program such as region_lookup does
+            caught.append(str(err))
+        aws.s3.Bucket("after", opts=pulumi.ResourceOptions(provider=provider))
+
+    rec = record(program)
+    assert "the offline preview's fixture for aws:iam/getRole:getRole failed: ValueError: broken fixture" in caught[0]
+    assert "aws:s3/bucket:Bucket" in {r.type for r in rec.registrations}
