@@ -72,6 +72,7 @@ class Network(pulumi.ComponentResource):
         # With egress none there is no way out at all: no internet gateway, no NAT.
         gateway = None if args.egress == "none" else aws.ec2.InternetGateway(
             name, vpc_id=vpc_id, tags={"Name": args.prefix}, opts=child)
+        firewall_subnets: dict[str, aws.ec2.Subnet] = {}
         firewall_endpoints: dict[str, pulumi.Output[str]] = {}
         if args.egress == "allow-list":
             firewall_subnets = {zone.zone_id: aws.ec2.Subnet(
@@ -130,8 +131,8 @@ class Network(pulumi.ComponentResource):
             self.subnets[zone.zone_id] = private
             private_route_tables.append(routes)
 
-        if self.firewall is not None:
-            self._firewall_routes()
+        if firewall_subnets:
+            self._firewall_routes(firewall_subnets)
         self._endpoints(private_route_tables)
         self._security_groups()
         self._flow_logs()
@@ -204,8 +205,7 @@ class Network(pulumi.ComponentResource):
             rule_group=aws.networkfirewall.RuleGroupRuleGroupArgs(
                 rules_source=aws.networkfirewall.RuleGroupRuleGroupRulesSourceArgs(
                     rules_source_list=aws.networkfirewall.RuleGroupRuleGroupRulesSourceRulesSourceListArgs(
-                        **{"generated_rules_type": "ALLOWLIST", "target_types": ["TLS_SNI", "HTTP_HOST"],
-                           "targets": list(args.allowed_domains)})),
+                        **spec.allow_list_rules(args.allowed_domains))),
                 stateful_rule_options=aws.networkfirewall.RuleGroupRuleGroupStatefulRuleOptionsArgs(
                     rule_order=spec.STRICT_ORDER)),
             encryption_configuration=aws.networkfirewall.RuleGroupEncryptionConfigurationArgs(**encryption),
@@ -241,15 +241,14 @@ class Network(pulumi.ComponentResource):
                         log_destination={"logGroup": logs.name}, log_destination_type="CloudWatchLogs",
                         log_type=kind) for kind in ("ALERT", "FLOW")]),
             opts=child)
-        self._firewall_subnets = subnets
         return {zone: pulumi.Output.all(self.firewall.firewall_statuses, subnet.id).apply(
                     lambda v: _endpoint_of(v[0], v[1])) for zone, subnet in subnets.items()}
 
-    def _firewall_routes(self) -> None:
+    def _firewall_routes(self, subnets: dict[str, aws.ec2.Subnet]) -> None:
         """Each firewall subnet's way out: its zone's NAT gateway."""
         name = self._name
         child = pulumi.ResourceOptions(parent=self)
-        for zone, subnet in self._firewall_subnets.items():
+        for zone, subnet in subnets.items():
             nat = self.nat_gateways.get(zone) or next(iter(self.nat_gateways.values()))
             routes = aws.ec2.RouteTable(
                 f"{name}-firewall-{zone}", vpc_id=self.vpc.id,

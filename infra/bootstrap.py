@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from components.specs import iam as iam_spec
 from infra.config import PROJECT, ConfigError
 
 GITHUB_OIDC = "token.actions.githubusercontent.com"
@@ -34,6 +35,8 @@ PREVIEW_WORKFLOW = ".github/workflows/preview.yml"
 PREVIEW_ENVIRONMENT = "preview"
 ADMIN_POLICY = "arn:aws:iam::aws:policy/AdministratorAccess"
 READ_ONLY_POLICY = "arn:aws:iam::aws:policy/ReadOnlyAccess"
+# The key every AWS stack file names as its secrets provider (through `secrets_provider`).
+SECRETS_KEY_ALIAS = f"alias/{PROJECT}-state-secrets"
 # Services whose API lives in one region whatever the caller's (IAM and STS's global
 # endpoint, Organizations, ...): the region fence must not refuse them. AWS's own example
 # policy "Deny access to AWS based on the requested Region" lists these.
@@ -70,7 +73,7 @@ class Plan:
 
     @property
     def secrets_key_alias(self) -> str:
-        return f"alias/{PROJECT}-state-secrets"
+        return SECRETS_KEY_ALIAS
 
     @property
     def backend_url(self) -> str:
@@ -78,7 +81,7 @@ class Plan:
 
     @property
     def secrets_provider(self) -> str:
-        return secrets_provider(self.secrets_key_alias, self.region)
+        return kms_secrets_provider(self.secrets_key_alias, self.region)
 
     def role_arn(self, name: str) -> str:
         return f"arn:aws:iam::{self.account}:role/{name}"
@@ -88,7 +91,7 @@ class Plan:
         return f"arn:aws:iam::{self.account}:oidc-provider/{GITHUB_OIDC}"
 
 
-def secrets_provider(alias: str, region: str) -> str:
+def kms_secrets_provider(alias: str, region: str) -> str:
     """Pulumi's URL for a KMS key by alias: awskms://alias/<name>?region=<region>."""
     return f"awskms://{alias}?region={region}"
 
@@ -105,19 +108,19 @@ def tls_only(bucket: str) -> dict[str, Any]:
 
 
 def state_bucket_policy(plan: Plan) -> dict[str, Any]:
-    return {"Version": "2012-10-17", "Statement": [tls_only(plan.state_bucket)]}
+    return iam_spec.policy([tls_only(plan.state_bucket)])
 
 
 def log_bucket_policy(plan: Plan) -> dict[str, Any]:
     """S3 server access logging writes as its service principal, for the state bucket of
     this account only (AWS: "Permissions for log delivery")."""
-    return {"Version": "2012-10-17", "Statement": [
+    return iam_spec.policy([
         tls_only(plan.log_bucket),
         {"Sid": "StateBucketAccessLogs", "Effect": "Allow", "Principal": {"Service": "logging.s3.amazonaws.com"},
          "Action": "s3:PutObject", "Resource": f"arn:aws:s3:::{plan.log_bucket}/state/*",
          "Condition": {"StringEquals": {"aws:SourceAccount": plan.account},
                        "ArnLike": {"aws:SourceArn": f"arn:aws:s3:::{plan.state_bucket}"}}},
-    ]}
+    ])
 
 
 def key_policy(plan: Plan, purpose: str) -> dict[str, Any]:
@@ -137,11 +140,11 @@ def key_policy(plan: Plan, purpose: str) -> dict[str, Any]:
         for statement in (use, read):
             statement["Condition"] = {"StringEquals": {"kms:ViaService": f"s3.{plan.region}.amazonaws.com",
                                                        "kms:CallerAccount": plan.account}}
-    return {"Version": "2012-10-17", "Statement": [
+    return iam_spec.policy([
         {"Sid": "AccountAdministersThroughIam", "Effect": "Allow",
          "Principal": {"AWS": f"arn:aws:iam::{plan.account}:root"}, "Action": "kms:*", "Resource": "*"},
         use, read,
-    ]}
+    ])
 
 
 def deployer_subjects(plan: Plan) -> list[str]:
@@ -153,50 +156,50 @@ def deployer_subjects(plan: Plan) -> list[str]:
 
 
 def deployer_trust(plan: Plan) -> dict[str, Any]:
-    return {"Version": "2012-10-17", "Statement": [{
+    return iam_spec.policy([{
         "Sid": "DeployWorkflowOnMain", "Effect": "Allow", "Principal": {"Federated": plan.oidc_provider_arn},
         "Action": "sts:AssumeRoleWithWebIdentity",
         "Condition": {"StringEquals": {f"{GITHUB_OIDC}:aud": OIDC_AUDIENCE,
                                        f"{GITHUB_OIDC}:sub": deployer_subjects(plan)}},
-    }]}
+    }])
 
 
 def preview_trust(plan: Plan) -> dict[str, Any]:
     """The pull request workflow's engine job, in its `preview` environment, at any ref
     (a pull request's merge ref): it can only read."""
     workflow = f"{plan.repository}/{PREVIEW_WORKFLOW}@*"
-    return {"Version": "2012-10-17", "Statement": [{
+    return iam_spec.policy([{
         "Sid": "PreviewWorkflow", "Effect": "Allow", "Principal": {"Federated": plan.oidc_provider_arn},
         "Action": "sts:AssumeRoleWithWebIdentity",
         "Condition": {"StringEquals": {f"{GITHUB_OIDC}:aud": OIDC_AUDIENCE},
                       "StringLike": {f"{GITHUB_OIDC}:sub": f"repo:{plan.repository}:environment:"
                                                            f"{PREVIEW_ENVIRONMENT}:job_workflow_ref:{workflow}"}},
-    }]}
+    }])
 
 
 def preview_state_lock(plan: Plan) -> dict[str, Any]:
     """ReadOnlyAccess reads the state; a preview also takes the file backend's lock."""
-    return {"Version": "2012-10-17", "Statement": [{
+    return iam_spec.policy([{
         "Sid": "BackendLock", "Effect": "Allow", "Action": ["s3:PutObject", "s3:DeleteObject"],
-        "Resource": f"arn:aws:s3:::{plan.state_bucket}/.pulumi/locks/*"}]}
+        "Resource": f"arn:aws:s3:::{plan.state_bucket}/.pulumi/locks/*"}])
 
 
 def break_glass_trust(plan: Plan) -> dict[str, Any]:
     """People of this account (through IAM Identity Center or IAM) who passed MFA."""
-    return {"Version": "2012-10-17", "Statement": [{
+    return iam_spec.policy([{
         "Sid": "AccountPrincipalsWithMfa", "Effect": "Allow",
         "Principal": {"AWS": f"arn:aws:iam::{plan.account}:root"}, "Action": "sts:AssumeRole",
         "Condition": {"Bool": {"aws:MultiFactorAuthPresent": "true"}},
-    }]}
+    }])
 
 
 def region_fence(plan: Plan) -> dict[str, Any]:
     """Both roles administer the account, but only in the region (global services aside):
     a slip of a provider's region cannot create anything abroad."""
-    return {"Version": "2012-10-17", "Statement": [{
+    return iam_spec.policy([{
         "Sid": "OnlyInRegion", "Effect": "Deny", "NotAction": list(GLOBAL_SERVICES), "Resource": "*",
         "Condition": {"StringNotEquals": {"aws:RequestedRegion": plan.region}},
-    }]}
+    }])
 
 
 # --- Input ----------------------------------------------------------------------------

@@ -1459,6 +1459,12 @@ def available_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
 
 def read_stack_file(path: Path) -> dict[str, Any]:
     """The raw `config:` mapping of a stack file, or a ConfigError naming the file."""
+    return read_stack_document(path).get("config") or {}
+
+
+def read_stack_document(path: Path) -> dict[str, Any]:
+    """A stack file's whole document (`config:`, `secretsprovider:` ...), checked, or a
+    ConfigError naming the file."""
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -1488,7 +1494,7 @@ def read_stack_file(path: Path) -> dict[str, Any]:
         close = difflib.get_close_matches(unknown[0], top, n=1, cutoff=0.6)
         hint = f"did you mean `{close[0]}`? " if close else ""
         raise ConfigError(f"{path}: {unknown[0]}: unknown top-level key; {hint}only `config:` is read")
-    return document.get("config") or {}
+    return document
 
 
 def load_stack_file(path: Path) -> PlatformConfig:

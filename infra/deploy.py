@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from infra.config import CLUSTER_SUFFIX, ConfigError, read_stack_file, site_of, stack_file
+from infra.bootstrap import SECRETS_KEY_ALIAS, kms_secrets_provider
+from infra.config import CLUSTER_SUFFIX, ConfigError, read_stack_document, site_of, stack_file
 
 PACK = "policies"
 PACK_VENV = "venv"  # PulumiPolicy.yaml: runtime.options.virtualenv
@@ -45,19 +46,17 @@ def secrets_provider(stack: str, stacks_dir: Path) -> str | None:
     stack's own region. A customer's cluster chooses its own (docs/onprem.md)."""
     path = stack_file(stack, stacks_dir)
     try:
-        raw = read_stack_file(path)
-        import yaml
-
-        provider = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("secretsprovider")
+        document = read_stack_document(path)
     except ConfigError as err:
         raise DeployError(str(err)) from None
+    provider, raw = document.get("secretsprovider"), document.get("config") or {}
     region = str(raw.get("aws:region") or raw.get("mlplat:region") or "")
     if site_of(environment_of(stack)) != "aws":
         return provider
     if not isinstance(provider, str) or not provider.startswith("awskms://"):
         raise DeployError(f"{path}: secretsprovider: {provider or 'not set'}; an AWS stack's secrets are encrypted "
-                          f"with the state-secrets key: secretsprovider: awskms://alias/mlplat-state-secrets"
-                          f"?region={region} (mlplat bootstrap prints it)")
+                          f"with the state-secrets key: secretsprovider: {kms_secrets_provider(SECRETS_KEY_ALIAS, region)} "
+                          "(mlplat bootstrap prints it)")
     named = parse_qs(urlparse(provider).query).get("region", [""])[0]
     if named != region:
         raise DeployError(f"{path}: secretsprovider: {provider} names region {named or 'none'}, not the stack's "

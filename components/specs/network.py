@@ -72,10 +72,9 @@ DEFAULT_DROP = ("aws:drop_established", "aws:alert_established")
 
 
 def allow_list_rules(domains: tuple[str, ...]) -> dict:
-    """The stateful rule group's `rulesSource`: pass TLS (by SNI) and HTTP (by Host) to
-    the domains, nothing else."""
-    return {"rulesSourceList": {"generatedRulesType": "ALLOWLIST", "targetTypes": ["TLS_SNI", "HTTP_HOST"],
-                                "targets": list(domains)}}
+    """The stateful rule group's domain list (its `rulesSourceList`, as the provider's
+    argument names it): pass TLS (by SNI) and HTTP (by Host) to the domains, nothing else."""
+    return {"generated_rules_type": "ALLOWLIST", "target_types": ["TLS_SNI", "HTTP_HOST"], "targets": list(domains)}
 
 
 def rule_group_capacity(domains: tuple[str, ...]) -> int:
