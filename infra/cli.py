@@ -254,20 +254,31 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
     from infra.config import REPO_ROOT
     from infra.pins import PinError, drop_awaiting, hosts, read_plan, report, resolve, select, write_plan
     from infra.skopeo import Skopeo, Unreachable, auth_file
 
     versions = args.versions or REPO_ROOT / "infra" / "versions.py"
     configs = args.policy_configs or REPO_ROOT / "policies" / "config"
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
     try:
         entries = select(read_plan(versions, args.region), args.only, args.update)
-        with auth_file(ecr_sources=hosts(entries)) as authfile:
-            outcome = resolve(entries, Skopeo(authfile, frozenset(args.plain_http)), args.update,
-                              progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except (PinError, Unreachable) as err:
+    except PinError as err:
         print(f"mlplat: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    with ExitStack() as stack:
+        try:
+            authfile = stack.enter_context(auth_file(ecr_sources=hosts(entries)))
+        except Unreachable as err:
+            # The scheduled run has no AWS credentials: the ECR sources (EKS's registry) are
+            # then read without a login and come back as not read; the rest are pinned.
+            say(f"{err}; reading the others without it")
+            authfile = stack.enter_context(auth_file())
+        outcome = resolve(entries, Skopeo(authfile, frozenset(args.plain_http)), args.update, progress=say)
     print("\n".join(report(outcome, entries, args.dry_run)))
     if outcome.changes and not args.dry_run:
         write_plan(versions, entries, outcome.changes)

@@ -129,3 +129,27 @@ def test_pin_refuses_a_file_that_is_not_the_plan(tmp_path, capsys):
     plan.write_text("X = 1\n")
     code, _out, err = _pin(capsys, plan, tmp_path, "127.0.0.1:9")
     assert code == 2 and "holds no IMAGES and CHARTS" in err and err.count("\n") == 1
+
+
+def test_without_aws_credentials_an_ecr_source_is_not_read_and_the_rest_are_pinned(tmp_path, registries, capsys,
+                                                                                   monkeypatch):
+    """The weekly run has no AWS credentials: EKS's registry (an ECR source) cannot be
+    logged in to, and only its entries are left; the run goes on and pins the others."""
+    upstream, _ = registries
+    plugin = push_image(tmp_path / "plugin", upstream, "nvidia/plugin:v1", "plugin")
+    plan = tmp_path / "versions.py"
+    _plan(plan, upstream.host, "http://127.0.0.1:9/charts", OLD)
+    text = plan.read_text().replace('Image("cli", "' + upstream.host + '/aws-cli/aws-cli", "2",',
+                                    'Image("cli", "111122223333.dkr.ecr.me-central-1.amazonaws.com/aws-cli/aws-cli", '
+                                    '"2",')
+    plan.write_text(text)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code, out, err = _pin(capsys, plan, tmp_path, upstream.host, "--only", "plugin", "--only", "cli")
+    assert code == 0, err
+    assert "111122223333.dkr.ecr.me-central-1.amazonaws.com: no ECR login" in err
+    assert "not read: image cli (" in out and f"pinned image plugin v1: {plugin.digest}" in out
+    assert runpy.run_path(str(plan))["IMAGES"]["plugin"].digest == plugin.digest
