@@ -17,11 +17,10 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from components.addons.defaults import GPU_NODE_DAEMONSETS
+from components.addons.defaults import GPU_NODE_DAEMONSETS, SKIP_AWAIT
 from infra.checks.apiserver import containers
 from infra.checks.images import object_id
 
-SKIP_AWAIT = "pulumi.com/skipAwait"
 # Kinds the provider waits on, and whether a replica count says how many pods it waits for.
 AWAITED = {"Deployment": True, "StatefulSet": True, "ReplicaSet": True, "Job": False, "Pod": False}
 # Extended resources only GPU nodes offer (the device plugins'): a pod asking for one waits for such a node.
