@@ -35,12 +35,12 @@ EOF
 } 2>&1 | tee "$out/machine.txt"
 
 rc=0
-timeout 420 python3 bench/train.py --device cuda --out "$out/train-cuda.json" 2>&1 | tee "$out/train.log" || rc=$?
+timeout 480 python3 bench/train.py --device cuda --out "$out/train-cuda.json" 2>&1 | tee "$out/train.log" || rc=$?
 echo "bench/train.py --device cuda exited $rc"
 if [ "$rc" != 0 ]; then
   tmp=$(mktemp -d)
   python3 -c "import sys; sys.path.insert(0, '.'); from workloads.train.data import generate_synthetic_shards as g; g('$tmp/shards', num_shards=2, tokens_per_shard=250000, vocab_size=50304, seed=0)"
-  timeout 240 python3 -m torch.distributed.run --standalone --nproc-per-node=1 -m workloads.train \
+  timeout 90 python3 -m torch.distributed.run --standalone --nproc-per-node=1 -m workloads.train \
     --data "$tmp/shards" --model gpt2-124m --micro-batch 16 --precision bf16 --device cuda --gpu-model h100 \
     --max-steps 40 --log-every 1 --metrics "$out/fallback-124m.jsonl" 2>&1 | tail -40 | tee "$out/fallback.log"
   echo "fallback 124M (eager) exited ${PIPESTATUS[0]}"

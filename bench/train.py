@@ -13,7 +13,8 @@ times slower than fp32), the torch version, and the load before and after.
 The GPU lane first runs what CPU runs never reach, and stops if any fails: fused AdamW with
 the fp16 gradient scaler, NCCL's all_gather_object (every checkpoint gathers the ranks'
 random states), and an exact resume with dropout on, which restores the CUDA generator.
-Then it measures the 124M preset (bf16, torch.compile; the goal is MFU >= 40% on an H100)
+Then it measures the 124M preset at 16 and 32 sequences per step (bf16, torch.compile; the
+goal is MFU >= 40% on an H100)
 and the 1.3B preset (bf16, compile, selective activation checkpointing).
 """
 
@@ -48,9 +49,11 @@ CPU_RUNS = {
     "tp=2 fp32": ["--precision", "fp32", "--tp", "2"],
     "pp=2 1F1B fp32": ["--precision", "fp32", "--pp", "2"],
 }
-# GPU: GPT-2 small, 16 sequences of 1024 tokens per step; GPT-3 XL's shape, 4 of 2048.
+# GPU: GPT-2 small, 16 and 32 sequences of 1024 tokens per step; GPT-3 XL's shape, 4 of 2048.
 GPU_RUNS = {
     "124M bf16+compile": ["--model", "gpt2-124m", "--micro-batch", "16", "--precision", "bf16", "--compile"],
+    "124M bf16+compile, 32 per step": ["--model", "gpt2-124m", "--micro-batch", "32", "--precision", "bf16",
+                                       "--compile"],
     "1.3B bf16+compile+selective AC": ["--model", "gpt-1.3b", "--micro-batch", "4", "--precision", "bf16",
                                        "--compile", "--activation-checkpoint", "selective"],
 }
