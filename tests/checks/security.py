@@ -12,6 +12,8 @@ counts as a new finding, and a new finding fails.
         fetches them all unless told not to); same exit codes
     python -m tests.checks.security image-targets --stack ENV --platform-images JSON
         lists what the deploy scans: `name repository digest platforms`, one image a line
+    (the deploy's scan step itself, which fetches ECR's answers and judges them, is
+    tests/checks/registry_scan.py)
     python -m tests.checks.security snapshot --from <advisory-database git directory>
         rebuilds the committed advisory snapshot from a clone of the PyPA advisory database
 
@@ -761,7 +763,7 @@ def image_targets(environment: str, platform_images: Any) -> list[tuple[str, str
     return targets
 
 
-def _platforms(environment: str) -> list[str]:
+def platforms_of(environment: str) -> list[str]:
     """The platforms the environment's node pools run, as `mlplat mirror` copies them."""
     from infra.catalog import lookup
     from infra.config import ConfigError, load_stack
@@ -952,7 +954,7 @@ def as_text(verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
-def _write_reports(verdict: Verdict, json_path: Path | None, markdown_path: Path | None) -> int:
+def write_reports(verdict: Verdict, json_path: Path | None, markdown_path: Path | None) -> int:
     for path, text in ((json_path, json.dumps(as_json(verdict), indent=1)), (markdown_path, as_markdown(verdict))):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -961,7 +963,7 @@ def _write_reports(verdict: Verdict, json_path: Path | None, markdown_path: Path
     return 1 if verdict.failed else 0
 
 
-def _could_not_run(title: str, error: ScanError, markdown_path: Path | None) -> int:
+def could_not_run(title: str, error: ScanError, markdown_path: Path | None) -> int:
     print(f"{title.lower()}: {error}", file=sys.stderr)
     if markdown_path is not None:  # the comment or summary says it could not run, never nothing
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
@@ -981,8 +983,8 @@ def _images_main(argv: Sequence[str]) -> int:
     try:
         verdict = scan_images(opts.findings, opts.accepted)
     except ScanError as error:
-        return _could_not_run("Image scan", error, opts.markdown)
-    return _write_reports(verdict, opts.json, opts.markdown)
+        return could_not_run("Image scan", error, opts.markdown)
+    return write_reports(verdict, opts.json, opts.markdown)
 
 
 def _image_targets_main(argv: Sequence[str]) -> int:
@@ -1001,7 +1003,7 @@ def _image_targets_main(argv: Sequence[str]) -> int:
             raise ScanError("--platform-images is not JSON; it is the build step's record, {image name: tag@digest}") \
                 from None
         targets = image_targets(environment, built)
-        platforms = ",".join(_platforms(environment))
+        platforms = ",".join(platforms_of(environment))
     except ScanError as error:
         print(f"image targets: {error}", file=sys.stderr)
         return 2
@@ -1039,8 +1041,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdict = scan(opts.advisories, opts.osv_url, opts.accepted, requirements=opts.requirements,
                        venvs=[] if opts.requirements else None, code=opts.code)
     except ScanError as error:
-        return _could_not_run("Security scan", error, opts.markdown)
-    return _write_reports(verdict, opts.json, opts.markdown)
+        return could_not_run("Security scan", error, opts.markdown)
+    return write_reports(verdict, opts.json, opts.markdown)
 
 
 if __name__ == "__main__":

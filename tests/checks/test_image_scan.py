@@ -373,5 +373,5 @@ def test_the_platforms_are_those_the_node_pools_run():
     from infra.config import load_stack
 
     config = load_stack("prod")
-    assert security._platforms("prod") == sorted({lookup(p.instance_type).platform for p in config.node_pools})
-    assert all(p.startswith("linux/") for p in security._platforms("prod"))
+    assert security.platforms_of("prod") == sorted({lookup(p.instance_type).platform for p in config.node_pools})
+    assert all(p.startswith("linux/") for p in security.platforms_of("prod"))
