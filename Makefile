@@ -40,7 +40,7 @@ DEEPSPEED_PINS  := torch==2.13.0 deepspeed==0.19.8
 # The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
 IAM_STAMP     := tests/iam/node_modules/.installed
 
-.PHONY: setup setup-core services preview test check bench smoke up clean
+.PHONY: setup setup-core services preview test fuzz check bench smoke up clean
 
 # The program, the preview and the policy pack: enough for `make preview`.
 setup-core: $(CORE_STAMP)
@@ -108,6 +108,12 @@ endif
 test:
 	@$(MAKE) --no-print-directory -j3 setup services
 	$(BIN)/python -m pytest
+
+# The property-based tests of the readers of user files, for longer: FUZZ_EXAMPLES examples
+# a test (default 20,000), random each run (`make fuzz FUZZ_EXAMPLES=200000`).
+FUZZ_EXAMPLES ?= 20000
+fuzz: setup
+	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -m fuzz -p no:cacheprovider
 
 # Checks of what will be applied: every chart rendered and judged as the API server and the
 # registry will (tests/rendered), the manifests, checkov, the GitHub workflows (schema,

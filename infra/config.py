@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_serializer, model_validator)
 from pydantic.alias_generators import to_camel
@@ -26,6 +25,7 @@ from components import lustre_spec
 from components.training_spec import FRAMEWORKS
 from infra import catalog
 from infra.versions import BUILT, IMAGES, KUBERNETES_VERSION
+from workloads import inputs
 
 PROJECT = "mlplat"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +39,11 @@ DISABLE_DEFAULT_PROVIDERS_KEY = "pulumi:disable-default-providers"
 
 class ConfigError(Exception):
     """A user's configuration mistake: printed as one line, exit code 2."""
+
+
+# A stack file is a few kilobytes; a megabyte is far past any real one and still read in
+# milliseconds.
+STACK_FILE_LIMIT = 1 << 20
 
 
 class _Model(BaseModel):
@@ -1465,27 +1470,15 @@ def read_stack_file(path: Path) -> dict[str, Any]:
 def read_stack_document(path: Path) -> dict[str, Any]:
     """A stack file's whole document (`config:`, `secretsprovider:` ...), checked, or a
     ConfigError naming the file."""
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"{path}: no such stack file")
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such stack file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a stack file; name a Pulumi.<stack>.yaml file") from None
-    except PermissionError:
-        raise ConfigError(f"{path}: cannot be read (permission denied); make it readable by this user") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: is not UTF-8 text (byte {err.start} is {err.object[err.start]:#04x}); a stack "
-                          "file is YAML in UTF-8, so save it as UTF-8, or check it is the file you meant") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot be read ({err.strerror or err}); check the path") from None
-    except yaml.reader.ReaderError as err:  # a character YAML never allows: NUL, most control bytes
-        code = err.character if isinstance(err.character, int) else ord(err.character)
-        raise ConfigError(f"{path}: is not text (character #x{code:04x} at byte {err.position}); a stack file "
-                          "is YAML in UTF-8, so check it is the file you meant") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} is not valid YAML: {getattr(err, 'problem', err)}") from None
+        # Bounded: regular files only, a size cap, duplicate keys refused (the Pulumi CLI
+        # refuses them; a second `mlplat:residency` must not win), aliases and nesting
+        # bounded, string keys only.
+        document = inputs.read_yaml(path, "stack file", STACK_FILE_LIMIT, string_keys=True)
+    except inputs.InputError as err:
+        raise ConfigError(str(err)) from None
     if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
         raise ConfigError(f"{path}: expected a mapping with a `config:` section")
     top = ("config", "secretsprovider", "encryptedkey", "encryptionsalt")

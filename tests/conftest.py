@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property-based tests (Hypothesis): in `make test` a fixed budget of 100 examples a test,
+# derandomized (the same examples every run, so CI is repeatable) and no example database;
+# `make fuzz` runs FUZZ_EXAMPLES a test (default 20,000), random, remembering what failed in
+# .hypothesis/. Whatever a fuzz run finds becomes an @example of its test.
+settings.register_profile("make-test", max_examples=100, derandomize=True, database=None, deadline=None,
+                          print_blob=True)
+settings.register_profile("fuzz", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "20000")), deadline=None,
+                          print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "make-test"))
 
 REPO = Path(__file__).resolve().parent.parent
 # The pack is self-contained in policies/; its rules import as `platform_policies`.

@@ -104,10 +104,10 @@ def test_directory_or_forbidden_stack_file_is_one_line(tmp_path, monkeypatch):
     path = tmp_path / "Pulumi.y.yaml"
     path.write_text("config: {}\n")
 
-    def forbidden(self, *args, **kwargs):  # this runs as root, which chmod cannot stop
-        raise PermissionError(13, "Permission denied", str(self))
+    def forbidden(name, *args, **kwargs):  # this runs as root, which chmod cannot stop
+        raise PermissionError(13, "Permission denied", str(name))
 
-    monkeypatch.setattr(Path, "read_text", forbidden)
+    monkeypatch.setattr("workloads.inputs.os.open", forbidden)
     with pytest.raises(ConfigError, match=r"Pulumi.y.yaml: cannot be read \(permission denied\)"):
         load_stack_file(path)
 
