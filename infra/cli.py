@@ -310,6 +310,10 @@ def _diagram(args: argparse.Namespace) -> int:
     from infra.preview.diagram import architecture_markdown
     from infra.preview.engine import run_preview
 
+    bad = _unwritable([(args.output, "diagram", False)])
+    if bad:
+        print(f"mlplat: error: {bad}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         result = run_preview(args.stack)
     except ConfigError as err:
@@ -321,6 +325,19 @@ def _diagram(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return EXIT_OK
+
+
+def _unwritable(outputs: list[tuple[Path | None, str, bool]]) -> str | None:
+    """The first of (path, what, is a folder) that cannot be written, as one line."""
+    from workloads.inputs import InputError, check_output
+
+    for path, what, folder in outputs:
+        if path is not None:
+            try:
+                check_output(path, what, folder=folder)
+            except InputError as err:
+                return str(err)
+    return None
 
 
 def _preview(args: argparse.Namespace) -> int:
@@ -346,6 +363,23 @@ def _preview(args: argparse.Namespace) -> int:
         print("mlplat: error: --diff-markdown, --diff-json and --detailed-exitcode compare with a base: add "
               "--against BASE.json (the base commit's `mlplat preview --json` report)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    # Where the reports go is checked before anything runs: a directory named as a file, a
+    # file named as a folder or a path that cannot be written is one line, not a traceback
+    # after the whole preview.
+    bad = _unwritable([(args.json, "JSON report", False), (args.markdown, "Markdown report", False),
+                       (args.diff_markdown, "diff Markdown", False), (args.diff_json, "diff JSON", False),
+                       (args.manifests, "Kubernetes manifests", True), (args.out, "reports (--out)", True)])
+    if bad:
+        print(f"mlplat: error: {bad}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.policy_config:  # a misspelt path is refused here, never taken as an empty config
+        from infra.preview.analyzer import load_policy_config
+
+        try:
+            load_policy_config(args.policy_config)
+        except ConfigError as err:
+            print(f"mlplat: error: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     # The base is read and checked before anything runs or is written.
     bases: dict[str, dict] = {}
     if args.against:

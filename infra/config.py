@@ -13,12 +13,13 @@ import ipaddress
 import json
 import re
 import typing
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_serializer, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo,
+                      field_validator, model_serializer, model_validator)
 from pydantic.alias_generators import to_camel
 
 from components import lustre_spec
@@ -38,7 +39,16 @@ DISABLE_DEFAULT_PROVIDERS_KEY = "pulumi:disable-default-providers"
 
 
 class ConfigError(Exception):
-    """A user's configuration mistake: printed as one line, exit code 2."""
+    """A user's configuration mistake: printed as one line, exit code 2. A message that
+    quotes a long value is cut in its middle: its start names where, its end how to fix."""
+
+    LIMIT = 600
+
+    def __init__(self, message: str = "") -> None:
+        message = str(message)
+        if len(message) > self.LIMIT:
+            message = f"{message[:400]} ... ({len(message) - 550:,} characters cut) ... {message[-150:]}"
+        super().__init__(message)
 
 
 # A stack file is a few kilobytes; a megabyte is far past any real one and still read in
@@ -414,6 +424,28 @@ class ClusterConfig(_Model):
 
 DEVICE_PLUGIN_MODES = ("device-plugin", "gpu-operator")
 _DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+
+# AWS's rule for tag values (EC2's, the strictest a default tag meets): at most 256
+# characters; letters, digits, spaces and _ . : / = + - @. Here a space is a space
+# separator (Unicode Zs): no newline, tab, escape or other control character, which would
+# reach every resource's tags and the reports.
+AWS_TAG_VALUE_MAX = 256
+_TAG_PUNCTUATION = frozenset("_.:/=+-@")
+
+
+def _aws_tag_value(value: str) -> str:
+    if len(value) > AWS_TAG_VALUE_MAX:
+        raise ValueError(f"is {len(value):,} characters; an AWS tag value may have at most {AWS_TAG_VALUE_MAX}")
+    for char in value:
+        if not (char in _TAG_PUNCTUATION or unicodedata.category(char)[0] in "LN" or
+                unicodedata.category(char) == "Zs"):
+            raise ValueError(f"{inputs.excerpt(value)} holds {char!r}, which AWS tag values do not allow (letters, "
+                             "digits, spaces and _ . : / = + - @)")
+    return value
+
+
+# A value every AWS resource of the environment carries as a tag (PlatformConfig.default_tags).
+TagValue = Annotated[str, Field(min_length=1), AfterValidator(_aws_tag_value)]
 _GROUP = r"^[A-Za-z0-9][A-Za-z0-9:._@-]{0,127}$"
 
 
@@ -975,8 +1007,8 @@ class PlatformConfig(_Model):
     layer: Literal["cloud"] = "cloud"
     region: str
     environment: Environment
-    owner: str = Field(min_length=1)
-    cost_center: str = Field(min_length=1)
+    owner: TagValue
+    cost_center: TagValue
     data_classification: Literal["public", "internal", "confidential", "restricted"] = "confidential"
     residency: ResidencyConfig = ResidencyConfig()
     storage: StorageConfig = StorageConfig()
@@ -1316,10 +1348,17 @@ def _key_path(loc: tuple[Any, ...], cluster_layer: bool = False) -> str:
     if not loc:
         return f"{PROJECT}:<stack>"
     head, *rest = loc
-    path = AWS_REGION_KEY if head == "region" and not cluster_layer else f"{PROJECT}:{head}"
+    path = AWS_REGION_KEY if head == "region" and not cluster_layer else f"{PROJECT}:{_shown(head)}"
     for part in rest:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        path += f"[{part}]" if isinstance(part, int) else f".{_shown(part)}"
     return path
+
+
+def _shown(key: Any) -> str:
+    """A key as the error line names it: as written, unless it would break the line
+    (a newline, a control character) or run long, then quoted short."""
+    text = str(key)
+    return text if text.isprintable() and len(text) <= 64 else inputs.excerpt(key)
 
 
 def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
@@ -1370,13 +1409,14 @@ def _describe(error: Mapping[str, Any], root: type[BaseModel], cluster: bool = F
         return _unknown_key(root, tuple(error["loc"]), cluster)
     if kind == "missing":
         return "is required but missing"
+    # A value is quoted short: a megabyte-long one must not become a megabyte-long line.
     if kind == "literal_error":
-        return f"{value!r} is not allowed; allowed: {ctx.get('expected')}"
+        return f"{inputs.excerpt(value)} is not allowed; allowed: {ctx.get('expected')}"
     if kind == "string_pattern_mismatch":
-        return f"{value!r} does not match {ctx.get('pattern')}"
+        return f"{inputs.excerpt(value)} does not match {ctx.get('pattern')}"
     if kind == "value_error":
         return str(ctx.get("error", error["msg"]))
-    return f"{value!r}: {error['msg']}"
+    return f"{inputs.excerpt(value)}: {error['msg']}"
 
 
 def parse_config(raw: Mapping[str, Any], source: str, *, from_stack_file: bool = False,
@@ -1413,7 +1453,7 @@ def parse_layer_config(raw: Mapping[str, Any], source: str, *, from_stack_file: 
             known = [DISABLE_DEFAULT_PROVIDERS_KEY] + ([] if cluster else [AWS_REGION_KEY])
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f"did you mean `{close[0]}`? " if close else ""
-            raise ConfigError(f"{source}: {key}: unknown key; {hint}this project reads {reads}")
+            raise ConfigError(f"{source}: {_shown(key)}: unknown key; {hint}this project reads {reads}")
     if from_stack_file and DISABLE_DEFAULT_PROVIDERS_KEY not in raw:
         raise ConfigError(
             f"{source}: {DISABLE_DEFAULT_PROVIDERS_KEY}: is required; set it to [\"*\"] so every "
@@ -1449,7 +1489,7 @@ def _check_default_providers(value: Any, source: str) -> None:
     items = _maybe_json(value)
     if not isinstance(items, list) or not ({"*", "aws"} & set(map(str, items))):
         raise ConfigError(
-            f"{source}: {DISABLE_DEFAULT_PROVIDERS_KEY}: {value!r} leaves the default AWS provider "
+            f"{source}: {DISABLE_DEFAULT_PROVIDERS_KEY}: {inputs.excerpt(value)} leaves the default AWS provider "
             'on; set it to ["*"]'
         )
 
@@ -1460,6 +1500,9 @@ def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
 
 def available_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
+_KEY_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,39}$")
 
 
 def read_stack_file(path: Path) -> dict[str, Any]:
@@ -1484,6 +1527,11 @@ def read_stack_document(path: Path) -> dict[str, Any]:
     top = ("config", "secretsprovider", "encryptedkey", "encryptionsalt")
     unknown = sorted(map(str, set(document) - set(top)))
     if unknown:
+        if not _KEY_LIKE.match(unknown[0]):
+            # Not a misspelt key but another file's content (a link to /etc/shadow, say):
+            # never quoted back.
+            raise ConfigError(f"{path}: does not look like a stack file (its top level is not `config:`); check it "
+                              "is the file you meant")
         close = difflib.get_close_matches(unknown[0], top, n=1, cutoff=0.6)
         hint = f"did you mean `{close[0]}`? " if close else ""
         raise ConfigError(f"{path}: {unknown[0]}: unknown top-level key; {hint}only `config:` is read")
@@ -1508,7 +1556,7 @@ def load_layer(stack: str, stacks_dir: Path = STACKS_DIR) -> LayerConfig:
 
 def _existing_stack_file(stack: str, stacks_dir: Path) -> Path:
     path = stack_file(stack, stacks_dir)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a dangling or looping link is read, and named
         raise ConfigError(
             f"unknown stack {stack!r}: no {_relative(path)}; available: "
             f"{', '.join(available_stacks(stacks_dir)) or 'none'}"
@@ -1558,5 +1606,5 @@ def from_pulumi() -> LayerConfig:
 def _relative(path: Path) -> Path:
     try:
         return path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # elsewhere, or a link that loops
         return path

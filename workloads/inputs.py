@@ -41,10 +41,13 @@ class InputError(ValueError):
 
 
 def excerpt(value: Any, limit: int = EXCERPT) -> str:
-    """A short, one-line, printable quotation of a value for an error message."""
-    text = value if isinstance(value, str) else repr(value)
-    text = text[: limit * 4].encode("unicode_escape").decode("ascii")
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f" (cut; {len(str(value)):,} characters)"
+    """A short, one-line quotation of a value for an error message: its repr (newlines and
+    control characters escaped), cut past `limit` characters with the whole length said."""
+    size = len(value) if isinstance(value, (str, bytes)) else None
+    text = repr(value[: limit * 2] if size is not None and size > limit * 2 else value)
+    if size is None and len(text) <= limit or size is not None and size <= limit * 2 and len(text) <= limit * 2:
+        return text
+    return f"{text[:limit]}... (cut; {size if size is not None else len(text):,} characters)"
 
 
 def _kind(mode: int) -> str:
@@ -278,21 +281,27 @@ def read_json(path: Path | str, what: str, limit: int) -> Any:
 
 def check_output(path: Path | str, what: str, folder: bool = False) -> None:
     """Before any work: a file (or, with `folder`, a directory) the tool will write can be
-    written there. A directory where a file goes, a file where a folder goes, a missing or
-    unwritable parent, or a device are refused."""
+    written there. A directory where a file goes, a file where a folder goes, a device, or
+    a parent that is a file or cannot be written are refused. Missing parents are fine when
+    they can be made: the tools make them (`--out out/base` on a fresh checkout)."""
     path = Path(path)
     if folder:
         if path.exists() and not path.is_dir():
-            raise InputError(f"{path}: is not a directory; --{what} names a folder to write into")
-        target = path if path.exists() else path.parent
+            raise InputError(f"{path}: is not a directory; name a folder for the {what}")
     else:
         if path.is_dir():
             raise InputError(f"{path}: is a directory; name the file to write the {what} to")
         if path.exists() and not path.is_file():
             raise InputError(f"{path}: is {_kind(path.stat().st_mode)}; name a regular file to write the {what} to")
-        target = path.parent
-    target = target if str(target) else Path(".")
-    if not target.is_dir():
-        raise InputError(f"{target}: no such directory for the {what}; create it first")
-    if not os.access(target, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise InputError(f"{path}: cannot be written (permission denied) for the {what}")
+    if path.exists():
+        if not os.access(path, os.W_OK) or (folder and not os.access(path, os.X_OK)):
+            raise InputError(f"{path}: cannot be written (permission denied) for the {what}")
+        if not folder:
+            return
+    ancestor = path.absolute().parent if not path.exists() else path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(f"{ancestor}: is not a directory, so the {what} cannot be written under it")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"{ancestor}: cannot be written (permission denied), so the {what} cannot be written there")

@@ -8,7 +8,6 @@ them to `AnalyzeStack`; those calls go through a relay process (infra/preview/re
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -26,8 +25,10 @@ from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from infra.config import REPO_ROOT, ConfigError
 from infra.preview.mocks import Registration
 from infra.preview.relay import CHANNEL_OPTIONS, FrameWriter, last_line, read_frame
+from workloads import inputs
 
 PACK_DIR = REPO_ROOT / "policies"
+POLICY_CONFIG_LIMIT = 1 << 20  # the prod config is a few kilobytes
 # Stack policies name the resource types they judge as `scope:<type>` tags, so evidence
 # can be counted per resource for them too.
 SCOPE_TAG = "scope:"
@@ -80,13 +81,17 @@ class Verdict:
 
 
 def load_policy_config(path: Path | None) -> dict[str, Any]:
-    """A `--policy-pack-config` file, as the CLI reads it."""
-    if path is None or not path.exists():
+    """A `--policy-pack-config` file, as the CLI reads it. A path that names nothing is
+    refused, never taken as an empty config (every rule would run at its defaults, and a
+    misspelt path would pass unnoticed)."""
+    if path is None:
         return {}
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"{path}: no such policy pack config; name the file (default policies/config/<env>.json)")
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: line {err.lineno}: not valid JSON: {err.msg}") from None
+        data = inputs.read_json(path, "policy pack config", POLICY_CONFIG_LIMIT)
+    except inputs.InputError as err:
+        raise ConfigError(str(err)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object of policy names")
     return data
