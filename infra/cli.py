@@ -294,11 +294,13 @@ def _docs(args: argparse.Namespace) -> int:
     from infra.config import available_stacks
     from infra.preview.component_docs import update_readme
     from infra.preview.engine import run_preview
+    from workloads.inputs import check_output, read_text
 
     try:
-        text = args.readme.read_text()
+        text = read_text(args.readme, "README", 4 << 20)
+        check_output(args.readme, "README")
         updated = update_readme(text, [run_preview(stack) for stack in available_stacks()])
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError) as err:  # InputError is a ValueError
         print(f"mlplat: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     args.readme.write_text(updated)

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.skopeo import RegistryError, Skopeo, host_of
+from workloads import inputs
 
 AWAITING_RULE, AWAITING_KEY = "k8s-images-pinned", "awaitingPin"
+PLAN_LIMIT = 1 << 20  # infra/versions.py is about 30 kB
 
 
 class PinError(Exception):
@@ -68,8 +70,11 @@ class Outcome:
 def read_plan(path: Path, region: str) -> list[Entry]:
     """Every mirrored image and chart of the plan file, with where its digest is written."""
     try:
-        data = path.read_bytes()
+        # Bounded first: a FIFO or a device named as the plan is refused, never read forever.
+        data = inputs.read_bytes(path, "plan file", PLAN_LIMIT)
         scope = runpy.run_path(str(path))
+    except inputs.InputError as err:
+        raise PinError(str(err)) from None
     except (OSError, SyntaxError) as err:
         raise PinError(f"{path}: cannot be read as the plan ({err}); name infra/versions.py or a copy of it") from None
     images, charts = scope.get("IMAGES"), scope.get("CHARTS")

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workloads import inputs
+
 SKOPEO = "skopeo"
 ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com$")
 # Media types of a list of per-platform manifests.
@@ -187,9 +189,10 @@ def _last_message(stderr: str) -> str:
 
 
 def _read_auths(path: Path) -> dict[str, Any]:
+    # Bounded: a FIFO or device named by REGISTRY_AUTH_FILE is skipped, never read forever.
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = inputs.read_json(path, "registry login file", 1 << 20)
+    except inputs.InputError:
         return {}
     auths = data.get("auths") if isinstance(data, dict) else None
     return auths if isinstance(auths, dict) else {}

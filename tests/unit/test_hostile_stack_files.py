@@ -209,3 +209,15 @@ def test_any_value_in_a_real_stack_is_a_config_or_one_line(key, value, how):
     except ConfigError as err:
         message = str(err)
         assert "\n" not in message and len(message) <= 650, message[:700]
+
+
+def test_the_plan_file_and_readme_are_read_bounded(tmp_path, capsys):
+    os.mkfifo(tmp_path / "fifo")
+    for argv, says in ((["pin", "--dry-run", "--versions", "/dev/zero"], "/dev/zero: is a character device, not a "
+                                                                          "plan file"),
+                       (["pin", "--dry-run", "--versions", str(tmp_path / "fifo")], "is a FIFO (named pipe), not a "
+                                                                                    "plan file"),
+                       (["docs", "--readme", str(tmp_path / "fifo")], "is a FIFO (named pipe), not a README")):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
