@@ -1,8 +1,11 @@
 """What the trainer does inside a process group, observed from the inside: run under torchrun
 by tests/workloads/test_parallel.py, it writes one JSON report (rank 0) with
 
-- `collectives`: gradient reductions (all-reduce, reduce-scatter) the profiler saw in one
-  optimizer step with 1 and with 4 accumulation micro-steps, for DDP and FSDP2;
+- `collectives`: for DDP and FSDP2, with 1 and with 4 accumulation micro-steps, the
+  reductions (all-reduce, reduce-scatter, by operation) the profiler saw in one optimizer
+  step (`.../sync`), in the same step with every gradient sync turned off (`.../nosync`:
+  what the step reduces besides gradients), and how many gradient reductions the model's
+  structure calls for (`.../expected`: DDP's gradient buckets, FSDP2's sharded modules);
 - `dropout`: a digest of each rank's forward output on the same input, weights and model;
 - `meta`: for the 6.7B preset built on the meta device in several layouts, each rank's
   parameter elements and what each parameter's placements are.
@@ -24,6 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 from workloads.train import parallel as par
 from workloads.train.data import ShardedTokens
 from workloads.train.shapes import PRESETS, Layout
+from workloads.train import train
 from workloads.train.train import Trainer, build_parser, init_runtime
 
 GRADIENT_REDUCTIONS = ("c10d::allreduce_", "c10d::_reduce_scatter_base_", "c10d::reduce_scatter_",
@@ -36,16 +40,34 @@ def trainer(data: str, *flags: str) -> Trainer:
     return Trainer(args, RUNTIME)
 
 
-def reductions_per_step(data: str, strategy: str, accumulation: int) -> int:
-    """Gradient reductions in one step, less the step's own loss all-reduce and the
-    gradient norm's (counted in a step without backward sync: see below)."""
+def reductions_per_step(data: str, strategy: str, accumulation: int, sync: bool = True) -> tuple[dict, int]:
+    """(the reductions the profiler counted in one step, by operation; the gradient
+    reductions the model's structure calls for per step). With `sync` off, every micro-step
+    runs without gradient sync, so what is left is what the step reduces besides gradients."""
     t = trainer(data, "--strategy", strategy, "--grad-accum", str(accumulation))
     tokens = ShardedTokens(data, t.seq_len, seed=1)
     t.train_step(tokens)  # warm-up: FSDP2's lazy init, DDP's bucket rebuild
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        t.train_step(tokens)
-    counts = Counter(e.name for e in prof.events())
-    return sum(counts[name] for name in GRADIENT_REDUCTIONS)
+    real = train.gradient_sync
+    if not sync:
+        train.gradient_sync = lambda module, model, sync: real(module, model, False)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t.train_step(tokens)
+    finally:
+        train.gradient_sync = real
+    counts = Counter(e.name for e in prof.events() if e.name in GRADIENT_REDUCTIONS)
+    return dict(counts), expected_reductions(t)
+
+
+def expected_reductions(t: Trainer) -> int:
+    """One all-reduce per DDP gradient bucket; one reduce-scatter per FSDP2-sharded module."""
+    module = getattr(t.parallel.callables[0], "_orig_mod", t.parallel.callables[0])
+    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        sizes = str(module._get_ddp_logging_data().get("bucket_sizes", ""))
+        return len([s for s in sizes.split(",") if s.strip()])
+    from torch.distributed.fsdp import FSDPModule
+
+    return sum(isinstance(m, FSDPModule) for part in t.parallel.modules for m in part.modules())
 
 
 def dropout_digest(data: str, *flags: str) -> str:
@@ -80,7 +102,14 @@ def main() -> None:
     opts = cli.parse_args()
     RUNTIME = init_runtime("cpu")
     report: dict = {"world_size": RUNTIME.world_size}
-    report["collectives"] = {f"{s}/{a}": reductions_per_step(opts.data, s, a) for s in ("ddp", "fsdp") for a in (1, 4)}
+    report["collectives"] = {}
+    for strategy in ("ddp", "fsdp"):
+        for accumulation in (1, 4):
+            key = f"{strategy}/{accumulation}"
+            synced, expected = reductions_per_step(opts.data, strategy, accumulation)
+            unsynced, _ = reductions_per_step(opts.data, strategy, accumulation, sync=False)
+            report["collectives"].update({f"{key}/sync": synced, f"{key}/nosync": unsynced,
+                                          f"{key}/expected": expected})
     digests = {}
     for name, flags in (("ddp", ()), ("tp2", ("--strategy", "fsdp", "--tp", "2"))):
         mine = dropout_digest(opts.data, *flags)

@@ -71,12 +71,22 @@ def probe(shards, tmp_path_factory):
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_accumulation_micro_steps_reduce_no_gradients(probe, strategy):
-    """One step of 4 micro-batches makes as many reductions as one of 1: only the last
-    micro-step syncs. (Syncing on every micro-step makes 4 x the gradient reductions.)"""
+@pytest.mark.parametrize("accumulation", [1, 4])
+def test_each_step_reduces_each_gradient_exactly_once(probe, strategy, accumulation):
+    """One step's gradient reductions are exactly one per DDP bucket (all-reduces beyond
+    those of the same step with gradient sync off: its loss) or one reduce-scatter per
+    FSDP2-sharded module, with 1 micro-batch or 4: a trainer that never syncs makes none,
+    one that syncs every micro-step makes 4 x as many."""
     counts = probe["collectives"]
-    assert counts[f"{strategy}/1"] > 0
-    assert counts[f"{strategy}/4"] == counts[f"{strategy}/1"]
+    key = f"{strategy}/{accumulation}"
+    synced, unsynced, expected = counts[f"{key}/sync"], counts[f"{key}/nosync"], counts[f"{key}/expected"]
+    assert expected > 0
+    if strategy == "ddp":
+        op = "c10d::allreduce_"
+        assert synced.get(op, 0) - unsynced.get(op, 0) == expected, counts
+    else:
+        op = "c10d::_reduce_scatter_base_"
+        assert synced.get(op, 0) == expected and unsynced.get(op, 0) == 0, counts
 
 
 def test_dropout_masks_differ_between_data_parallel_ranks(probe):
