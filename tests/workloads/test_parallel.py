@@ -156,14 +156,32 @@ def full_state(checkpoint, into):
     return torch.load(into, weights_only=False)
 
 
+def reshard(shards, saved, out, *layout) -> dict:
+    """The checkpoint loaded into `layout` (fp32) and saved again under out/again; the loss
+    and gradient norm of one pass of the loaded model."""
+    ok(torchrun(2, "tests.workloads.reshard", "--checkpoint", str(saved), "--resaved", str(out / "again"),
+                "--step-out", str(out / "step.json"), "--",
+                *flags(shards, out, "--strategy", "fsdp", "--precision", "fp32", "--dropout", "0.1", *layout)))
+    return json.loads((out / "step.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def source_pass(shards, fsdp_runs, tmp_path_factory):
+    """The pass in the checkpoint's own layout (dp=2, 2 samples each: the same 4 samples)."""
+    return reshard(shards, fsdp_runs["bf16"] / "ckpt" / "step_00000003", tmp_path_factory.mktemp("source"),
+                   "--micro-batch", "2")
+
+
 @pytest.mark.parametrize("layout", [("--tp", "2"), ("--pp", "2")], ids=["tp2", "pp2"])
-def test_checkpoint_reshards_into_another_layout(shards, tmp_path, fsdp_runs, layout):
+def test_checkpoint_reshards_into_another_layout(shards, tmp_path, fsdp_runs, source_pass, layout):
     """A dp=2 checkpoint loaded into tp=2 (or pp=2) and written straight back is the same
-    checkpoint: model, optimizer, scheduler and progress, tensor for tensor."""
+    checkpoint: model, optimizer, scheduler and progress, tensor for tensor; and the loaded
+    model computes what it computed in its own layout: the same loss and gradient norm on
+    the same batch, forward and backward."""
     saved = fsdp_runs["bf16"] / "ckpt" / "step_00000003"
-    ok(torchrun(2, "tests.workloads.reshard", "--checkpoint", str(saved), "--resaved", str(tmp_path / "again"), "--",
-                *flags(shards, tmp_path, "--strategy", "fsdp", "--micro-batch", "4", "--precision", "bf16", "--dropout", "0.1",
-                       *layout)))
+    step = reshard(shards, saved, tmp_path, "--micro-batch", "4", *layout)
+    assert step["loss"] == pytest.approx(source_pass["loss"], rel=1e-5)
+    assert step["grad_norm"] == pytest.approx(source_pass["grad_norm"], rel=1e-4)
     before = full_state(saved, tmp_path / "before.pt")
     after = full_state(tmp_path / "again" / "step_00000003", tmp_path / "after.pt")
     assert before["progress"] == after["progress"] and before["scheduler"] == after["scheduler"]
