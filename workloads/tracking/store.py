@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from workloads.hashing import file_sha256
 
 MANIFEST = "manifest.json"
+MANIFEST_LIMIT = 16 << 20  # a 7B model's sharded checkpoint lists a few thousand files: under 1 MB
 FORMAT = "mlplat.checkpoint/v1"
 
 
@@ -35,6 +38,15 @@ class StoredFile(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     bytes: int = Field(ge=0)
 
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, value: str) -> str:
+        # A manifest names files inside its checkpoint: `a/../../x` would be written
+        # outside the folder the download goes to.
+        if any(part in ("", ".", "..") for part in value.split("/")):
+            raise ValueError(f"{value!r} leaves the checkpoint's folder or has an empty part")
+        return value
+
 
 class CheckpointManifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,6 +57,14 @@ class CheckpointManifest(BaseModel):
     dataset: str  # the dataset version trained on
     files: tuple[StoredFile, ...] = Field(min_length=1)
     config: dict[str, Any]  # the checkpoint's config.json (model, precision, layout)
+
+    @field_validator("files")
+    @classmethod
+    def _once(cls, files: tuple[StoredFile, ...]) -> tuple[StoredFile, ...]:
+        paths = [f.path for f in files]
+        if len(set(paths)) != len(paths):
+            raise ValueError("a file is listed twice")
+        return files
 
 
 @dataclass(frozen=True)
@@ -136,9 +156,11 @@ def read_manifest(manifest_uri: str, region: str | None = None) -> tuple[Checkpo
 
     where = Location.parse(manifest_uri)
     try:
-        body = _s3(region).get_object(Bucket=where.bucket, Key=where.key)["Body"].read()
+        body = _s3(region).get_object(Bucket=where.bucket, Key=where.key)["Body"].read(MANIFEST_LIMIT + 1)
     except (BotoCoreError, ClientError) as err:
         raise _client_error(err, f"cannot read checkpoint manifest {manifest_uri}") from None
+    if len(body) > MANIFEST_LIMIT:
+        raise StoreError(f"{manifest_uri}: larger than {MANIFEST_LIMIT:,} bytes; not a checkpoint manifest")
     try:
         return CheckpointManifest.model_validate_json(body), hashlib.sha256(body).hexdigest()
     except ValidationError as err:
@@ -157,15 +179,27 @@ def download(manifest_uri: str, into: Path, *, expect_sha256: str | None = None,
                          "was replaced after it was registered")
     root = Location.parse(manifest_uri.rsplit("/", 1)[0])
     target = into / root.key.rsplit("/", 1)[-1]
-    s3 = _s3(region)
-    for entry in manifest.files:
-        path = target / entry.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            s3.download_file(root.bucket, root.child(entry.path).key, str(path))
-        except (BotoCoreError, ClientError) as err:
-            raise _client_error(err, f"cannot read {root.child(entry.path).uri}") from None
-        if file_sha256(path) != entry.sha256:
-            raise StoreError(f"{root.child(entry.path).uri}: does not match its manifest (sha256 differs); the "
-                             "stored checkpoint is damaged")
+    if target.exists():
+        raise StoreError(f"{target}: already exists; download into an empty folder")
+    # Into a folder beside the target, renamed to it only once every file matched: a
+    # damaged or missing file leaves nothing behind that a resume could take for the
+    # checkpoint. Only what the manifest lists is read; other objects under the prefix are
+    # not the checkpoint's.
+    into.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=into))
+    try:
+        s3 = _s3(region)
+        for entry in manifest.files:
+            path = partial / entry.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                s3.download_file(root.bucket, root.child(entry.path).key, str(path))
+            except (BotoCoreError, ClientError) as err:
+                raise _client_error(err, f"cannot read {root.child(entry.path).uri}") from None
+            if file_sha256(path) != entry.sha256:
+                raise StoreError(f"{root.child(entry.path).uri}: does not match its manifest (sha256 differs); the "
+                                 "stored checkpoint is damaged")
+        partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return target
