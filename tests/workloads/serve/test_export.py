@@ -111,3 +111,29 @@ def test_int8_that_loses_the_answers_is_not_published(tiny_gpt, tmp_path, monkey
         export_checked(model, tmp_path / "model.onnx", vocab_size=config.vocab_size,
                        max_sequence=config.block_size, precision="int8")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("top1, overlap, published", [
+    (0.96, 0.50, True),   # top-1 holds: published, however the rest of the top k moved
+    (0.94, 0.99, False),  # the top k held but top-1 did not: refused
+    (0.9499, 1.0, False),
+    (0.95, 0.0, True),    # the gate is 95% top-1 agreement, inclusive
+])
+def test_the_int8_gate_is_top1_agreement_at_95_percent(tiny_gpt, tmp_path, monkeypatch, top1, overlap, published):
+    """The gate at its boundary, with the measured agreement constructed: 0.94 refused and
+    0.96 published, judged on top-1 agreement alone, against the literal 95%."""
+    import workloads.serve.export as export
+
+    model, config = tiny_gpt
+    monkeypatch.setattr(export, "agreement", lambda *a, **k: export.Agreement(
+        requests=256, top1=top1, top_k_overlap=overlap, mean_kl=0.01, max_abs_diff=0.5))
+    path = tmp_path / "model.onnx"
+    if published:
+        result = export_checked(model, path, vocab_size=config.vocab_size, max_sequence=config.block_size,
+                                precision="int8")
+        assert result.agreement.top1 == top1 and path.is_file()
+    else:
+        with pytest.raises(ParityError, match=r"agrees on 9\d\.\d% of 256 requests \(< 95%\)"):
+            export_checked(model, path, vocab_size=config.vocab_size, max_sequence=config.block_size,
+                           precision="int8")
+        assert list(tmp_path.iterdir()) == []
