@@ -73,7 +73,7 @@ def test_parity_check_catches_a_different_model(tiny_gpt, exported):
     from workloads.train.model import GPT
 
     other = GPT(tiny_gpt[1])  # fresh weights: not what was exported
-    with pytest.raises(ParityError, match=r"ONNX Runtime differs from PyTorch by .* \(> 0.0001\) at batch 1"):
+    with pytest.raises(ParityError, match=r"ONNX Runtime differs from PyTorch by .* \(> 0.0001\) at batch 3, sequence 7"):
         check_parity(other, exported.path, vocab_size=VOCAB, max_sequence=CONTEXT)
 
 
@@ -137,3 +137,45 @@ def test_the_int8_gate_is_top1_agreement_at_95_percent(tiny_gpt, tmp_path, monke
             export_checked(model, path, vocab_size=config.vocab_size, max_sequence=config.block_size,
                            precision="int8")
         assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("shapes", [((3, 7), (8, 16)), None], ids=["longer-requests", "default-shapes"])
+def test_parity_catches_a_graph_that_drops_the_last_token(tiny_gpt, tmp_path, monkeypatch, shapes):
+    """A graph that answers for the token before the last is refused as a difference from
+    PyTorch's answers, by the comparison itself: on requests of several tokens (no
+    one-token request to crash it), and with the default shapes, as a ParityError either
+    way, never a runtime's own exception."""
+    import workloads.serve.export as export
+    from workloads.serve.export import NextToken, export_onnx
+
+    model, config = tiny_gpt
+
+    def dropped(self, ids):
+        logits = self.model(ids[:, :-1] if ids.shape[1] > 1 else ids)[:, -1, :].float()
+        logprobs, top_ids = torch.topk(torch.log_softmax(logits, dim=-1), self.top_k, dim=-1)
+        return logits, top_ids, logprobs
+
+    monkeypatch.setattr(NextToken, "forward", dropped)
+    path = tmp_path / "model.onnx"
+    export_onnx(model, path, vocab_size=config.vocab_size, max_sequence=config.block_size)
+    monkeypatch.undo()  # PyTorch's side of the comparison answers for the last token again
+    with pytest.raises(ParityError, match=r"differ|above"):
+        check_parity(model, path, vocab_size=config.vocab_size, max_sequence=config.block_size,
+                     **({"shapes": shapes} if shapes else {}))
+    assert (1, 1) in export.PARITY_SHAPES  # the default shapes hold the one-token request
+
+
+def test_a_graph_the_runtime_cannot_run_is_a_parity_error(tiny_gpt, tmp_path, monkeypatch):
+    """The one-token request that crashes such a graph inside ONNX Runtime is a ParityError
+    naming the request, not the runtime's own exception."""
+    from workloads.serve.export import NextToken, export_onnx
+
+    model, config = tiny_gpt
+    monkeypatch.setattr(NextToken, "forward", lambda self, ids: (
+        lambda logits: (logits, *reversed(torch.topk(torch.log_softmax(logits, -1), self.top_k, -1))))(
+        self.model(ids[:, :-1] if ids.shape[1] > 1 else ids)[:, -1, :].float()))
+    export_onnx(model, tmp_path / "model.onnx", vocab_size=config.vocab_size, max_sequence=config.block_size)
+    monkeypatch.undo()
+    with pytest.raises(ParityError, match=r"the ONNX graph fails on a request of 1 x 1 tokens, which PyTorch answers"):
+        check_parity(model, tmp_path / "model.onnx", vocab_size=config.vocab_size, max_sequence=config.block_size,
+                     shapes=((1, 1),))
