@@ -1,6 +1,8 @@
-"""The architecture picture: the offline preview's component tree as a Mermaid flowchart
-(GitHub renders it), kept in docs/architecture.md and regenerated with
-`mlplat diagram --stack prod --output docs/architecture.md`."""
+"""The architecture pictures: the offline preview's component tree as a Mermaid flowchart
+(GitHub renders it), one per layer of prod, kept in docs/architecture.md (the cloud layer)
+and docs/architecture-cluster.md (the cluster layer) and regenerated with
+`mlplat diagram --stack prod --output docs/architecture.md` and
+`mlplat diagram --stack prod-cluster --output docs/architecture-cluster.md`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from infra.preview.report import PreviewResult
 HEADER = """# Architecture
 
 Generated from the offline preview's component tree of the `{stack}` stack by
-`mlplat diagram --stack {stack} --output docs/architecture.md`; do not edit by hand.
+`mlplat diagram --stack {stack} --output docs/{file}`; do not edit by hand.
 Boxes are components (`ComponentResource`s); each leaf line counts the cloud or Kubernetes
 resources a component declares. {total} resources in all, in {region}.
 
@@ -71,6 +73,13 @@ def mermaid(result: PreviewResult) -> str:
     return "\n".join(lines)
 
 
+def picture_file(stack: str) -> str:
+    """Where a stack's picture is kept: each layer its own file, so regenerating one never
+    overwrites the other."""
+    return "architecture-cluster.md" if stack.endswith("-cluster") else "architecture.md"
+
+
 def architecture_markdown(result: PreviewResult) -> str:
-    head = HEADER.format(stack=result.stack, total=len(result.registrations), region=result.region)
+    head = HEADER.format(stack=result.stack, file=picture_file(result.stack), total=len(result.registrations),
+                         region=result.region)
     return head + "```mermaid\n" + mermaid(result) + "\n```\n"
