@@ -385,14 +385,14 @@ def _preview(args: argparse.Namespace) -> int:
     # The base is read and checked before anything runs or is written.
     bases: dict[str, dict] = {}
     if args.against:
-        from infra.config import CLUSTER_SUFFIX
         from infra.preview.diff import BaseReportError, read_base_report
+        from infra.preview.engine import environment_stacks
 
-        stacks = [args.env, f"{args.env}{CLUSTER_SUFFIX}"] if args.env else [args.stack]
+        stacks = environment_stacks(args.env) if args.env else [args.stack]
         if args.env and not args.against.is_dir():
             print(f"mlplat: error: --against {args.against}: with --env, name the folder that `mlplat preview --env "
-                  f"{args.env} --out DIR` wrote on the base commit (it holds {stacks[0]}.json and {stacks[1]}.json)",
-                  file=sys.stderr)
+                  f"{args.env} --out DIR` wrote on the base commit (it holds "
+                  f"{' and '.join(f'{s}.json' for s in stacks)})", file=sys.stderr)
             return EXIT_BAD_INPUT
         try:
             bases = {stack: read_base_report(args.against, stack) for stack in stacks}

@@ -12,6 +12,7 @@ from typing import Any
 from infra.checks.admission import refusals
 from infra.config import (
     CLUSTER_SUFFIX,
+    CUSTOMER_ENVIRONMENTS,
     PROJECT,
     REPO_ROOT,
     ClusterLayerConfig,
@@ -195,6 +196,14 @@ def run_preview(
     )
 
 
+def environment_stacks(environment: str) -> list[str]:
+    """The stacks of an environment, in the order they apply: its cloud layer and its
+    cluster layer, or, on a customer's own cluster, its one cluster-layer stack."""
+    if environment in CUSTOMER_ENVIRONMENTS:
+        return [environment]
+    return [environment, f"{environment}{CLUSTER_SUFFIX}"]
+
+
 def run_environment(environment: str, config: LayerConfig | None = None,
                     progress: Progress = lambda _msg: None) -> list[PreviewResult]:
     """Both layers of an environment: the cloud layer's preview (of `config`, or its stack
@@ -203,7 +212,10 @@ def run_environment(environment: str, config: LayerConfig | None = None,
 
     Both layers share one policy config, so they share one pack process: each layer is
     still its own Analyze and AnalyzeStack session, as each `pulumi up` would be, and the
-    second start-up is saved."""
+    second start-up is saved. A customer's environment (onprem) is one stack, a cluster
+    layer whose descriptor is in its own stack file: it is previewed alone."""
+    if environment_stacks(environment) == [environment]:
+        return [run_preview(environment, config=config, progress=progress)]
     stack = f"{environment}{CLUSTER_SUFFIX}"
     cluster_config = load_layer(stack)
     if not isinstance(cluster_config, ClusterLayerConfig) or cluster_config.cloud_stack is None:

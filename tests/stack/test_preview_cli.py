@@ -47,6 +47,15 @@ def test_env_preview_writes_both_layers(tmp_path):
     assert any((tmp_path / "dev-cluster-manifests").rglob("*.yaml"))
 
 
+def test_env_preview_of_a_customer_site_is_its_one_stack(tmp_path):
+    """onprem is one cluster-layer stack whose descriptor is in its own file: --env previews
+    it alone (it has no onprem-cluster to look for)."""
+    done = run("preview", "--env", "onprem", "--out", str(tmp_path), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["onprem-manifests", "onprem.json", "onprem.md"]
+    assert json.loads((tmp_path / "onprem.json").read_text())["stack"] == "onprem"
+
+
 def test_unknown_stack_is_one_line_exit_2():
     done = run("preview", "--stack", "nosuch", "--quiet")
     assert done.returncode == 2
