@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import time
@@ -329,6 +330,15 @@ def _diagram(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _terminal(text: str) -> str:
+    """Text for a terminal or a CI log: names from a base report or a pull request's program
+    may hold escape sequences (colours, cursor moves, a hidden line), shown escaped instead."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _unwritable(outputs: list[tuple[Path | None, str, bool]]) -> str | None:
     """The first of (path, what, is a folder) that cannot be written, as one line."""
     from workloads.inputs import InputError, check_output
@@ -438,7 +448,7 @@ def _preview(args: argparse.Namespace) -> int:
         if bases:
             changed = _compare(result, bases[result.stack], args) or changed
         else:
-            print(verdict_text(result) if args.quiet else plan_text(result))
+            print(_terminal(verdict_text(result) if args.quiet else plan_text(result)))
         progress(f"{result.stack} done in {result.seconds:.1f}s")
     code = max(result.exit_code for result in results)
     return EXIT_CHANGES if args.detailed_exitcode and code == EXIT_OK and changed else code
@@ -453,8 +463,8 @@ def _compare(result, base: dict, args: argparse.Namespace) -> bool:
     from infra.preview.report import verdict_text
 
     diff = diff_reports(base, as_read(result.report))  # the head as its JSON report reads, as the base does
-    print(diff.summary() if args.quiet else diff_text(diff))
-    print(verdict_text(result).splitlines()[0] if args.quiet else verdict_text(result))
+    print(_terminal(diff.summary() if args.quiet else diff_text(diff)))
+    print(_terminal(verdict_text(result).splitlines()[0] if args.quiet else verdict_text(result)))
     markdown = args.out / f"{result.stack}.diff.md" if args.out else args.diff_markdown
     data = args.out / f"{result.stack}.diff.json" if args.out else args.diff_json
     if markdown:

@@ -238,16 +238,14 @@ def _reject_constant(name: str) -> float:
 
 
 def depth_of(value: Any, limit: int = MAX_DEPTH) -> int:
-    """How deeply lists and objects nest in a parsed value (iterative: never recursion)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, depth)
-            if deepest > limit:
-                return deepest
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
+    """How deeply lists and objects nest in a parsed value: one level at a time, keeping
+    only lists and objects (never recursion; a report of millions of leaves stays fast)."""
+    depth, level = 0, [value] if isinstance(value, (dict, list)) else []
+    while level and depth <= limit:
+        depth += 1
+        level = [child for item in level for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, (dict, list))]
+    return depth
 
 
 def load_json(text: str | bytes, source: str) -> Any:

@@ -14,22 +14,30 @@ for a pull request's comment and as JSON. It is a pure function of the two repor
 Resources are matched by URN, as the engine matches them: a renamed or re-parented
 resource is one removed and one added (unless an alias moves it, which the report does not
 show).
+
+The base report is a file CI (or a user) hands over: it is read bounded (workloads/inputs.py)
+and its shape checked for every field the diff reads before the preview runs, and every
+name, level, URN and value that reaches the Markdown is escaped (infra/preview/markdown.py).
 """
 
 from __future__ import annotations
 
 import functools
 import gc
-import html
 import json
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
+from pydantic import BaseModel, ConfigDict, FailFast, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from infra.preview.markdown import md_code, md_text
 from infra.preview.report import CHART_TYPE, HELM_RELEASE, REPORT_VERSION
+from workloads import inputs
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 _SIGN = {ADDED: "+", REMOVED: "-", CHANGED: "~"}
@@ -42,6 +50,15 @@ MARKDOWN_BUDGET = 7_000  # characters per stack
 MARKDOWN_PATHS = 8  # per resource
 FLIP_VIOLATIONS = 10  # per flipped rule
 TEXT_PATHS = 40  # per resource, in the terminal
+# Input paths in one diff, all resources together: every leaf of every resource of prod-cluster
+# (the largest report) is 90,000. A resource past what is left is one change, its whole
+# inputs before and after (a hostile base report of millions of leaves stays small).
+MAX_PATHS = 200_000
+# The largest base report read. prod-cluster's is the largest report: 6.9 MB in November 2026
+# (its CRDs' schemas are most of it; prod's is 0.35 MB), so 12 MiB leaves it room to grow by
+# three quarters. A file this size of the costliest JSON to read (a list of four million
+# `{}`) takes about 6 s and 650 MB to refuse on two cores; 16 MiB came near the gigabyte.
+BASE_REPORT_LIMIT = 12 << 20
 
 
 class BaseReportError(ValueError):
@@ -87,18 +104,23 @@ def read_base_report(path: Path, stack: str) -> dict[str, Any]:
         if not path.exists():
             raise BaseReportError(f"base report folder {path.parent} holds no {path.name}; {how}")
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise BaseReportError(f"base report {path}: no such file; {how}") from None
-    except OSError as err:
-        raise BaseReportError(f"base report {path}: cannot read it ({err.strerror or err}); {how}") from None
+        raw = inputs.read_bytes(path, "base report", BASE_REPORT_LIMIT)
+    except inputs.InputError as err:  # missing, a FIFO or device, too big, unreadable
+        raise BaseReportError(f"base report {err}; {how}") from None
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BaseReportError(f"base report {path} is not JSON (not UTF-8 text); {how}") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise BaseReportError(f"base report {path} is not JSON (line {err.lineno}, column {err.colno}: "
-                              f"{err.msg}); {how}") from None
+        data = inputs.load_json(text, f"base report {path}")
+    except inputs.InputError as err:
+        # load_json keeps the decoder's error as the context of its own: its line and
+        # column say where a hand-edited report went wrong.
+        syntax = err.__context__
+        if isinstance(syntax, json.JSONDecodeError):
+            raise BaseReportError(f"base report {path} is not JSON (line {syntax.lineno}, column {syntax.colno}: "
+                                  f"{syntax.msg}); {how}") from None
+        raise BaseReportError(f"{err}; {how}") from None  # nested too deep, a huge number, NaN
     return check_base_report(data, stack, str(path))
 
 
@@ -116,32 +138,153 @@ def check_base_report(data: Any, stack: str, where: str = "(in memory)") -> dict
         raise BaseReportError(f"base report {where} is not an mlplat preview report (no `stack` and `resources`); "
                               f"{again}")
     version = data.get("reportVersion")
-    if version == REPORT_VERSION and not _well_formed(data):
-        raise BaseReportError(f"base report {where} is a damaged report (a resource without urn, type, name or "
-                              f"inputs, or a malformed violation or policy row); {again}")
-    if version != REPORT_VERSION:
+    if type(version) is not int or version != REPORT_VERSION:  # true and 1.0 are no version 1
         said = "has no reportVersion (an mlplat before report versions wrote it)" if version is None else \
-            f"is report version {version!r}"
+            f"is report version {inputs.excerpt(version)}"
         raise BaseReportError(f"base report {where} {said}, and this mlplat reads version {REPORT_VERSION}; "
                               f"{again}")
+    damage = shape_problem(data)
+    if damage:
+        raise BaseReportError(f"base report {where} is a damaged report: {damage}; {again}")
     if data["stack"] != stack:
-        raise BaseReportError(f"base report {where} is the preview of stack {data['stack']!r}, not {stack!r}; pass "
-                              f"the base's report of {stack} (`--out DIR` writes DIR/{stack}.json)")
+        raise BaseReportError(f"base report {where} is the preview of stack {inputs.excerpt(data['stack'])}, not "
+                              f"{stack!r}; pass the base's report of {stack} (`--out DIR` writes DIR/{stack}.json)")
     return data
 
 
-def _well_formed(data: dict[str, Any]) -> bool:
-    resources_ok = all(isinstance(r, dict) and isinstance(r.get("urn"), str) and isinstance(r.get("type"), str)
-                       and isinstance(r.get("name"), str) and isinstance(r.get("inputs", {}), dict)
-                       and isinstance(r.get("evidence", {}), dict) for r in data["resources"])
-    violations_ok = isinstance(data.get("violations", []), list) and all(
-        isinstance(v, dict) and isinstance(v.get("policy"), str) and isinstance(v.get("message"), str)
-        for v in data.get("violations", []))
-    policies_ok = isinstance(data.get("policies", []), list) and all(
-        isinstance(row, dict) and isinstance(row.get("policy"), str)
-        and all(isinstance(row.get(k), int) for k in ("checked", "passed", "failed"))
-        for row in data.get("policies", []))
-    return resources_ok and violations_ok and policies_ok and isinstance(data.get("summary", {}), dict)
+# --- the base report's shape ----------------------------------------------------------------
+# Every field the diff reads (diff_reports and the renderings), with the type it reads it
+# as; the diff indexes nothing else. A field the diff reads with a default may be absent;
+# the rest the report writer (infra/preview/report.py to_json) always writes. Strict: "1"
+# is no count, 1 no boolean. Fields the diff does not read (charts, advisories, timings)
+# are ignored, so a report that adds fields keeps its version.
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", alias_generator=to_camel)
+
+
+# A list stops at its first bad item: the error names one place, and a report of a
+# million bad items is not a million errors.
+_Strings = Annotated[list[str], FailFast()]
+
+
+class _Evidence(_Shape):
+    passed: _Strings = []
+    failed: _Strings = []
+
+
+class _Resource(_Shape):
+    urn: str
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    # Compared as the resource's options: absent is a value of its own.
+    parent: str | None = None
+    region: str | None = None
+    provider: str | None = None
+    protect: bool = False
+    retain_on_delete: bool = False
+    evidence: _Evidence | None = None
+
+
+class _Metadata(_Shape):
+    name: str | None = None
+    namespace: str | None = None
+
+
+class _KubernetesObject(_Shape):
+    """A Kubernetes object's inputs, as far as its label (`Kind namespace/name`) reads them."""
+    api_version: str
+    kind: str
+    metadata: _Metadata | None = None
+
+
+class _Violation(_Shape):
+    policy: str
+    level: str
+    message: str
+    urn: str | None = None
+
+
+class _PolicyRow(_Shape):
+    policy: str
+    level: str
+    checked: int = Field(ge=0)
+    passed: int = Field(ge=0)
+    failed: int = Field(ge=0)
+
+
+class _Summary(_Shape):
+    passed: bool
+
+
+class _Report(_Shape):
+    stack: str
+    region: str
+    resources: Annotated[list[_Resource], FailFast()]
+    violations: Annotated[list[_Violation], FailFast()]
+    policies: Annotated[list[_PolicyRow], FailFast()]
+    engine_errors: _Strings
+    summary: _Summary
+
+
+def shape_problem(data: dict[str, Any]) -> str | None:
+    """The first place where `data` is not the report the diff reads, as `path: problem`;
+    None where it is."""
+    try:
+        _Report.model_validate(data)
+    except ValidationError as err:
+        return _first_problem(err)
+    # Which resources are Kubernetes objects depends on their type and inputs, now vouched for.
+    for index, resource in enumerate(data["resources"]):
+        if _is_object(resource):
+            try:
+                _KubernetesObject.model_validate(resource["inputs"])
+            except ValidationError as err:
+                return _first_problem(err, ("resources", index, "inputs"))
+    return None
+
+
+def _first_problem(err: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
+    error = err.errors(include_url=False)[0]
+    return f"{_json_path(prefix + tuple(error['loc']))}: {_problem(error)}"
+
+
+def _json_path(loc: tuple[Any, ...]) -> str:
+    """('resources', 3, 'urn') -> 'resources[3].urn'."""
+    path = ""
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else _key(path, str(part))
+    return path or "(the report)"
+
+
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
+             "list_type": "a list", "dict_type": "an object", "model_type": "an object"}
+
+
+def _problem(error: dict[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "missing"
+    if kind in _EXPECTED:
+        return f"is {_json_kind(error['input'])}, not {_EXPECTED[kind]}"
+    if kind == "greater_than_equal":
+        return f"is {error['input']}, below 0"
+    return inputs.excerpt(error["msg"])
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (a value itself may be long or hostile)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    for kind, name in ((str, "a string"), (int, "an integer"), (float, "a number"), (list, "a list"),
+                       (dict, "an object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 # --- input paths ---------------------------------------------------------------------------
@@ -167,13 +310,38 @@ def _named(items: list[Any]) -> dict[str, Any] | None:
     return by_name if len(by_name) == len(items) else None
 
 
-def changed_paths(before: Any, after: Any, path: str = "") -> list[PathChange]:
+def changed_paths(before: Any, after: Any, path: str = "", limit: int = MAX_PATHS) -> list[PathChange]:
     """Every leaf path whose value differs, ABSENT on the side that lacks it. Lists of named
     objects are matched by name where the two sides share a name (so an inserted item is one
-    change, not a shift of every index); other lists by index."""
-    out: list[PathChange] = []
-    _walk(before, after, path, out)
-    return out
+    change, not a shift of every index); other lists by index. Past `limit` changes the
+    whole value is one change, before and after: nobody reads more, and a base report's list
+    of a million numbers against the head's short one is not a million changes."""
+    out = _Paths(limit)
+    try:
+        _walk(before, after, path, out)
+    except _TooManyPaths:
+        return [PathChange(path or "(whole value)", before, after)]
+    return list(out)
+
+
+class _TooManyPaths(Exception):
+    """More than the limit of a value's leaves changed."""
+
+
+class _Paths(list):
+    """The changes found so far, at most `limit` of them."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def room(self) -> int:
+        return self.limit - len(self)
+
+    def add(self, change: PathChange) -> None:
+        self.append(change)
+        if len(self) > self.limit:
+            raise _TooManyPaths
 
 
 def _identical(before: Any, after: Any) -> bool:
@@ -192,13 +360,15 @@ def _dump(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _walk(before: Any, after: Any, path: str, out: list[PathChange]) -> None:
+def _walk(before: Any, after: Any, path: str, out: _Paths) -> None:
     if _identical(before, after):
         return
     if isinstance(before, dict) and isinstance(after, dict):
         _walk_keyed(before, after, lambda key: _key(path, str(key)), out)
         return
     if isinstance(before, list) and isinstance(after, list):
+        if abs(len(before) - len(after)) > out.room():  # as many items are added or removed
+            raise _TooManyPaths
         old, new = _named(before), _named(after)
         if old is not None and new is not None and old.keys() & new.keys():
             _walk_keyed(old, new, lambda name: f"{path}[name={name}]", out)
@@ -207,18 +377,20 @@ def _walk(before: Any, after: Any, path: str, out: list[PathChange]) -> None:
         return
     if before == after and isinstance(before, bool) == isinstance(after, bool):
         return  # containers alike but for key order, or 1 against 1.0
-    out.append(PathChange(path or "(whole value)", before, after))
+    out.add(PathChange(path or "(whole value)", before, after))
 
 
 def _walk_keyed(before: dict[Any, Any], after: dict[Any, Any], at: Callable[[Any], str],
-                out: list[PathChange]) -> None:
+                out: _Paths) -> None:
     """Both sides' entries by key (a mapping's keys, a named list's names, a list's indices),
     the base's order first: removed, added, or walked into."""
+    if len(before.keys() - after.keys()) + len(after.keys() - before.keys()) > out.room():
+        raise _TooManyPaths  # counted before a path is made for each
     for key in [*before, *(k for k in after if k not in before)]:
         if key not in after:
-            out.append(PathChange(at(key), before[key], ABSENT))
+            out.add(PathChange(at(key), before[key], ABSENT))
         elif key not in before:
-            out.append(PathChange(at(key), ABSENT, after[key]))
+            out.add(PathChange(at(key), ABSENT, after[key]))
         else:
             _walk(before[key], after[key], at(key), out)
 
@@ -364,12 +536,14 @@ def diff_reports(base: dict[str, Any], head: dict[str, Any]) -> ReportDiff:
         else:
             resources.append(change)
 
+    paths_left = MAX_PATHS
     for urn, old in before.items():
         new = after.get(urn)
         if new is None:
             add(ResourceChange(REMOVED, urn, old["type"], old["name"], evidence=old.get("evidence") or {}), old)
         elif not _identical(old, new):
-            paths = tuple(changed_paths(old.get("inputs"), new.get("inputs")))
+            paths = tuple(changed_paths(old.get("inputs"), new.get("inputs"), limit=paths_left))
+            paths_left = max(paths_left - len(paths), 0)
             options = tuple(PathChange(o, old.get(o, ABSENT), new.get(o, ABSENT)) for o in _OPTIONS
                             if old.get(o, ABSENT) != new.get(o, ABSENT))
             moved = old.get("evidence") != new.get("evidence")
@@ -400,6 +574,7 @@ def diff_reports(base: dict[str, Any], head: dict[str, Any]) -> ReportDiff:
     old_violations = {_violation_key(v): v for v in base.get("violations") or []}
     new_violations = {_violation_key(v): v for v in head.get("violations") or []}
     old_errors, new_errors = base.get("engineErrors") or [], head.get("engineErrors") or []
+    old_error_set, new_error_set = set(old_errors), set(new_errors)
     return ReportDiff(
         stack=head["stack"],
         region=head.get("region", "?"),
@@ -411,8 +586,8 @@ def diff_reports(base: dict[str, Any], head: dict[str, Any]) -> ReportDiff:
         policies=policies,
         violations_new=[v for k, v in new_violations.items() if k not in old_violations],
         violations_resolved=[v for k, v in old_violations.items() if k not in new_violations],
-        engine_errors_new=[e for e in new_errors if e not in set(old_errors)],
-        engine_errors_resolved=[e for e in old_errors if e not in set(new_errors)],
+        engine_errors_new=[e for e in new_errors if e not in old_error_set],
+        engine_errors_resolved=[e for e in old_errors if e not in new_error_set],
     )
 
 
@@ -485,14 +660,13 @@ def diff_text(diff: ReportDiff) -> str:
     flips = diff.flips
     if flips:
         lines += ["", "Policy verdicts that flipped:"]
+        new, resolved = _by_policy(diff.violations_new), _by_policy(diff.violations_resolved)
         for p in flips:
             lines.append(f"  {_policy_line(p)}")
-            for v in diff.violations_new:
-                if v["policy"] == p.policy:
-                    lines.append(f"    + {_message(v)}" + (f"\n      {v['urn']}" if v.get("urn") else ""))
-            for v in diff.violations_resolved:
-                if v["policy"] == p.policy:
-                    lines.append(f"    - resolved: {_message(v)}")
+            for v in new.get(p.policy, []):
+                lines.append(f"    + {_message(v)}" + (f"\n      {v['urn']}" if v.get("urn") else ""))
+            for v in resolved.get(p.policy, []):
+                lines.append(f"    - resolved: {_message(v)}")
     flipped = {p.policy for p in flips}
     others = [v for v in diff.violations_new if v["policy"] not in flipped]
     resolved = [v for v in diff.violations_resolved if v["policy"] not in flipped]
@@ -536,92 +710,112 @@ def _shown(change: ResourceChange) -> list[tuple[PathChange, str]]:
 
 def _code(text: Any) -> str:
     """Inline code that no value can break out of (a value may come from a fork's PR)."""
-    return f"<code>{html.escape(str(text), quote=False)}</code>"
+    return f"<code>{md_text(text)}</code>"
 
 
 @_without_gc
 def diff_markdown(diff: ReportDiff, budget: int = MARKDOWN_BUDGET) -> str:
     """The pull request comment's section for one stack: the summary, the verdict flips,
-    then the details folded, within about `budget` characters (the JSON diff has the rest)."""
+    then the details folded, within about `budget` characters (the JSON diff has the rest).
+    Every name and value in it is escaped (md_text, md_code): the base report and the head's
+    program may both come from a pull request."""
     icon = "✅" if diff.passed_after else "❌"
-    summary = html.escape(diff.summary().replace(" -> ", " → "), quote=False)
-    out = [f"### {icon} `{diff.stack}` ({diff.region})", "", f"**{summary}**", ""]
+    summary = md_text(diff.summary().replace(" -> ", " → "))
+    out = [f"### {icon} {md_code(diff.stack)} ({md_text(diff.region)})", "", f"**{summary}**", ""]
     if not diff.changed:
         return "\n".join(out)
+    # The budget goes first to the flips, then to the evidence table, then to the folded
+    # sections in order (a base report may hold any number of rules and violations).
+    left = budget - len("\n".join(out))
     flips = diff.flips
     if flips:
-        out += ["**Policy verdicts that flipped**", ""]
-        for p in flips:
-            mark = "❌" if p.status_after == "failed" else "✅" if p.status_after == "passed" else "➖"
-            out.append(f"- {mark} {_code(_policy_line(p).replace(' -> ', ' → '))}")
-            lines = [f"  - new: {html.escape(_message(v), quote=False)}" + (f" ({_code(v['urn'])})" if v.get("urn")
-                                                                           else "")
-                     for v in diff.violations_new if v["policy"] == p.policy]
-            lines += [f"  - resolved: {html.escape(_message(v), quote=False)}"
-                      for v in diff.violations_resolved if v["policy"] == p.policy]
-            out += lines[:FLIP_VIOLATIONS]
-            if len(lines) > FLIP_VIOLATIONS:
-                out.append(f"  - … {len(lines) - FLIP_VIOLATIONS} more ({_ELSEWHERE})")
-        out.append("")
+        new, resolved = _by_policy(diff.violations_new), _by_policy(diff.violations_resolved)
+        body, left = _within((_flip_entry(p, new.get(p.policy, []), resolved.get(p.policy, [])) for p in flips),
+                             len(flips), left)
+        out += ["**Policy verdicts that flipped**", "", *body, ""]
     flipped = {p.policy for p in flips}
-    others = [v for v in diff.violations_new if v["policy"] not in flipped]
-    resolved = [v for v in diff.violations_resolved if v["policy"] not in flipped]
-    sections: list[tuple[str, list[list[str]]]] = []
-    if others or resolved:
-        sections.append((f"Violations: {len(others)} new, {len(resolved)} resolved",
-                         [[f"- new `{v['policy']}` ({v['level']}): {html.escape(_message(v), quote=False)}"]
-                          for v in others]
-                         + [[f"- resolved `{v['policy']}` ({v['level']}): {html.escape(_message(v), quote=False)}"]
-                            for v in resolved]))
-    if diff.engine_errors_new or diff.engine_errors_resolved:
-        sections.append((f"Engine errors: {len(diff.engine_errors_new)} new, {len(diff.engine_errors_resolved)} "
-                         "resolved",
-                         [[f"- new: {_code(e)}"] for e in diff.engine_errors_new]
-                         + [[f"- resolved: {_code(e)}"] for e in diff.engine_errors_resolved]))
-    for title, changes in (("Resources", diff.resources), ("Kubernetes objects", diff.objects)):
-        if changes:
-            counts = Counter(c.action for c in changes)
-            sections.append((f"{title}: {counts[ADDED]} added, {counts[CHANGED]} changed, {counts[REMOVED]} removed",
-                             [_markdown_entry(c) for c in changes]))
     counted = [p for p in diff.policies if p.policy not in flipped]
     evidence: list[str] = []
     if counted:
-        rows = ["| rule | level | checked | passed | failed |", "|---|---|---:|---:|---:|"]
-        for p in counted:
-            b, a = p.before or {}, p.after or {}
-            rows.append(f"| `{p.policy}` | {p.level} | " + " | ".join(
-                f"{b.get(k, '-')} → {a.get(k, '-')}" if b.get(k) != a.get(k) else f"{a.get(k, '-')}"
-                for k in ("checked", "passed", "failed")) + " |")
-        evidence = _folded(f"Policy evidence: {len(counted)} rules' counts moved", rows)
-    # What is left of the budget goes to the sections in order; the evidence table (one
-    # row per rule at most) always fits.
-    left = budget - len("\n".join(out)) - len("\n".join(evidence))
-    for title, entries in sections:
-        body: list[str] = []
-        shown = 0
-        for entry in entries:
-            size = sum(len(line) + 1 for line in entry)
-            if size > left:
-                break
-            body += entry
-            left -= size
-            shown += 1
-        if shown < len(entries):
-            body.append(f"- … {len(entries) - shown} more not shown here ({_ELSEWHERE})")
-            left = 0
-        out += _folded(title, body)
+        rows, left = _within(([_evidence_row(p)] for p in counted), len(counted), left)
+        evidence = _folded(f"Policy evidence: {len(counted)} rules' counts moved",
+                           ["| rule | level | checked | passed | failed |", "|---|---|---:|---:|---:|", *rows])
+    others = [v for v in diff.violations_new if v["policy"] not in flipped]
+    resolved_others = [v for v in diff.violations_resolved if v["policy"] not in flipped]
+    if others or resolved_others:
+        entries = [*(("new", v) for v in others), *(("resolved", v) for v in resolved_others)]
+        body, left = _within(([f"- {said} {md_code(v['policy'])} ({md_text(v['level'])}): {md_text(_message(v))}"]
+                              for said, v in entries), len(entries), left)
+        out += _folded(f"Violations: {len(others)} new, {len(resolved_others)} resolved", body)
+    if diff.engine_errors_new or diff.engine_errors_resolved:
+        entries = [*(("new", e) for e in diff.engine_errors_new),
+                   *(("resolved", e) for e in diff.engine_errors_resolved)]
+        body, left = _within(([f"- {said}: {_code(e)}"] for said, e in entries), len(entries), left)
+        out += _folded(f"Engine errors: {len(diff.engine_errors_new)} new, {len(diff.engine_errors_resolved)} resolved",
+                       body)
+    for title, changes in (("Resources", diff.resources), ("Kubernetes objects", diff.objects)):
+        if changes:
+            counts = Counter(c.action for c in changes)
+            body, left = _within((_markdown_entry(c) for c in changes), len(changes), left)
+            out += _folded(f"{title}: {counts[ADDED]} added, {counts[CHANGED]} changed, {counts[REMOVED]} removed",
+                           body)
     return "\n".join(out + evidence)
 
 
 _ELSEWHERE = "the JSON diff lists every change: `--diff-json`, or `<stack>.diff.json` in CI's preview-report artifact"
 
 
+def _within(entries: Iterable[list[str]], count: int, left: int) -> tuple[list[str], int]:
+    """The lines of as many of the `count` entries as fit in `left` characters, in order,
+    and what is left; a line says how many more there are. Entries past the first that does
+    not fit are never made."""
+    lines: list[str] = []
+    shown = 0
+    for entry in entries:
+        size = sum(len(line) + 1 for line in entry)
+        if size > left:
+            break
+        lines += entry
+        left -= size
+        shown += 1
+    if shown < count:
+        lines.append(f"- … {count - shown} more not shown here ({_ELSEWHERE})")
+        left = 0
+    return lines, left
+
+
+def _by_policy(violations: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for v in violations:
+        grouped.setdefault(v["policy"], []).append(v)
+    return grouped
+
+
+def _flip_entry(p: PolicyChange, new: list[dict[str, Any]], resolved: list[dict[str, Any]]) -> list[str]:
+    """A flipped rule and its violations that came or went, FLIP_VIOLATIONS at most."""
+    mark = "❌" if p.status_after == "failed" else "✅" if p.status_after == "passed" else "➖"
+    lines = [f"  - new: {md_text(_message(v))}" + (f" ({_code(v['urn'])})" if v.get("urn") else "")
+             for v in new[:FLIP_VIOLATIONS]]
+    lines += [f"  - resolved: {md_text(_message(v))}" for v in resolved[:FLIP_VIOLATIONS - len(lines)]]
+    more = len(new) + len(resolved) - len(lines)
+    if more > 0:
+        lines.append(f"  - … {more} more ({_ELSEWHERE})")
+    return [f"- {mark} {_code(_policy_line(p).replace(' -> ', ' → '))}", *lines]
+
+
+def _evidence_row(p: PolicyChange) -> str:
+    b, a = p.before or {}, p.after or {}
+    counts = (f"{b.get(k, '-')} → {a.get(k, '-')}" if b.get(k) != a.get(k) else f"{a.get(k, '-')}"
+              for k in ("checked", "passed", "failed"))
+    return f"| {md_code(p.policy)} | {md_text(p.level)} | " + " | ".join(counts) + " |"
+
+
 def _markdown_entry(c: ResourceChange) -> list[str]:
     if c.object:
-        lines = [f"- **{_SIGN[c.action]}** {_code(c.object)}" + (f" in release `{c.release}`" if c.release else "")
-                 + f" <sub>{_code(c.urn)}</sub>"]
+        lines = [f"- **{_SIGN[c.action]}** {_code(c.object)}" + (f" in release {md_code(c.release)}" if c.release
+                                                                  else "") + f" <sub>{_code(c.urn)}</sub>"]
     else:
-        lines = [f"- **{_SIGN[c.action]}** `{c.name}` <sub>{_code(c.type)} {_code(c.urn)}</sub>"]
+        lines = [f"- **{_SIGN[c.action]}** {md_code(c.name)} <sub>{_code(c.type)} {_code(c.urn)}</sub>"]
     shown = _shown(c)
     for p, option in shown[:MARKDOWN_PATHS]:
         before, after = _pair(p)
@@ -629,14 +823,14 @@ def _markdown_entry(c: ResourceChange) -> list[str]:
     if len(shown) > MARKDOWN_PATHS:
         lines.append(f"  - … {len(shown) - MARKDOWN_PATHS} more paths")
     if c.action == ADDED:
-        lines.append(f"  - {_evidence_line(c.evidence)}")
+        lines.append(f"  - {md_text(_evidence_line(c.evidence))}")
     elif c.evidence_before is not None and _evidence_moved(c):
-        lines.append(f"  - evidence: {_evidence_moved(c)}")
+        lines.append(f"  - evidence: {md_text(_evidence_moved(c))}")
     return lines
 
 
 def _folded(summary: str, body: list[str]) -> list[str]:
-    return [f"<details><summary>{html.escape(summary, quote=False)}</summary>", "", *body, "", "</details>", ""]
+    return [f"<details><summary>{md_text(summary)}</summary>", "", *body, "", "</details>", ""]
 
 
 @_without_gc
@@ -660,6 +854,7 @@ def diff_json(diff: ReportDiff) -> dict[str, Any]:
             row["evidenceBefore"] = c.evidence_before
         return row
 
+    flipped = {p.policy for p in diff.flips}  # once: a base report may hold any number of rules
     return {
         "reportVersion": REPORT_VERSION,
         "stack": diff.stack,
@@ -669,7 +864,7 @@ def diff_json(diff: ReportDiff) -> dict[str, Any]:
         "resources": [change(c) for c in diff.resources],
         "kubernetesObjects": [change(c) for c in diff.objects],
         "policies": [{"policy": p.policy, "level": p.level, "before": p.before, "after": p.after,
-                      "flipped": p in diff.flips} for p in diff.policies],
+                      "flipped": p.policy in flipped} for p in diff.policies],
         "violations": {"new": diff.violations_new, "resolved": diff.violations_resolved},
         "engineErrors": {"new": diff.engine_errors_new, "resolved": diff.engine_errors_resolved},
     }

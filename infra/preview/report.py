@@ -18,13 +18,16 @@ from infra.preview.analyzer import Verdict
 from infra.preview.charts import CHART_TYPE, ChartRender
 from infra.preview.mocks import Registration
 from infra.preview.pools import node_pool_lines
+from infra.preview.markdown import md_code, md_text
 from infra.preview.storage_report import storage_inventory, storage_markdown
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-# The JSON report's format. Raise it when a field a reader relies on (`mlplat preview
-# --against` reads `stack`, `resources[].urn/type/name/parent/inputs/protect/
-# retainOnDelete/region/provider/evidence`, `violations`, `policies`, `engineErrors` and
-# `summary.passed`) changes meaning or goes; adding a field keeps it.
+# The JSON report's format. Raise it when a field a reader relies on changes meaning or
+# goes; adding a field keeps it. `mlplat preview --against` reads `stack`, `region`,
+# `resources[].urn/type/name/parent/inputs/protect/retainOnDelete/region/provider/evidence`
+# (a Kubernetes object's `inputs.apiVersion/kind/metadata.name/namespace`), `violations[]
+# .policy/level/urn/message`, `policies[].policy/level/checked/passed/failed`,
+# `engineErrors` and `summary.passed`: infra/preview/diff.py checks each (`_Report`).
 REPORT_VERSION = 1
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 
@@ -278,27 +281,28 @@ def to_markdown(result: PreviewResult) -> str:
     summary = data["summary"]
     status = "✅ passed" if summary["passed"] else "❌ blocked"
     out = [
-        f"## Preview of `{result.stack}` ({result.region}): {status}",
+        f"## Preview of {md_code(result.stack)} ({md_text(result.region)}): {status}",
         "",
         f"{summary['resources']} resources; {summary['mandatoryViolations']} mandatory and "
         f"{summary['advisoryViolations']} advisory violations; {summary['engineErrors']} engine errors.",
         "",
     ]
     if result.engine_errors:
-        out += ["### Engine errors", ""] + [f"- {e}" for e in result.engine_errors] + [""]
+        out += ["### Engine errors", ""] + [f"- {md_text(e)}" for e in result.engine_errors] + [""]
     supply = supply_line(result)
     out += [supply, ""] if supply else []
     if data["violations"]:
         out += ["### Violations", "", "| policy | level | resource | message |", "|---|---|---|---|"]
         for v in data["violations"]:
-            out.append(f"| `{v['policy']}` | {v['level']} | `{_short(v['urn'])}` | {_cell(v['message'])} |")
+            out.append(f"| {md_code(v['policy'])} | {md_text(v['level'])} | {md_code(_short(v['urn']))} | "
+                       f"{md_text(v['message'])} |")
         out.append("")
     out += ["### Evidence by policy", "", "| policy | control | level | checked | passed | failed |",
             "|---|---|---|---:|---:|---:|"]
     for row in data["policies"]:
         control = row["control"]
         ref = " ".join(x for x in (control.get("name"), control.get("reference")) if x) or "-"
-        out.append(f"| `{row['policy']}` | {_cell(ref)} | {row['level']} | {row['checked']} | "
+        out.append(f"| {md_code(row['policy'])} | {md_text(ref)} | {md_text(row['level'])} | {row['checked']} | "
                    f"{row['passed']} | {row['failed']} |")
     if data["charts"]:
         out += ["", "### Helm charts", "",
@@ -307,27 +311,23 @@ def to_markdown(result: PreviewResult) -> str:
                 "| release | chart | objects | images | violations | refusals | hooks not run |",
                 "|---|---|---:|---:|---:|---:|---:|"]
         for c in data["charts"]:
-            chart = f"`{c['chart']}@{c['version']}`" if c["rendered"] else "not rendered (unknown input)"
-            out.append(f"| `{c['release']}` | {chart} | {c['objects']} | {len(c['images'])} | {c['violations']} | "
-                       f"{c['refusals']} | {len(c['hooksNotRun'])} |")
+            chart = md_code(f"{c['chart']}@{c['version']}") if c["rendered"] else "not rendered (unknown input)"
+            out.append(f"| {md_code(c['release'])} | {chart} | {c['objects']} | {len(c['images'])} | "
+                       f"{c['violations']} | {c['refusals']} | {len(c['hooksNotRun'])} |")
         out += ["", "<details><summary>Images by release</summary>", ""]
         for c in data["charts"]:
-            out += [f"- `{c['release']}`: " + ", ".join(f"`{i}`" for i in c["images"])]
+            out += [f"- {md_code(c['release'])}: " + ", ".join(md_code(i) for i in c["images"])]
         out += ["", "</details>"]
     by_urn = result.by_urn
     out += ["", *storage_markdown(storage_inventory(result.registrations, lambda r: resource_region(r, by_urn)))]
     out += ["", "<details><summary>Resources by type</summary>", "", "| type | count |", "|---|---:|"]
-    out += [f"| `{t}` | {n} |" for t, n in summary["byType"].items()]
+    out += [f"| {md_code(t)} | {n} |" for t, n in summary["byType"].items()]
     out += ["", "</details>", ""]
     return "\n".join(out)
 
 
 def _short(urn: str | None) -> str:
     return urn.split("::")[-1] if urn else "(stack)"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def kubernetes_objects(result: PreviewResult) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from infra.preview.markdown import md_code, md_text
 from infra.preview.mocks import Registration
 
 KMS_KEY = "aws:kms/key:Key"
@@ -80,16 +81,16 @@ def storage_markdown(rows: list[StorageRow]) -> list[str]:
     repositories = [r for r in rows if r.kind == "ECR repository"]
     for row in rows:
         if row.kind != "ECR repository":
-            out.append(f"| {row.kind} | `{row.name}` | {_key(row)} | {row.region} |")
+            out.append(f"| {row.kind} | {md_code(row.name)} | {_key(row)} | {md_text(row.region)} |")
     groups: dict[tuple[str, str], list[StorageRow]] = {}
     for row in repositories:
         groups.setdefault((row.key, row.region), []).append(row)
     for (key, region), group in sorted(groups.items()):
-        names = ", ".join(f"`{r.name}`" for r in group)
-        out.append(f"| ECR repository ×{len(group)} | {names} | {_key(group[0])} | {region} |")
+        names = ", ".join(md_code(r.name) for r in group)
+        out.append(f"| ECR repository ×{len(group)} | {names} | {_key(group[0])} | {md_text(region)} |")
     out.append("")
     return out
 
 
 def _key(row: StorageRow) -> str:
-    return f"`{row.key}`" if row.key else "**none: not encrypted with a customer-managed key**"
+    return md_code(row.key) if row.key else "**none: not encrypted with a customer-managed key**"

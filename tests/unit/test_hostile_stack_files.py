@@ -221,3 +221,10 @@ def test_the_plan_file_and_readme_are_read_bounded(tmp_path, capsys):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err
+
+
+def test_names_reach_the_terminal_with_their_escape_sequences_shown_not_run():
+    from infra.cli import _terminal
+
+    assert _terminal("policy \x1b[2K\x1b[1A\rall passed\x07\nnext\tline") == \
+        "policy \\x1b[2K\\x1b[1A\\x0dall passed\\x07\nnext\tline"
