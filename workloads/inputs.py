@@ -50,6 +50,13 @@ def excerpt(value: Any, limit: int = EXCERPT) -> str:
     return f"{text[:limit]}... (cut; {size if size is not None else len(text):,} characters)"
 
 
+def shown(path: Path | str) -> str:
+    """A path as an error line names it: as given, unless it holds a newline or a control
+    character, which would break the line (then quoted, escaped)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -68,22 +75,22 @@ def read_bytes(path: Path | str, what: str, limit: int) -> bytes:
         # open; O_NOCTTY: a terminal is never made ours.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file; check the path of the {what}") from None
+        raise InputError(f"{shown(path)}: no such file; check the path of the {what}") from None
     except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a {what}") from None
+        raise InputError(f"{shown(path)}: is a directory, not a {what}") from None
     except PermissionError:
-        raise InputError(f"{path}: cannot be read (permission denied); make the {what} readable by this user") \
+        raise InputError(f"{shown(path)}: cannot be read (permission denied); make the {what} readable by this user") \
             from None
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise InputError(f"{path}: is a symbolic link that loops; point it at the {what}") from None
-        raise InputError(f"{path}: cannot be read ({err.strerror or err}); check the path of the {what}") from None
+            raise InputError(f"{shown(path)}: is a symbolic link that loops; point it at the {what}") from None
+        raise InputError(f"{shown(path)}: cannot be read ({err.strerror or err}); check the path of the {what}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{path}: is {_kind(info.st_mode)}, not a {what}; name the file itself")
+            raise InputError(f"{shown(path)}: is {_kind(info.st_mode)}, not a {what}; name the file itself")
         if info.st_size > limit:
-            raise InputError(f"{path}: is {info.st_size:,} bytes; a {what} may be at most {limit:,}")
+            raise InputError(f"{shown(path)}: is {info.st_size:,} bytes; a {what} may be at most {limit:,}")
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))
@@ -92,10 +99,10 @@ def read_bytes(path: Path | str, what: str, limit: int) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            raise InputError(f"{path}: grew past {limit:,} bytes while read; a {what} may be at most {limit:,}")
+            raise InputError(f"{shown(path)}: grew past {limit:,} bytes while read; a {what} may be at most {limit:,}")
         return b"".join(chunks)
     except OSError as err:
-        raise InputError(f"{path}: cannot be read ({err.strerror or err}); check the path of the {what}") from None
+        raise InputError(f"{shown(path)}: cannot be read ({err.strerror or err}); check the path of the {what}") from None
     finally:
         os.close(fd)
 
@@ -106,7 +113,7 @@ def read_text(path: Path | str, what: str, limit: int) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise InputError(f"{path}: is not UTF-8 text (byte {err.start} is {data[err.start]:#04x}); a {what} is "
+        raise InputError(f"{shown(path)}: is not UTF-8 text (byte {err.start} is {data[err.start]:#04x}); a {what} is "
                          "UTF-8 text, so check it is the file you meant") from None
 
 
@@ -268,11 +275,11 @@ def load_json(text: str | bytes, source: str) -> Any:
 
 
 def read_yaml(path: Path | str, what: str, limit: int, string_keys: bool = False) -> Any:
-    return load_yaml(read_text(path, what, limit), str(path), string_keys=string_keys)
+    return load_yaml(read_text(path, what, limit), shown(path), string_keys=string_keys)
 
 
 def read_json(path: Path | str, what: str, limit: int) -> Any:
-    return load_json(read_text(path, what, limit), str(path))
+    return load_json(read_text(path, what, limit), shown(path))
 
 
 # --- output paths ---------------------------------------------------------------------------
@@ -285,21 +292,21 @@ def check_output(path: Path | str, what: str, folder: bool = False) -> None:
     path = Path(path)
     if folder:
         if path.exists() and not path.is_dir():
-            raise InputError(f"{path}: is not a directory; name a folder for the {what}")
+            raise InputError(f"{shown(path)}: is not a directory; name a folder for the {what}")
     else:
         if path.is_dir():
-            raise InputError(f"{path}: is a directory; name the file to write the {what} to")
+            raise InputError(f"{shown(path)}: is a directory; name the file to write the {what} to")
         if path.exists() and not path.is_file():
-            raise InputError(f"{path}: is {_kind(path.stat().st_mode)}; name a regular file to write the {what} to")
+            raise InputError(f"{shown(path)}: is {_kind(path.stat().st_mode)}; name a regular file to write the {what} to")
     if path.exists():
         if not os.access(path, os.W_OK) or (folder and not os.access(path, os.X_OK)):
-            raise InputError(f"{path}: cannot be written (permission denied) for the {what}")
+            raise InputError(f"{shown(path)}: cannot be written (permission denied) for the {what}")
         if not folder:
             return
     ancestor = path.absolute().parent if not path.exists() else path.absolute()
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise InputError(f"{ancestor}: is not a directory, so the {what} cannot be written under it")
+        raise InputError(f"{shown(ancestor)}: is not a directory, so the {what} cannot be written under it")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise InputError(f"{ancestor}: cannot be written (permission denied), so the {what} cannot be written there")
+        raise InputError(f"{shown(ancestor)}: cannot be written (permission denied), so the {what} cannot be written there")
