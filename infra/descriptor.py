@@ -12,7 +12,6 @@ the field and the layer, before anything is created.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from typing import Any, Literal
 
@@ -22,6 +21,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from components.fabric_spec import FABRICS, RDMA_SHARED_RESOURCE, NodeFabric, fabric_problem
 from infra.config import PROJECT, REPO_ROOT, ConfigError, _Model, settings_from_descriptor
 from infra.versions import CHARTS_PREFIX, KUBERNETES_VERSION, NODE_OS
+from workloads import inputs
 
 OUTPUT = "clusterDescriptor"
 
@@ -100,6 +100,30 @@ CUSTOMER_BUCKETS = ("datasets", "models", "checkpoints")
 # The label every group's nodes carry: the pool they belong to (EKS node groups set it on AWS).
 POOL_LABEL = "mlplat.io/pool"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# Kubernetes label syntax: a value, or a key's name, of at most 63 characters; a key's
+# optional prefix a DNS subdomain of at most 253.
+_LABEL_KEY = r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+_LABEL_TEXT = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
+# Bounds of the numbers a customer states, each far beyond any real cluster.
+MAX_NODES = 10_000  # nodes in a group
+MAX_CPUS = 4096  # per node
+MAX_MEMORY_GIB = 65536  # per node: 64 TiB
+MAX_GPUS = 64  # per node: the largest have 8 (16 on a few)
+MAX_HCAS = 64  # per node: one per GPU, a few more for storage
+MAX_SCRATCH_GIB = 1 << 20  # each tenant's claim: 1 PiB
+MAX_GID_INDEX = 255  # a port's GID table has 256 entries at most
+
+
+def _shown(value: Any, plain: str = r"[\w.:/@-]+") -> str:
+    """`value` as it is where it is plain text; quoted short (newlines and escapes shown,
+    never acted on) where not, so an error stays one printable line."""
+    return value if isinstance(value, str) and re.fullmatch(plain, value) else inputs.excerpt(value)
+
+
+def _requoted(message: str, value: Any) -> str:
+    """A message of another module that quotes `value` whole (repr), with the value quoted
+    short instead."""
+    return message.replace(repr(value), inputs.excerpt(value), 1)
 
 
 class _Strict(_Model):
@@ -111,9 +135,9 @@ def _cidrs(value: tuple[str, ...]) -> tuple[str, ...]:
         try:
             network = ipaddress.ip_network(cidr)
         except ValueError:
-            raise ValueError(f"{cidr!r} is not a CIDR, e.g. 10.20.0.0/24") from None
+            raise ValueError(f"{inputs.excerpt(cidr)} is not a CIDR, e.g. 10.20.0.0/24") from None
         if network.prefixlen == 0:
-            raise ValueError(f"{cidr!r} is every address; list the service's own networks")
+            raise ValueError(f"{inputs.excerpt(cidr)} is every address; list the service's own networks")
     return value
 
 
@@ -132,8 +156,8 @@ class CustomerCluster(_Strict):
     @classmethod
     def _checked_version(cls, value: str) -> str:
         if value != KUBERNETES_VERSION:
-            raise ValueError(f"{value!r}: the platform's manifests are rendered and validated against Kubernetes "
-                             f"{KUBERNETES_VERSION} (infra/versions.py KUBERNETES_VERSION); run a "
+            raise ValueError(f"{inputs.excerpt(value)}: the platform's manifests are rendered and validated against "
+                             f"Kubernetes {KUBERNETES_VERSION} (infra/versions.py KUBERNETES_VERSION); run a "
                              f"{KUBERNETES_VERSION} cluster, or validate the platform against {value} first")
         return value
 
@@ -168,10 +192,10 @@ class ObjectStorage(_Strict):
     @classmethod
     def _tls(cls, value: str) -> str:
         if value.lower().startswith("http://"):
-            raise ValueError(f"{value!r} has no TLS; the object store must be reached over https:// (its CA goes "
-                             "in objectStorage.caBundle)")
+            raise ValueError(f"{inputs.excerpt(value)} has no TLS; the object store must be reached over https:// "
+                             "(its CA goes in objectStorage.caBundle)")
         if not re.match(r"^https://[a-z0-9.-]+(:[0-9]{1,5})?/?$", value):
-            raise ValueError(f"{value!r} is not an https:// endpoint (https://<host>[:<port>])")
+            raise ValueError(f"{inputs.excerpt(value)} is not an https:// endpoint (https://<host>[:<port>])")
         return value.rstrip("/")
 
     @field_validator("ca_bundle")
@@ -189,7 +213,7 @@ class ObjectStorage(_Strict):
             raise ValueError(f"lacks {', '.join(missing)}; name a bucket for each of {', '.join(CUSTOMER_BUCKETS)}")
         for data_class, bucket in value.items():
             if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
-                raise ValueError(f"{data_class}: {bucket!r} is not a bucket name")
+                raise ValueError(f"{_shown(data_class)}: {inputs.excerpt(bucket)} is not a bucket name")
         return value
 
     @property
@@ -202,24 +226,26 @@ class StorageClasses(_Strict):
     # ReadWriteMany (CephFS, NFS, a parallel file system): each tenant's shared scratch,
     # where multi-node training keeps its checkpoints. None: single-node training only.
     shared: str | None = Field(default=None, pattern=_NAME)
-    scratch_gib: int = Field(default=1024, ge=1, alias="scratchGiB")  # each tenant's claim
+    # Each tenant's claim.
+    scratch_gib: int = Field(default=1024, ge=1, le=MAX_SCRATCH_GIB, alias="scratchGiB")
 
 
 class Fabric(_Strict):
     """A GPU node's RDMA fabric (components/fabric_spec.py NodeFabric)."""
 
     kind: str
-    hcas: tuple[str, ...] = Field(min_length=1)  # mlx5_0, ... as the kernel names them
+    # mlx5_0, ... as the kernel names them.
+    hcas: tuple[str, ...] = Field(min_length=1, max_length=MAX_HCAS)
     port_rate_gbps: int = Field(alias="portRateGbps")
     rdma_resource: str = Field(default=RDMA_SHARED_RESOURCE, pattern=r"^[a-z0-9.-]+/[a-z0-9_.-]+$")
-    gid_index: int | None = Field(default=None, ge=0)
+    gid_index: int | None = Field(default=None, ge=0, le=MAX_GID_INDEX)
 
     @field_validator("kind")
     @classmethod
     def _known(cls, value: str) -> str:
         problem = fabric_problem(value)
         if problem:
-            raise ValueError(problem)
+            raise ValueError(_requoted(problem, value))
         return value
 
     @field_validator("hcas")
@@ -227,7 +253,8 @@ class Fabric(_Strict):
     def _hcas(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for hca in value:
             if not re.fullmatch(r"[a-z][a-z0-9_]*", hca):
-                raise ValueError(f"{hca!r} is not an RDMA device name as the kernel gives it (e.g. mlx5_0)")
+                raise ValueError(f"{inputs.excerpt(hca)} is not an RDMA device name as the kernel gives it (e.g. "
+                                 "mlx5_0)")
         if len(set(value)) != len(value):
             raise ValueError(f"{list(value)}: an HCA is listed twice")
         return value
@@ -260,12 +287,12 @@ class NodeGroup(_Strict):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")
     role: Literal["system", "cpu", "gpu", "inference"]
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=MAX_NODES)
     instance_type: str = Field(pattern=_LABEL_VALUE, max_length=63)  # the node class
     labels: dict[str, str] = {}
-    cpus: int = Field(ge=1)
-    memory_gib: int = Field(ge=1, alias="memoryGiB")
-    gpus: int = Field(default=0, ge=0)
+    cpus: int = Field(ge=1, le=MAX_CPUS)
+    memory_gib: int = Field(ge=1, le=MAX_MEMORY_GIB, alias="memoryGiB")
+    gpus: int = Field(default=0, ge=0, le=MAX_GPUS)
     gpu_model: str | None = None  # a GPU model of infra/catalog.py GPUS (h100, ...)
     os: str | None = None  # the nodes' OS: the plan's driver builds are for infra.versions.NODE_OS
     fabric: Fabric | None = None
@@ -277,9 +304,13 @@ class NodeGroup(_Strict):
             if key in (POOL_LABEL, INSTANCE_TYPE_LABEL):
                 raise ValueError(f"{key}: is set from the group's {'name' if key == POOL_LABEL else 'instanceType'}; "
                                  "leave it out of labels")
-            if not re.fullmatch(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", key) or \
-                    not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?", label):
-                raise ValueError(f"{key}: {label!r} is not a Kubernetes label")
+            if not re.fullmatch(_LABEL_KEY, key) or not re.fullmatch(_LABEL_TEXT, label):
+                raise ValueError(f"{_shown(key, _LABEL_KEY)}: {inputs.excerpt(label)} is not a Kubernetes label")
+            prefix, _, name = key.rpartition("/")
+            for part, what, limit in ((prefix, "prefix", 253), (name, "name", 63), (label, "value", 63)):
+                if len(part) > limit:
+                    raise ValueError(f"{_shown(key, _LABEL_KEY)}: its {what} is {len(part)} characters; a Kubernetes "
+                                     f"label's {what} has at most {limit}")
         return value
 
     @model_validator(mode="after")
@@ -293,10 +324,10 @@ class NodeGroup(_Strict):
             if self.gpu_model is None:
                 raise _FieldError("gpuModel", "is required with gpus (e.g. h100)")
             if self.gpu_model not in GPUS:
-                raise _FieldError("gpuModel", gpu_model_message(self.gpu_model))
+                raise _FieldError("gpuModel", _requoted(gpu_model_message(self.gpu_model), self.gpu_model))
             if self.os != NODE_OS:
-                raise _FieldError("os", f"{self.os!r}: the GPU and DOCA driver builds the platform mirrors are for "
-                                  f"{NODE_OS} (infra/versions.py NODE_OS); GPU nodes must run it")
+                raise _FieldError("os", f"{inputs.excerpt(self.os)}: the GPU and DOCA driver builds the platform "
+                                  f"mirrors are for {NODE_OS} (infra/versions.py NODE_OS); GPU nodes must run it")
         if self.fabric is not None and not self.gpus:
             raise _FieldError("fabric", "is for GPU nodes; the fabric carries their collectives")
         if self.role == "gpu" and self.fabric is None and self.count > 1:
@@ -409,15 +440,26 @@ class CustomerClusterDescriptor(_Strict):
         return {g.name: g.fabric.node_fabric() for g in self.nodes if g.fabric is not None}
 
 
+POLICY_CONFIG_LIMIT = 1 << 20  # an environment's policy config is a few kilobytes
+
+
 def policy_config(environment: str) -> dict[str, Any]:
-    path = REPO_ROOT / "policies" / "config" / f"{environment}.json"
+    """The environment's policy config, read bounded (workloads/inputs.py: a regular file of
+    at most 1 MiB of JSON, nesting and numbers bounded)."""
+    name = f"policies/config/{environment}.json"
+    path = REPO_ROOT / name
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"{name}: missing; the environment's policy config names the registries its images may "
+                          "come from")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"policies/config/{environment}.json: missing; the environment's policy config names the "
-                          "registries its images may come from") from None
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"policies/config/{environment}.json: cannot be read ({err})") from None
+        config = inputs.read_json(path, "policy config", POLICY_CONFIG_LIMIT)
+    except inputs.InputError as err:
+        reason = str(err).removeprefix(f"{path}:").strip()
+        raise ConfigError(f"{name}: cannot be read ({reason})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{name}: cannot be read (a policy config is a JSON object of rules, not "
+                          f"{type(config).__name__})")
+    return config
 
 
 REGISTRY_RULE = "k8s-images-from-allowed-registries"
@@ -426,7 +468,11 @@ REGISTRY_RULE = "k8s-images-from-allowed-registries"
 def check_registry_allowed(descriptor: CustomerClusterDescriptor, where: str) -> None:
     """The registry must be one the environment's policy config allows: the pack would
     refuse every image from another, after the fact."""
-    allowed = list((policy_config(descriptor.environment).get(REGISTRY_RULE) or {}).get("allowedRegistries") or [])
+    rule = policy_config(descriptor.environment).get(REGISTRY_RULE) or {}
+    allowed = (rule.get("allowedRegistries") if isinstance(rule, dict) else None) or []
+    if not isinstance(allowed, list) or not all(isinstance(pattern, str) for pattern in allowed):
+        raise ConfigError(f"policies/config/{descriptor.environment}.json: {REGISTRY_RULE}.allowedRegistries is not "
+                          "a list of registries; list them as strings")
     host = descriptor.registry.host
     # As the pack reads it: a host named exactly, never a wildcard.
     if any(pattern.partition("/")[0].lower() == host and not any(c in pattern for c in "*?[") for pattern in allowed):
@@ -466,17 +512,18 @@ def parse_descriptor(data: Any, *, layer: str, source: str, environment: str,
             field = _field_path((*first["loc"], error.field))
         raise ConfigError(f"{where}: `{field}`: {error or first['msg']}") from None
     if descriptor.region != region:
-        raise ConfigError(f"{where} describes region {descriptor.region}, but this layer deploys to {region}; "
-                          "point it at the cloud layer of its own region")
+        raise ConfigError(f"{where} describes region {_shown(descriptor.region)}, but this layer deploys to "
+                          f"{region}; point it at the cloud layer of its own region")
     if descriptor.environment != environment:
-        raise ConfigError(f"{where} describes environment {descriptor.environment!r}, but this layer is "
-                          f"{environment!r}; point it at the cloud layer of its own environment")
+        raise ConfigError(f"{where} describes environment {inputs.excerpt(descriptor.environment)}, but this layer "
+                          f"is {environment!r}; point it at the cloud layer of its own environment")
     if isinstance(descriptor, CustomerClusterDescriptor):
         from infra.config import CUSTOMER_ENVIRONMENTS
 
         if descriptor.environment not in CUSTOMER_ENVIRONMENTS:
-            raise ConfigError(f"{where}: `environment`: {descriptor.environment!r} runs on AWS, with its cloud "
-                              f"layer's descriptor; a customer's cluster is {', '.join(CUSTOMER_ENVIRONMENTS)}")
+            raise ConfigError(f"{where}: `environment`: {inputs.excerpt(descriptor.environment)} runs on AWS, with "
+                              f"its cloud layer's descriptor; a customer's cluster is "
+                              f"{', '.join(CUSTOMER_ENVIRONMENTS)}")
         check_registry_allowed(descriptor, where)
     return descriptor
 
@@ -525,9 +572,9 @@ def customer_settings(descriptor: CustomerClusterDescriptor, where: str) -> dict
                           f"from registry.host ({descriptor.chart_mirror})")
     mode = addons.setdefault("devicePluginMode", "gpu-operator")
     if mode != "gpu-operator" and any(g.gpus for g in descriptor.nodes):
-        raise ConfigError(f"{where}: `settings.addons.devicePluginMode`: {mode!r}: bare-metal GPU nodes need the "
-                          "driver and the container toolkit, which only the GPU Operator installs; use gpu-operator "
-                          "or leave it unset")
+        raise ConfigError(f"{where}: `settings.addons.devicePluginMode`: {inputs.excerpt(mode)}: bare-metal GPU "
+                          "nodes need the driver and the container toolkit, which only the GPU Operator installs; use "
+                          "gpu-operator or leave it unset")
     for key, service, needs in (("tracking", descriptor.services.postgres, "services.postgres (MLflow's database)"),
                                 ("features", descriptor.services.redis, "services.redis (Feast's online store)")):
         section = dict(settings.get(key) or {})
@@ -581,7 +628,8 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     """('nodes', 1, 'fabric', 'kind') -> 'nodes[1].fabric.kind'."""
     path = ""
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        part = part if isinstance(part, int) else _shown(str(part))  # a key the customer wrote
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
     return path
 
 

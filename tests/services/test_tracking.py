@@ -155,6 +155,20 @@ def test_register_export_alias_rollback_and_lineage(tracking, trained, as_tenant
     assert "@production" in lines[3] and "(not exported)" in lines[4]  # version 1 was never exported
     assert time.perf_counter() - started < 30  # two processes; the query itself is timed in bench/
 
+    # The manifest replaced in the bucket after registration: --verify says so, and fails.
+    s3 = boto3.client("s3", endpoint_url=tracking.s3)
+    key = chain["checkpoint"]["manifest"].removeprefix("s3://checkpoints/")
+    original = s3.get_object(Bucket="checkpoints", Key=key)["Body"].read()
+    s3.put_object(Bucket="checkpoints", Key=key, Body=original.replace(b'"step": 20', b'"step": 21'))
+    try:
+        tampered = python_module("workloads.tracking", "lineage", f"models:/{MODEL}/2", "--json", "--verify")
+        assert tampered.returncode == 1, tampered.stderr
+        assert json.loads(tampered.stdout)["checkpoint"]["verified"] is False
+        told = python_module("workloads.tracking", "lineage", f"models:/{MODEL}/2", "--verify")
+        assert told.returncode == 1 and "HASH DIFFERS" in told.stdout.splitlines()[2]
+    finally:
+        s3.put_object(Bucket="checkpoints", Key=key, Body=original)
+
 
 @pytest.mark.parametrize("uri, expect", [
     ("models:/no-such-model/1", "no registered model 'no-such-model'"),

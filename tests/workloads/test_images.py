@@ -85,3 +85,61 @@ def test_gpucheck_pins_the_same_nvml_bindings_as_the_project():
     pinned = [d for d in project["project"]["optional-dependencies"]["workloads"] if d.startswith("nvidia-ml-py==")]
     runs = " ".join(a for kind, a in instructions(CHECKS) if kind == "RUN")
     assert pinned and pinned[0] in runs.split()
+
+
+PLATFORM_DOCKERFILES = sorted({REPO / i.source for i in IMAGES.values() if i.built_here and
+                               i.source.endswith(".Dockerfile") and "workloads/images/" in i.source})
+
+
+def _copied(path: Path) -> set[Path]:
+    """The project's files a Dockerfile copies into the image."""
+    files: set[Path] = set()
+    for kind, a in instructions(path):
+        if kind == "COPY" and not a.startswith("--from"):
+            for source in a.split()[:-1]:
+                found = REPO / source
+                files |= set(found.rglob("*.py")) if found.is_dir() else {found}
+    return files
+
+
+def _imported(module: Path) -> set[str]:
+    """The project's modules a file imports, lazily inside functions too (they run)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    return {n for n in names if n.split(".")[0] in ("workloads", "infra", "components")}
+
+
+def _source_of(name: str) -> Path | None:
+    path = REPO / Path(*name.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None  # an attribute imported from a module, not a module
+
+
+# Imported by a copied module only on a path the image never runs, with why.
+NOT_IN_IMAGE = {
+    # `python -m workloads.serve canary` edits a stack file in a checkout of this repository.
+    ("serving.Dockerfile", "infra/config.py"),
+}
+
+
+@pytest.mark.parametrize("path", PLATFORM_DOCKERFILES, ids=lambda p: p.name)
+def test_every_project_module_an_image_imports_is_copied_into_it(path):
+    """Each copied module's imports of the project (workloads.inputs, workloads.arguments,
+    ...) are copied too, or the image fails at its first command."""
+    copied = _copied(path)
+    missing = set()
+    for module in sorted(m for m in copied if m.suffix == ".py"):
+        for name in _imported(module):
+            source = _source_of(name)
+            if source is not None and source not in copied and \
+                    (path.name, str(source.relative_to(REPO))) not in NOT_IN_IMAGE:
+                missing.add(f"{source.relative_to(REPO)} (imported by {module.relative_to(REPO)})")
+    assert not missing, sorted(missing)

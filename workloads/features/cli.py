@@ -7,7 +7,9 @@ verbs as the platform's pods and a tenant's pipelines run them.
     dataset      build a training dataset point-in-time correct and register it
 
 Every verb checks the config and the definitions first (workloads/features/repo.py); bad
-input is one line on stderr and exit 2."""
+input is one line on stderr and exit 2. Numbers are bounded as they are read
+(workloads/arguments.py): --port 1 to 65,535, --workers 1 to 64; --experiment, an MLflow
+name, is printable text of at most 256 characters."""
 
 from __future__ import annotations
 
@@ -19,14 +21,25 @@ import re
 import sys
 from datetime import datetime, timezone
 
+from workloads.arguments import printable, quoted, whole
 from workloads.features.repo import FeatureInputError, load_config, load_definitions, tenant_from_env
+
+MAX_WORKERS = 64  # the feature server's processes: more than any pod has cores
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's refusals as the verbs' own: one line, exit 2 (no usage block)."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"error: {message}\n")
 
 
 def _store(args: argparse.Namespace):
-    from feast import FeatureStore
-
     tenant = tenant_from_env()
-    return tenant, FeatureStore(config=load_config(args.config, tenant))
+    config = load_config(args.config, tenant)
+    from feast import FeatureStore  # after the checks: importing Feast takes seconds
+
+    return tenant, FeatureStore(config=config)
 
 
 def apply(args: argparse.Namespace) -> int:
@@ -44,7 +57,8 @@ def _iso_time(flag: str, value: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise FeatureInputError(f"{flag}: {value!r} is not an ISO time, e.g. 2026-11-20T12:00:00+00:00") from None
+        raise FeatureInputError(f"{flag}: {quoted(value)} is not an ISO time, e.g. 2026-11-20T12:00:00+00:00") \
+            from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
@@ -68,9 +82,9 @@ def materialize(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
+    _, store = _store(args)
     from feast.feature_server import start_server
 
-    _, store = _store(args)
     start_server(store, host=args.host, port=args.port, no_access_log=True, workers=args.workers,
                  # No worker recycling: Feast's freshness gauge keeps a dead worker's last value
                  # (multiprocess "max"), which would hold a stale age in the alert.
@@ -98,8 +112,8 @@ def dataset(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m workloads.features", description=__doc__.split("\n\n")[0])
-    verbs = top.add_subparsers(dest="verb", required=True)
+    top = _Parser(prog="python -m workloads.features", description=__doc__.split("\n\n")[0])
+    verbs = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
     def verb(name: str, run, help: str) -> argparse.ArgumentParser:
         p = verbs.add_parser(name, help=help)
@@ -114,21 +128,20 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--end", help="materialize up to this ISO time (default: now)")
     s = verb("serve", serve, "run the HTTP feature server")
     s.add_argument("--host", default="0.0.0.0")  # noqa: S104 - the pod's address; the Service is in-cluster only
-    s.add_argument("--port", type=int, default=6566)
-    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--port", type=whole(1, 65535), default=6566, help="1 to 65535")
+    s.add_argument("--workers", type=whole(1, MAX_WORKERS), default=2, help="server processes, 1 to 64")
     d = verb("dataset", dataset, "build and register a training dataset")
     d.add_argument("--entities", required=True, help="Parquet of entity keys and event_timestamp (local or s3://)")
     d.add_argument("--features", required=True, help="comma-separated <feature view>:<feature>")
     d.add_argument("--name", required=True, help="the dataset's name, e.g. churn-2026-11")
     d.add_argument("--tracking-uri", help="MLflow server (default: MLFLOW_TRACKING_URI; unset: not registered)")
-    d.add_argument("--experiment", help="default: <tenant>/features")
+    d.add_argument("--experiment", type=printable(256), help="default: <tenant>/features")
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from workloads.features.registry import RegistryConflict
     from workloads.tracking.client import TrackingError
 
     try:
@@ -136,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     except (FeatureInputError, TrackingError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (RegistryConflict, PermissionError) as err:
+    except Exception as err:
+        # The registry module imports Feast, which takes seconds: only when a verb fails
+        # (by then the verb has imported it), so bad input is refused without it.
+        from workloads.features.registry import RegistryConflict
+
+        if not isinstance(err, (RegistryConflict, PermissionError)):
+            raise
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -14,17 +14,22 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workloads import inputs
 from workloads.features.repo import FeatureInputError, Tenant
 from workloads.hashing import content_id
 
 MANIFEST = "dataset.json"
 FORMAT = "mlplat.feature-dataset/v1"
 DATA_FILE = "data.parquet"
+# Entity keys and label times only: tens of millions of rows fit under this. A bigger local
+# file is a mistake (or the features themselves); it is refused before it is read.
+ENTITIES_LIMIT = 1 << 30
 
 
 class DataFile(BaseModel):
@@ -79,10 +84,20 @@ def _every_label_row(entities: Any, found: Any, keys: Sequence[str]) -> Any:
 
 
 def read_entities(path: str) -> Any:
+    """The entity table: an s3:// object, or a local file read bounded (a FIFO would block
+    the Parquet reader forever, a device feed it without end)."""
     import pandas as pd
 
+    source: Any = path
+    if "://" not in path:
+        if not os.path.lexists(path):
+            raise FeatureInputError(f"{path}: no such entity table")
+        try:
+            source = io.BytesIO(inputs.read_bytes(path, "Parquet entity table", ENTITIES_LIMIT))
+        except inputs.InputError as err:
+            raise FeatureInputError(str(err)) from None
     try:
-        frame = pd.read_parquet(path)
+        frame = pd.read_parquet(source)
     except FileNotFoundError:
         raise FeatureInputError(f"{path}: no such entity table") from None
     except Exception as err:  # pyarrow's errors for a file that is not Parquet

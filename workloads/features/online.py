@@ -21,8 +21,11 @@ from redis import Redis
 from redis import asyncio as redis_asyncio
 from redis.credentials import CredentialProvider
 
+from workloads import inputs
+
 TOKEN_SECONDS = 900  # ElastiCache accepts a token for 15 minutes...
 RENEW_SECONDS = 600  # ...and new connections get a fresh one well before that
+PASSWORD_LIMIT = 64 << 10  # a password is well under a kilobyte
 
 
 class IamCredentials(CredentialProvider):
@@ -98,11 +101,10 @@ class PasswordFileCredentials(CredentialProvider):
 
     def get_credentials(self) -> tuple[str, str]:
         try:
-            with open(self.password_file, encoding="utf-8") as f:
-                password = f.read().strip()
-        except OSError as err:
-            raise RuntimeError(f"{self.password_file}: cannot read the Redis password ({err.strerror or err}); the "
-                               "customer's Secret must be in the tenant's namespace") from None
+            # Bounded: a mounted Secret's key is a small regular file, never a FIFO or a device.
+            password = inputs.read_text(self.password_file, "Redis password file", PASSWORD_LIMIT).strip()
+        except inputs.InputError as err:
+            raise RuntimeError(f"{err} (the customer's Secret must be in the tenant's namespace)") from None
         if not password:
             raise RuntimeError(f"{self.password_file}: is empty; the customer's Secret holds no Redis password")
         return self.user, password

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from workloads import inputs
 
 # The platform's constants, kept in step with components/features_spec.py (the image holds
 # only workloads/).
@@ -22,6 +22,7 @@ PREFIX = "features"
 STORE_TYPES = ("workloads.features.online.IamRedisOnlineStore", "redis",
                "workloads.features.online.PasswordFileRedisOnlineStore")  # the last: a customer's cluster
 REGISTRY_STORE = "workloads.features.registry.TenantS3RegistryStore"
+CONFIG_LIMIT = 1 << 20  # a feature_store.yaml is a few hundred bytes
 
 
 class FeatureInputError(Exception):
@@ -48,20 +49,12 @@ def tenant_from_env(env: Any = os.environ) -> Tenant:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
+    """The tenant's feature_store.yaml, read bounded (workloads/inputs.py): a regular file
+    of at most CONFIG_LIMIT bytes of UTF-8 YAML, duplicate keys refused."""
     try:
-        text = path.read_bytes().decode("utf-8")
-    except IsADirectoryError:
-        raise FeatureInputError(f"{path}: is a directory; give the feature_store.yaml file") from None
-    except OSError as err:
-        raise FeatureInputError(f"{path}: cannot be read ({err.strerror or err})") from None
-    except UnicodeDecodeError:
-        raise FeatureInputError(f"{path}: not UTF-8 text; feature_store.yaml is YAML") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise FeatureInputError(f"{path}:{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+        data = inputs.read_yaml(path, "feature_store.yaml", CONFIG_LIMIT)
+    except inputs.InputError as err:
+        raise FeatureInputError(str(err)) from None
     if not isinstance(data, dict):
         raise FeatureInputError(f"{path}: expected a mapping of Feast settings (project, registry, ...)")
     return data
@@ -96,12 +89,13 @@ def check_config(data: dict[str, Any], tenant: Tenant, where: str) -> None:
 
 def load_config(path: str | Path, tenant: Tenant) -> Any:
     """The checked RepoConfig for `path`."""
-    from feast.repo_config import RepoConfig
-    from pydantic import ValidationError
-
     path = Path(path)
     data = read_yaml(path)
     check_config(data, tenant, str(path))
+    # Feast only now: importing it takes seconds, and a bad file is refused without it.
+    from feast.repo_config import RepoConfig
+    from pydantic import ValidationError
+
     try:
         return RepoConfig(repo_path=path.parent, **data)
     except ValidationError as err:

@@ -26,6 +26,7 @@ ACTIVE = "4: ACTIVE"
 LINK_UP = "5: LinkUp"
 ATTRIBUTES = ("state", "phys_state", "rate", "link_layer")
 CLASS_DIR = "class/infiniband"  # under sysfs
+HCA_NAME = re.compile(r"[a-z][a-z0-9_]*")  # as the kernel names RDMA devices: mlx5_0
 SYSFS_DIR = f"/sys/{CLASS_DIR}"
 
 

@@ -15,10 +15,12 @@ FROM ${BASE_IMAGE}
 
 # Same pin as the project's `workloads` extra in pyproject.toml.
 RUN pip install --no-cache-dir nvidia-ml-py==13.615.71
+# The bounded reader of --readings (workloads/inputs.py) parses YAML and JSON with PyYAML.
+RUN pip install --no-cache-dir pyyaml==6.0.3
 
 WORKDIR /opt/mlplat
 COPY infra/__init__.py infra/catalog.py infra/
-COPY workloads/__init__.py workloads/
+COPY workloads/__init__.py workloads/inputs.py workloads/arguments.py workloads/
 COPY workloads/gpucheck workloads/gpucheck
 ENV PYTHONPATH=/opt/mlplat \
     PYTHONDONTWRITEBYTECODE=1 \

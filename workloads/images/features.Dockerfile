@@ -15,7 +15,7 @@ FROM ${BASE_IMAGE}
 RUN pip install --no-cache-dir "feast[redis,aws]==0.66.0" s3fs==2026.9.0 mlflow-skinny==3.17.2
 
 WORKDIR /opt/mlplat
-COPY workloads/__init__.py workloads/hashing.py workloads/
+COPY workloads/__init__.py workloads/hashing.py workloads/inputs.py workloads/arguments.py workloads/
 COPY workloads/features workloads/features
 COPY workloads/tracking workloads/tracking
 ENV PYTHONPATH=/opt/mlplat \

@@ -22,7 +22,8 @@ RUN pip install --no-cache-dir onnx==1.22.0 onnxscript==0.7.2 onnxruntime==1.31.
     evidently==0.7.23 pandas==2.3.3 prometheus-client==0.26.0 xds-protos==1.68.1
 
 WORKDIR /opt/mlplat
-COPY workloads/__init__.py workloads/hashing.py workloads/
+COPY infra/__init__.py infra/catalog.py infra/
+COPY workloads/__init__.py workloads/hashing.py workloads/inputs.py workloads/arguments.py workloads/
 COPY workloads/train workloads/train
 COPY workloads/serve workloads/serve
 COPY workloads/tracking workloads/tracking

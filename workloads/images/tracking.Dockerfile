@@ -19,7 +19,7 @@ ARG REGION=me-central-1
 ADD https://truststore.pki.rds.amazonaws.com/${REGION}/${REGION}-bundle.pem /etc/ssl/rds/global-bundle.pem
 
 WORKDIR /opt/mlplat
-COPY workloads/__init__.py workloads/
+COPY workloads/__init__.py workloads/hashing.py workloads/inputs.py workloads/arguments.py workloads/
 COPY workloads/tracking workloads/tracking
 ENV PYTHONPATH=/opt/mlplat \
     PYTHONDONTWRITEBYTECODE=1

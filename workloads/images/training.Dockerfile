@@ -55,7 +55,7 @@ RUN pip install --no-cache-dir mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.4
 # The platform's own code: the workloads and the instance catalog they read (pure data).
 WORKDIR /opt/mlplat
 COPY infra/__init__.py infra/catalog.py infra/
-COPY workloads/__init__.py workloads/hashing.py workloads/
+COPY workloads/__init__.py workloads/hashing.py workloads/inputs.py workloads/arguments.py workloads/
 COPY workloads/train workloads/train
 COPY workloads/tracking workloads/tracking
 COPY workloads/collectives workloads/collectives

@@ -45,17 +45,25 @@ def _round_trip():
 def set_version(stack: str, version: int, published: list[int], *, stacks_dir: Path | None = None) -> Change:
     """Write `version` as the stack's `mlplat:inference.version`, once it is known to be
     published and the edited config is valid."""
-    from infra.config import STACKS_DIR, ConfigError, parse_config, stack_file
+    from ruamel.yaml import YAMLError
+
+    from infra.config import STACK_FILE_LIMIT, STACKS_DIR, ConfigError, parse_config, stack_file
+    from workloads import inputs
 
     path = stack_file(stack, stacks_dir or STACKS_DIR)
+    if not os.path.lexists(path):
+        raise CanaryError(f"--stack {stack}: no {path.name} in {path.parent}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CanaryError(f"--stack {stack}: no {path.name} in {path.parent}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise CanaryError(f"--stack {stack}: {path} cannot be read: {getattr(err, 'strerror', None) or err}") from None
+        # Bounded as every stack file is read (infra/config.py): regular file, 1 MiB, UTF-8.
+        text = inputs.read_text(path, "stack file", STACK_FILE_LIMIT)
+    except inputs.InputError as err:
+        raise CanaryError(f"--stack {stack}: {err}") from None
     yaml = _round_trip()
-    document = yaml.load(text)
+    try:
+        document = yaml.load(text)
+    except YAMLError as err:
+        raise CanaryError(f"--stack {stack}: {path} is not valid YAML: {getattr(err, 'problem', None) or err}") \
+            from None
     config = document.get("config") if isinstance(document, dict) else None
     inference = config.get(INFERENCE) if isinstance(config, dict) else None
     if not isinstance(inference, dict):

@@ -9,6 +9,13 @@ render or check a model config, roll back a version, and smoke-test a deployed m
     python -m workloads.serve smoke    --url HOST:8001 --model-name NAME [--ssl] [--token-file F] ...
 
 Exit codes: 0 done, 1 a check failed (parity, smoke), 2 bad input (one line, no traceback).
+
+Numbers are bounded as they are read (workloads/arguments.py): the serving settings by
+Triton's own limits, with the sentence a stack file gets (spec.check_serving); a vocabulary
+from 1 to 10,000,000; --cpu-threads 0 to 1,024; a version 1 to 2**63 - 1 (Triton's); the
+smoke test's batch 1 to 1,024 requests of 1 to 32,768 tokens, 1 to 1,000 rounds, a latency
+budget above 0 and at most an hour. Files are read through workloads/inputs.py: a
+config.pbtxt up to 1 MiB, a token file up to 64 KiB, a CA bundle up to 1 MiB.
 """
 
 from __future__ import annotations
@@ -20,10 +27,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from workloads import inputs
+from workloads.arguments import printable, real, whole
 from workloads.serve.spec import (
     ACCELERATORS,
     DEVICES,
-    INT32_MAX,
+    INT64_MAX,
+    MAX_VOCAB,
     PRECISIONS,
     ModelSpec,
     ServeSpecError,
@@ -33,6 +43,19 @@ from workloads.serve.spec import (
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 PROG = "python -m workloads.serve"
+
+# Caps on what the verbs read and send (see the module's docstring).
+CONFIG_LIMIT = 1 << 20  # a config.pbtxt is a few kilobytes
+TOKEN_LIMIT = 64 << 10  # a JWT is a few kilobytes
+CA_LIMIT = 1 << 20  # the whole public CA bundle is about 200 KB
+MAX_CPU_THREADS = 1024  # ONNX Runtime threads per instance: more than any node has cores
+MAX_SMOKE_BATCH = 1024  # requests in one smoke batch
+MAX_SMOKE_TOKENS = 32768  # tokens per smoke request: the batch's ids stay under 300 MB
+MAX_SMOKE_ROUNDS = 1000
+MAX_LATENCY_MS = 3_600_000.0  # an hour: any budget beyond it is a typo
+# A repository and a serving image are recorded as tags of the registered model.
+MAX_REPOSITORY_CHARS = 4096
+MAX_IMAGE_CHARS = 1024
 
 # Command-line spelling of each setting, for error lines.
 FLAGS = {
@@ -57,7 +80,8 @@ class BadInput(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
-        self.exit(EXIT_BAD_INPUT, f"{PROG}: error: {message}\n")
+        # `self.prog` names the verb too: "python -m workloads.serve config: error: ..."
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
 def _spec_flags(parser: argparse.ArgumentParser) -> None:
@@ -65,14 +89,17 @@ def _spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--stack", help="read defaults and the GPU/CPU choice from stacks/Pulumi.<stack>.yaml")
     group.add_argument("--model-name", help="Triton model name (directory in the repository)")
     group.add_argument("--device", choices=DEVICES, help="instance group kind")
-    group.add_argument("--max-batch-size", type=int)
-    group.add_argument("--preferred-batch-sizes", type=int, nargs="+", metavar="N")
-    group.add_argument("--max-queue-delay-us", type=int, metavar="US", help="dynamic batcher's max queue delay")
-    group.add_argument("--instances", type=int, help="model instances per device")
-    group.add_argument("--keep-versions", type=int, metavar="N", help="newest versions Triton keeps loaded")
-    group.add_argument("--cpu-threads", type=int, metavar="N",
-                       help="ONNX Runtime threads per instance on CPU (default: the replica's cores per instance)")
-    group.add_argument("--top-k", type=int, metavar="K", help="next-token candidates each answer carries")
+    # Whole numbers here; their ranges are Triton's, checked by check_serving (and the
+    # vocabulary for --top-k) with the same sentence as in a stack file.
+    group.add_argument("--max-batch-size", type=whole(), metavar="N")
+    group.add_argument("--preferred-batch-sizes", type=whole(), nargs="+", metavar="N")
+    group.add_argument("--max-queue-delay-us", type=whole(), metavar="US", help="dynamic batcher's max queue delay")
+    group.add_argument("--instances", type=whole(), metavar="N", help="model instances per device")
+    group.add_argument("--keep-versions", type=whole(), metavar="N", help="newest versions Triton keeps loaded")
+    group.add_argument("--cpu-threads", type=whole(0, MAX_CPU_THREADS), metavar="N",
+                       help="ONNX Runtime threads per instance on CPU, 0 to 1024 (default: the replica's cores per "
+                            "instance)")
+    group.add_argument("--top-k", type=whole(), metavar="K", help="next-token candidates each answer carries")
     group.add_argument("--precision", choices=PRECISIONS,
                        help="int8: publish a dynamically quantized graph (CPU); fp16: TensorRT's FP16 mode (GPU)")
     group.add_argument("--accelerator", choices=ACCELERATORS, help="GPU: run the graph through TensorRT")
@@ -89,14 +116,17 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                         help="the MLflow server for models:/ and runs:/ (default: $MLFLOW_TRACKING_URI)")
     export.add_argument("--serving-image", default=os.environ.get("MLPLAT_SERVING_IMAGE", ""),
+                        type=printable(MAX_IMAGE_CHARS, empty=True),
                         help="the Triton image (by digest) that serves it, recorded in the registry "
                              "(default: $MLPLAT_SERVING_IMAGE)")
-    export.add_argument("--repository", required=True, help="model repository: a directory or s3://bucket/prefix")
+    export.add_argument("--repository", required=True, type=printable(MAX_REPOSITORY_CHARS),
+                        help="model repository: a directory or s3://bucket/prefix")
     export.add_argument("--region", help="AWS region of the models bucket (s3:// only)")
     _spec_flags(export)
 
     config = sub.add_parser("config", help="print the config.pbtxt the settings produce")
-    config.add_argument("--vocab-size", type=int, required=True)
+    config.add_argument("--vocab-size", type=whole(1, MAX_VOCAB), required=True, metavar="N",
+                        help="the model's vocabulary, 1 to 10,000,000")
     config.add_argument("--out", type=Path, help="write here instead of stdout")
     _spec_flags(config)
 
@@ -104,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("path", type=Path)
 
     rollback = sub.add_parser("rollback", help="remove the newest version so the one before it is served")
-    rollback.add_argument("--repository", required=True)
+    rollback.add_argument("--repository", required=True, type=printable(MAX_REPOSITORY_CHARS))
     rollback.add_argument("--model-name", required=True)
     rollback.add_argument("--region")
     rollback.add_argument("--stack", help="refuse to retire the version this stack serves (mlplat:inference.version)")
@@ -112,18 +142,23 @@ def _parser() -> argparse.ArgumentParser:
     canary = sub.add_parser("canary", help="make a published version the stack's served version (rolled out as a "
                                            "canary by the next deploy)")
     canary.add_argument("--stack", required=True, help="the environment's stack (stacks/Pulumi.<stack>.yaml)")
-    canary.add_argument("--repository", required=True, help="the model repository: a directory or s3://bucket/prefix")
-    canary.add_argument("--version", type=int, required=True)
+    canary.add_argument("--repository", required=True, type=printable(MAX_REPOSITORY_CHARS),
+                        help="the model repository: a directory or s3://bucket/prefix")
+    canary.add_argument("--version", type=whole(1, INT64_MAX), required=True, metavar="N")
     canary.add_argument("--region", help="AWS region of the models bucket (s3:// only)")
 
     smoke = sub.add_parser("smoke", help="send a batch to a deployed model; check shape and latency")
     smoke.add_argument("--url", required=True, help="Triton gRPC address, host:port")
     smoke.add_argument("--model-name", required=True)
-    smoke.add_argument("--model-version", default="", help="default: the newest served")
-    smoke.add_argument("--batch-size", type=int, default=4)
-    smoke.add_argument("--sequence", type=int, default=16, help="tokens per request")
-    smoke.add_argument("--rounds", type=int, default=5)
-    smoke.add_argument("--max-latency-ms", type=float, default=1000.0, help="budget for the median round")
+    smoke.add_argument("--model-version", default="", type=printable(32, empty=True),
+                       help="default: the newest served")
+    smoke.add_argument("--batch-size", type=whole(1, MAX_SMOKE_BATCH), default=4, metavar="N",
+                       help="requests in the batch, 1 to 1024")
+    smoke.add_argument("--sequence", type=whole(1, MAX_SMOKE_TOKENS), default=16, metavar="N",
+                       help="tokens per request, 1 to 32768")
+    smoke.add_argument("--rounds", type=whole(1, MAX_SMOKE_ROUNDS), default=5, metavar="N", help="1 to 1000")
+    smoke.add_argument("--max-latency-ms", type=real(0, MAX_LATENCY_MS, above_low=True), default=1000.0,
+                       metavar="MS", help="budget for the median round, above 0 and at most an hour")
     smoke.add_argument("--ssl", action="store_true", help="TLS, as through the internal load balancer")
     smoke.add_argument("--root-certificates", help="CA bundle for a private certificate authority")
     smoke.add_argument("--token-file", type=Path,
@@ -246,7 +281,7 @@ def _registered_checkpoint(args: argparse.Namespace, into: Path) -> tuple[Path, 
 def _export(args: argparse.Namespace) -> int:
     # Settings are checked before the (slow) model load, so a typo fails at once; the
     # vocabulary (which bounds --top-k) is known only then.
-    _build_spec(args, vocab_size=INT32_MAX)
+    _build_spec(args, vocab_size=MAX_VOCAB)
     with tempfile.TemporaryDirectory() as fetched:
         ref = None
         checkpoint = Path(args.checkpoint)
@@ -313,7 +348,11 @@ def _config(args: argparse.Namespace) -> int:
     if args.out:
         try:
             args.out.parent.mkdir(parents=True, exist_ok=True)
+            # A FIFO would block the write forever, a device swallow it: a regular file only.
+            inputs.check_output(args.out, "model config")
             args.out.write_text(text)
+        except inputs.InputError as err:
+            raise BadInput(f"--out {err}") from None
         except OSError as err:
             raise BadInput(f"--out {args.out}: cannot be written: {err.strerror or err}: {err.filename}") from None
     else:
@@ -325,9 +364,9 @@ def _check(args: argparse.Namespace) -> int:
     from workloads.serve.triton_config import check_model_config, parse
 
     try:
-        text = args.path.read_text()
-    except OSError as err:
-        raise BadInput(f"{args.path}: {err.strerror}") from None
+        text = inputs.read_bytes(args.path, "model config (config.pbtxt)", CONFIG_LIMIT).decode("utf-8")
+    except inputs.InputError as err:
+        raise BadInput(str(err)) from None
     except UnicodeDecodeError:
         raise BadInput(f"{args.path}: not a text file (config.pbtxt is UTF-8 protobuf text)") from None
     try:
@@ -396,21 +435,11 @@ def _canary(args: argparse.Namespace) -> int:
 def _smoke(args: argparse.Namespace) -> int:
     from workloads.serve.client import connect, smoke_test
 
-    for flag, value in (("--batch-size", args.batch_size), ("--sequence", args.sequence), ("--rounds", args.rounds)):
-        if value < 1:
-            raise BadInput(f"{flag}: {value} must be at least 1")
-    if args.root_certificates and not Path(args.root_certificates).is_file():
-        raise BadInput(f"--root-certificates {args.root_certificates}: no such file")
+    if args.root_certificates:
+        _check_ca_bundle(Path(args.root_certificates))
     headers = {}
     if args.token_file:
-        try:
-            token = args.token_file.read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError) as err:
-            raise BadInput(f"--token-file {args.token_file}: cannot be read: "
-                           f"{getattr(err, 'strerror', None) or 'not a text token'}") from None
-        if token.count(".") != 2 or any(c.isspace() for c in token):
-            raise BadInput(f"--token-file {args.token_file}: does not hold a JWT (three dot-separated parts)")
-        headers["authorization"] = f"Bearer {token}"
+        headers["authorization"] = f"Bearer {_read_token(args.token_file)}"
     client = connect(args.url, ssl=args.ssl, root_certificates=args.root_certificates)
     try:
         result = smoke_test(client, args.model_name, batch_size=args.batch_size, sequence=args.sequence,
@@ -420,6 +449,31 @@ def _smoke(args: argparse.Namespace) -> int:
         client.close()
     print(result.summary())
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _check_ca_bundle(path: Path) -> None:
+    """The CA bundle gRPC will read: read here first, bounded, so a FIFO or a device is one
+    line rather than a hang in the client."""
+    if not os.path.lexists(path):
+        raise BadInput(f"--root-certificates {path}: no such file")
+    try:
+        inputs.read_bytes(path, "CA bundle", CA_LIMIT)
+    except inputs.InputError as err:
+        raise BadInput(f"--root-certificates {err}") from None
+
+
+def _read_token(path: Path) -> str:
+    """The JWT in --token-file: ASCII, three dot-separated parts, no spaces."""
+    try:
+        token = inputs.read_bytes(path, "token file", TOKEN_LIMIT).decode("ascii").strip()
+    except inputs.InputError as err:
+        raise BadInput(f"--token-file {err}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"--token-file {path}: cannot be read: not a text token") from None
+    # A gRPC header value: printable ASCII without spaces (an escape would be refused there).
+    if token.count(".") != 2 or any(c.isspace() or not c.isprintable() for c in token):
+        raise BadInput(f"--token-file {path}: does not hold a JWT (three dot-separated parts)")
+    return token
 
 
 COMMANDS = {"export": _export, "config": _config, "check": _check, "rollback": _rollback, "canary": _canary,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from workloads import inputs
 from workloads.serve.triton_config import CONFIG_FILENAME
 
 PUBLISHED_MARKER = "PUBLISHED"
@@ -43,6 +44,7 @@ RETIRED_PREFIX = "retired-"
 # The config a version was published with, kept in its folder (Triton reads only the
 # model's own config.pbtxt and ignores this file).
 VERSION_CONFIG = "published-config.pbtxt"
+CONFIG_LIMIT = 1 << 20  # a config.pbtxt is a few kilobytes; a bigger file is not one
 
 
 class StoreError(Exception):
@@ -95,9 +97,9 @@ class LocalStore:
 
     def read_text(self, relative: str) -> str:
         try:
-            return (self.root / relative).read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise StoreError(f"{self.root / relative}: cannot be read ({err})") from None
+            return inputs.read_text(self.root / relative, "model config", CONFIG_LIMIT)
+        except inputs.InputError as err:
+            raise StoreError(str(err)) from None
 
     def put_tree(self, local: Path, relative: str) -> None:
         target = self.root / relative

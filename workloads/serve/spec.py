@@ -23,6 +23,11 @@ MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
 # Triton stores these as int32 (batch sizes, instance counts) and uint64 (queue delay).
 INT32_MAX = 2**31 - 1
 UINT64_MAX = 2**64 - 1
+INT64_MAX = 2**63 - 1  # Triton's model version numbers
+# The largest vocabulary a served model may have. The biggest in use are about 256,000
+# tokens; each answer carries a [batch, vocabulary] fp32 logits row, 40 MB per request at
+# this bound, so a larger one is a mistake, not a model.
+MAX_VOCAB = 10_000_000
 
 # Tensor names the exported graph and the Triton config agree on. The graph answers for
 # the next token only: its logits over the vocabulary, and the k most likely ids with
@@ -84,6 +89,9 @@ class ModelSpec:
         )
         if self.vocab_size < 1:
             raise ServeSpecError("vocabSize", f"vocabulary size {self.vocab_size} must be at least 1")
+        if self.vocab_size > MAX_VOCAB:
+            raise ServeSpecError("vocabSize", f"vocabulary size {self.vocab_size} is above {MAX_VOCAB:,}; no served "
+                                 "model has a larger one")
         if self.intra_op_threads < 0:
             raise ServeSpecError("cpuThreads", f"{self.intra_op_threads} threads: use 0 (the default) or more")
         check_contract(device=self.device, top_k=self.top_k, precision=self.precision,

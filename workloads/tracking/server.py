@@ -41,6 +41,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import requests
 
+from workloads import inputs
+
 AUTH_DATABASE = "mlflow_auth"
 ADMIN_USER = "admin"
 # Where the server writes its auth config: the pod's only writable directory.
@@ -227,6 +229,7 @@ USERS_DIR_ENV = "MLPLAT_USERS_DIR"
 ADMIN_KEY = "admin"
 FLASK_KEY_FILE = "flask-secret-key"
 TENANT_PREFIX = "tenant."
+SECRET_LIMIT = 64 << 10  # a password, a key or a DSN is well under a kilobyte
 
 
 def database_from_dsn(dsn: str) -> Database:
@@ -245,7 +248,9 @@ def settings_from_files(env: Mapping[str, str]) -> tuple[ServerSettings, dict[st
     users = Path(env[USERS_DIR_ENV])
 
     def read(path: Path) -> str:
-        value = path.read_text(encoding="utf-8").strip()
+        # A mounted Secret's key is a small regular file; anything else (a FIFO, a device,
+        # a huge file) is refused in one line rather than hanging or filling memory.
+        value = inputs.read_text(path, "secret file", SECRET_LIMIT).strip()
         if not value:
             raise ValueError(f"{path} is empty")
         return value

@@ -19,16 +19,20 @@ alone, and logged to MLflow as the run's input.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from workloads import inputs
 from workloads.hashing import content_id, file_sha256
 from workloads.train.data import HEADER_BYTES, list_shards, read_shard
 
 MANIFEST = "dataset.json"
 FORMAT = "mlplat.dataset/v1"
+# About 160 bytes a shard: 100,000 shards, far more than any dataset has.
+MANIFEST_LIMIT = 16 << 20
 
 
 class DatasetMismatch(Exception):
@@ -96,11 +100,18 @@ def write(version: DatasetVersion, directory: str | Path) -> Path:
 
 
 def read(path: str | Path) -> DatasetVersion:
-    """A manifest whose id is the hash of what it says (a hand-edited one is refused)."""
+    """A manifest whose id is the hash of what it says (a hand-edited one is refused). It
+    is read bounded (workloads/inputs.py): a regular file of at most MANIFEST_LIMIT bytes of
+    JSON, nested and numbered within the reader's bounds."""
     path = Path(path)
     try:
-        version = DatasetVersion.model_validate_json(path.read_bytes())
-    except (OSError, ValueError, ValidationError) as err:
+        body = inputs.read_bytes(path, "dataset manifest", MANIFEST_LIMIT)
+        inputs.load_json(body, str(path))  # the bounds; the model then reads the same bytes
+        version = DatasetVersion.model_validate_json(body)
+    except inputs.InputError as err:
+        reason = str(err).removeprefix(f"{path}: ").removeprefix(f"{path}:").strip()
+        raise DatasetMismatch(f"{path}: not a readable dataset manifest ({reason})") from None
+    except (ValueError, ValidationError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DatasetMismatch(f"{path}: not a readable dataset manifest ({first})") from None
     if version.id != version.content_id():
@@ -133,7 +144,7 @@ def load_or_build(directory: str | Path) -> DatasetVersion:
     is none) one built from the shards as they are, unwritten (the directory may be
     read-only to the trainer)."""
     path = Path(directory) / MANIFEST
-    if path.exists():
+    if os.path.lexists(path):  # a link that leads nowhere is refused by read, not ignored
         version = read(path)
         verify(version, directory)
         return version
