@@ -702,6 +702,9 @@ _USER_IMAGE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-
                          r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}@sha256:[0-9a-f]{64}$")
 
 
+TRAINER_MAX_STEPS, TRAINER_MAX_BATCH, TRAINER_MAX_GLOBAL_BATCH = 1_000_000_000, 65536, 1 << 24
+
+
 class TrainingConfig(_Model):
     """The training job a stack runs on a GPU pool (components/training.py), with the GPU
     node check on every node of the pool and, for multi-node EFA jobs, the all-reduce
@@ -726,12 +729,14 @@ class TrainingConfig(_Model):
     compile: bool = True
     parallel: TrainingParallelConfig = TrainingParallelConfig()
     activation_checkpoint: Literal["none", "selective", "full"] = "none"
-    max_steps: int = Field(default=500, ge=1)
-    micro_batch: int = Field(default=16, ge=1)  # sequences per GPU per forward pass
+    # The trainer's own bounds (workloads/train/train.py MAX_*), so a value it would refuse
+    # in the pod is refused at preview.
+    max_steps: int = Field(default=500, ge=1, le=TRAINER_MAX_STEPS)
+    micro_batch: int = Field(default=16, ge=1, le=TRAINER_MAX_BATCH)  # sequences per GPU per forward pass
     # Sequences per optimiser step, kept at every node count from minNodes to nodes by
     # adapting gradient accumulation; default: the smallest that every count divides.
-    global_batch: int | None = Field(default=None, ge=1)
-    checkpoint_every: int = Field(default=100, ge=1)
+    global_batch: int | None = Field(default=None, ge=1, le=TRAINER_MAX_GLOBAL_BATCH)
+    checkpoint_every: int = Field(default=100, ge=1, le=TRAINER_MAX_STEPS)
     # Token shards (workloads/train/data.py format) on the Lustre mount; unset: synthetic.
     data_path: str | None = None
     # The collective check fails below this all-reduce bus bandwidth; default: 3/4 of the

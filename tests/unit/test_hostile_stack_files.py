@@ -228,3 +228,15 @@ def test_names_reach_the_terminal_with_their_escape_sequences_shown_not_run():
 
     assert _terminal("policy \x1b[2K\x1b[1A\rall passed\x07\nnext\tline") == \
         "policy \\x1b[2K\\x1b[1A\\x0dall passed\\x07\nnext\tline"
+
+
+def test_the_training_settings_are_bounded_as_the_trainer_bounds_its_flags():
+    from infra import config
+    from workloads.train import train
+
+    assert (config.TRAINER_MAX_STEPS, config.TRAINER_MAX_BATCH, config.TRAINER_MAX_GLOBAL_BATCH) == (
+        train.MAX_STEPS, train.MAX_BATCH, train.MAX_GLOBAL_BATCH)
+    raw = dict(REAL)
+    raw["mlplat:training"] = {**(raw.get("mlplat:training") or {}), "maxSteps": train.MAX_STEPS + 1}
+    with pytest.raises(ConfigError, match="mlplat:training.maxSteps"):
+        parse_layer_config(raw, "stacks/Pulumi.prod.yaml", from_stack_file=True)
