@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,12 @@ CHUNK = 8 << 20  # bytes read at a time
 
 
 def file_sha256(path: str | Path) -> str:
+    """A regular file's hash. A FIFO or a device (a shard named `*.bin` that is one) is
+    refused before it is opened: opening a FIFO waits for a writer forever, and a device
+    never ends."""
     digest = hashlib.sha256()
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path}: not a regular file")
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             digest.update(chunk)

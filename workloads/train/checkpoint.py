@@ -28,9 +28,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+from workloads import inputs
 from workloads.train.model import GPT, GPTConfig
 
 CONFIG_FILE = "config.json"
+CONFIG_LIMIT = 1 << 20  # a few hundred bytes: the model, the layout, the precision
 DCP_METADATA = ".metadata"  # DCP writes it after every shard, so its presence means complete
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 FORMAT_VERSION = 1
@@ -69,7 +71,11 @@ def checkpoint_step(path: Path) -> int:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    return json.loads((path / CONFIG_FILE).read_text())
+    # Bounded: a checkpoint handed to `serve export` may be anyone's folder.
+    config = inputs.read_json(path / CONFIG_FILE, "checkpoint config", CONFIG_LIMIT)
+    if not isinstance(config, dict):
+        raise inputs.InputError(f"{inputs.shown(path / CONFIG_FILE)}: not a checkpoint config (a JSON object)")
+    return config
 
 
 def _rank() -> int:

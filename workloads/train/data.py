@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,16 +49,22 @@ def write_shard(path: str | Path, tokens: np.ndarray, vocab_size: int) -> Path:
     return path
 
 
+class ShardError(ValueError):
+    """A file in the data directory is not a token shard: one line, exit 2."""
+
+
 def read_shard(path: str | Path) -> np.ndarray:
     """The tokens of one shard, memory-mapped (nothing is read until used)."""
     path = Path(path)
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open, a device never end
+        raise ShardError(f"{path}: not a regular file, so not a token shard")
     with open(path, "rb") as fh:
         head = fh.read(HEADER_BYTES)
     if len(head) < HEADER_BYTES:
-        raise ValueError(f"{path}: too short to be a token shard")
+        raise ShardError(f"{path}: too short to be a token shard")
     magic, width, _ = HEADER.unpack(head)
     if magic != MAGIC or width not in (2, 4):
-        raise ValueError(f"{path}: not a token shard (magic {magic!r}, {width} bytes per token)")
+        raise ShardError(f"{path}: not a token shard (magic {magic!r}, {width} bytes per token)")
     return np.memmap(path, dtype=np.dtype(f"<u{width}"), mode="r", offset=HEADER_BYTES)
 
 

@@ -39,6 +39,13 @@ class DatasetMismatch(Exception):
     """The shards, or the manifest itself, are not what the manifest says: one line."""
 
 
+def _shard_sha256(path: Path) -> str:
+    try:
+        return file_sha256(path)
+    except ValueError as err:  # a FIFO or a device named like a shard: refused, never opened
+        raise DatasetMismatch(f"{err} (a FIFO or a device named like a shard); move it out of the data directory") from None
+
+
 class Shard(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,7 +85,7 @@ def build(directory: str | Path, tokenizer: str | Path, sources: Iterable[str] =
     """The manifest of every shard in `directory`, sealed with its id."""
     shards = []
     for path in list_shards(directory):
-        shards.append(Shard(name=path.name, sha256=file_sha256(path), bytes=path.stat().st_size,
+        shards.append(Shard(name=path.name, sha256=_shard_sha256(path), bytes=path.stat().st_size,
                             tokens=len(read_shard(path))))
     return DatasetVersion(shards=tuple(shards), tokenizer=tokenizer_id(tokenizer), sources=tuple(sources)).sealed()
 
@@ -134,7 +141,7 @@ def verify(version: DatasetVersion, directory: str | Path) -> None:
         if not path.is_file():
             raise DatasetMismatch(f"{path}: missing; dataset {version.id} lists it")
         size = path.stat().st_size
-        if size != shard.bytes or file_sha256(path) != shard.sha256:
+        if size != shard.bytes or _shard_sha256(path) != shard.sha256:
             raise DatasetMismatch(f"{path}: does not match dataset {version.id} (sha256 or size differs from its "
                                   "manifest); restore the shard or make a new dataset version")
 

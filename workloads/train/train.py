@@ -32,7 +32,7 @@ from workloads import inputs
 from workloads.arguments import printable, real, whole
 from workloads.train import checkpoint as ckpt
 from workloads.train import dataset_version
-from workloads.train.data import ShardedTokens, generate_synthetic_shards, micro_batch_start
+from workloads.train.data import ShardError, ShardedTokens, generate_synthetic_shards, micro_batch_start
 from workloads.train.metrics import MetricsWriter, model_flops_utilisation, resolve_peak_tflops
 from workloads.train import parallel as par
 from workloads.train.model import GPT, GPTConfig
@@ -683,7 +683,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         return run(build_parser().parse_args(argv))
-    except (dataset_version.DatasetMismatch, ResumeRefused, LayoutError, TrackingError, StoreError) as err:
+    except (dataset_version.DatasetMismatch, ShardError, ResumeRefused, LayoutError, TrackingError, StoreError) as err:
         # Every rank stops with the same reason: one of them says it.
         if os.environ.get("RANK", "0") == "0":
             print(f"train: error: {err}", file=sys.stderr, flush=True)
