@@ -1,8 +1,14 @@
-"""`python -m workloads.monitor drift --reference <parquet> --current <parquet> [--json PATH]`
+"""`python -m workloads.monitor drift --reference <parquet> --current <parquet> [--json PATH] [--max-rows N]
+[--max-columns N]`
 
 Exit 0: no column drifted. Exit 1: at least one did; each is named on stdout and in the
-JSON with its test and score. Exit 2: bad input, one line on stderr (a file that is missing,
-empty or not Parquet; a current sample whose columns are not the reference's).
+JSON with its test and score; so does a column that has values in one sample and none in
+the other. A column that cannot be judged (nested, a point in time, no values in either
+sample...) is named with why, on stdout and under `not_judged` in the JSON. Exit 2: bad
+input, one line on stderr (a file that is missing, empty, not Parquet or not a regular file;
+more rows or columns than --max-rows and --max-columns allow, checked from the Parquet
+footer before any data is read; a current sample whose columns are not the reference's; no
+column that can be judged).
 
 `python -m workloads.monitor log-requests --model M --bucket B --field input_ids=personal ...`
 runs the request logger the inference gateway mirrors a sample of requests to, until it
@@ -23,66 +29,48 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workloads.inputs import InputError, shown
+from workloads.monitor.drift import MAX_COLUMNS, MAX_ROWS
+
 
 class MonitorInputError(Exception):
     """Bad input: one line, exit 2."""
 
 
-def read_sample(path: str, what: str) -> Any:
-    import pyarrow.parquet as pq
-
-    file = Path(path)
-    if file.is_dir():
-        raise MonitorInputError(f"--{what} {path}: is a directory; give a Parquet file")
-    try:
-        table = pq.read_table(file)
-    except FileNotFoundError:
-        raise MonitorInputError(f"--{what} {path}: no such file") from None
-    except PermissionError:
-        raise MonitorInputError(f"--{what} {path}: cannot be read (permission denied)") from None
-    except Exception as err:  # pyarrow's ArrowInvalid and friends: not a Parquet file
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise MonitorInputError(f"--{what} {path}: not a readable Parquet file ({first})") from None
-    if table.num_rows == 0 or table.num_columns == 0:
-        raise MonitorInputError(f"--{what} {path}: is empty ({table.num_rows} rows, {table.num_columns} columns); "
-                                "drift needs a sample of rows")
-    return table.to_pandas()
-
-
-def check_columns(reference: Any, current: Any) -> None:
-    missing = [c for c in reference.columns if c not in current.columns]
-    extra = [c for c in current.columns if c not in reference.columns]
-    if missing or extra:
-        parts = ([f"lacks {', '.join(map(str, missing[:5]))}"] if missing else []) + \
-                ([f"has {', '.join(map(str, extra[:5]))} that the reference does not"] if extra else [])
-        raise MonitorInputError(f"--current: its columns do not match the reference's: it {' and '.join(parts)}; "
-                                "compare samples of the same features")
-    for column in reference.columns:
-        if (reference[column].dtype.kind in "biuf") != (current[column].dtype.kind in "biuf"):
-            raise MonitorInputError(f"--current: column {column} is {current[column].dtype} but "
-                                    f"{reference[column].dtype} in the reference")
-
-
 def drift(args: argparse.Namespace) -> int:
-    from workloads.monitor.drift import compare
+    from workloads.inputs import check_output
+    from workloads.monitor.drift import judge, name_of, read_samples
 
-    reference = read_sample(args.reference, "reference")
-    current = read_sample(args.current, "current")
-    check_columns(reference, current)
-    results = compare(reference, current)
-    drifted = [r for r in results if r.drifted]
-    report = {"drift": bool(drifted), "rows": {"reference": len(reference), "current": len(current)},
-              "drifted": [r.as_dict() for r in drifted], "columns": [r.as_dict() for r in results]}
+    if args.json:
+        check_output(args.json, "drift report")
+    reference, current, not_judged = read_samples(args.reference, args.current, args.max_rows, args.max_columns)
+    verdict = judge(reference, current, not_judged)
+    rows = {"reference": len(reference), "current": len(current)}
+    report = {"drift": verdict.drift, "rows": rows, **verdict.as_dict()}
     if args.json:
         try:
-            Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+            Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
         except OSError as err:
-            raise MonitorInputError(f"--json {args.json}: cannot be written ({err.strerror or err})") from None
-    for r in drifted:
-        print(f"drift: {r.column}: {r.test} {r.score:.4g} (threshold {r.threshold:g})")
-    print(f"{len(drifted)} of {len(results)} columns drifted "
-          f"({len(reference)} reference rows, {len(current)} current rows)")
-    return 1 if drifted else 0
+            raise MonitorInputError(f"--json {shown(args.json)}: cannot be written ({err.strerror or err})") from None
+    for r in verdict.drifted:
+        print(f"drift: {name_of(r.column)}: {r.test} {r.score:.4g} (threshold {r.threshold:g})")
+    for n in verdict.not_judged:
+        print(f"not judged{' (counts as drift)' if n.counts_as_drift else ''}: {name_of(n.column)}: {n.reason}")
+    unjudged = f", {len(verdict.not_judged)} not judged" if verdict.not_judged else ""
+    print(f"{len(verdict.drifted)} of {len(verdict.columns)} columns drifted{unjudged} "
+          f"({rows['reference']} reference rows, {rows['current']} current rows)")
+    return 1 if verdict.drift else 0
+
+
+def at_least_one(text: str) -> int:
+    """A whole number of 1 or more, for a limit (at most 20 digits: nothing here counts past 2**64)."""
+    try:
+        value = int(text) if len(text) <= 20 else 0
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give a whole number of 1 or more")
+    return value
 
 
 def field_policy(fields: list[str], allow_personal: bool) -> Any:
@@ -180,6 +168,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--reference", required=True, help="Parquet: the training reference sample")
     d.add_argument("--current", required=True, help="Parquet: the logged inputs to judge")
     d.add_argument("--json", help="also write the result here")
+    d.add_argument("--max-rows", type=at_least_one, default=MAX_ROWS,
+                   help=f"rows a sample may hold (default {MAX_ROWS:,}: what a check's memory fits)")
+    d.add_argument("--max-columns", type=at_least_one, default=MAX_COLUMNS,
+                   help=f"columns a sample may hold (default {MAX_COLUMNS}: Evidently takes about 0.1 s a column)")
     d.set_defaults(run=drift)
     r = verbs.add_parser("log-requests", help="keep a sample of the gateway's requests in the region's bucket")
     r.add_argument("--model", required=True, help="the served model's name; requests for others are not kept")
@@ -218,6 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except MonitorInputError as err:
+    except (MonitorInputError, InputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 from botocore.exceptions import BotoCoreError, ClientError
+
+from workloads.inputs import InputError, shown
 
 _S3_ERRORS = (BotoCoreError, ClientError)  # what boto3 raises for an unreachable or refusing S3
 
@@ -82,11 +84,52 @@ def _s3(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
+# What the job reads of a request log (workloads/monitor/request_log.py rows_of): its time,
+# the version a client named, the sequence length and the compared features. Nothing else
+# (the kept inputs and outputs are lists, and may be large) is read.
+NEEDED = ("time", "tokens", *COMPARED)
+LOGGED = (*NEEDED, "version")
+LOG_OBJECT_BYTES = 64 << 20  # the logger writes at most --max-rows (1,000) rows an object: kilobytes
+
+
+def log_rows(source: Any, name: str) -> Any:
+    """The rows of one request log object the job uses; DriftJobError, naming the object,
+    where it is not a request log."""
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(source)
+        names = parquet.schema_arrow.names
+        missing = [c for c in NEEDED if c not in names]
+        if missing:
+            raise DriftJobError(f"request log {shown(name)}: lacks {', '.join(missing)}; only request logs written by "
+                                "`log-requests` belong under --logs")
+        return parquet.read(columns=[c for c in LOGGED if c in names], use_pandas_metadata=False).to_pandas()
+    except DriftJobError:
+        raise
+    except Exception as err:  # noqa: BLE001 - pyarrow's ArrowInvalid and friends: not a Parquet file
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DriftJobError(f"request log {shown(name)}: not a readable Parquet file ({first[:120]}); remove it from "
+                            "--logs") from None
+
+
+def _local_log(path: Path) -> Any:
+    """A request log in a folder, opened only if it is a regular file of a log's size (a
+    FIFO or device named *.parquet must not hang the job)."""
+    from workloads.monitor.drift import open_regular
+
+    try:
+        handle = open_regular(str(path), "logs", LOG_OBJECT_BYTES)
+    except InputError as err:
+        raise DriftJobError(str(err)) from None
+    with handle:
+        return log_rows(handle, str(path))
+
+
 def logged_requests(logs: str, days: int, now: datetime, client: Any = None) -> Any:
     """The requests logged in the `days` x 24 hours before `now`, one DataFrame (local
     folder or s3://): the day folders they can be in, then their rows by time."""
     import pandas as pd
-    import pyarrow.parquet as pq
 
     since = now - timedelta(days=days)
     wanted = {f"date={(now - timedelta(days=n)).date():%Y-%m-%d}" for n in range(days + 1)}
@@ -99,14 +142,19 @@ def logged_requests(logs: str, days: int, now: datetime, client: Any = None) -> 
         for day in sorted(wanted):
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}{day}/"):
                 for entry in page.get("Contents", []):
-                    body = s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read()
-                    frames.append(pq.read_table(io.BytesIO(body)).to_pandas())
+                    name = f"s3://{bucket}/{entry['Key']}"
+                    if entry.get("Size", 0) > LOG_OBJECT_BYTES:
+                        raise DriftJobError(f"request log {shown(name)}: is {entry['Size']:,} bytes; a request log is at "
+                                            f"most {LOG_OBJECT_BYTES:,}; remove it from --logs")
+                    body = s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read(LOG_OBJECT_BYTES + 1)
+                    frames.append(log_rows(io.BytesIO(body), name))
     else:
         for day in sorted(wanted):
-            frames += [pq.read_table(p).to_pandas() for p in sorted((Path(logs) / day).glob("*.parquet"))]
+            frames += [_local_log(p) for p in sorted((Path(logs) / day).glob("*.parquet"))]
     recent = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(recent):
-        recent = recent[pd.to_datetime(recent["time"], utc=True) >= pd.Timestamp(since)].reset_index(drop=True)
+        recent = recent[pd.to_datetime(recent["time"], utc=True, errors="coerce") >= pd.Timestamp(since)] \
+            .reset_index(drop=True)
     if not len(recent):
         raise DriftJobError(f"--logs {logs}: no request logs in the last {days} day(s); is request logging on and "
                             "the model taking requests?")
@@ -168,8 +216,10 @@ def reference_sample(tokens: np.ndarray, lengths: np.ndarray, seed: int = 0) -> 
 
 
 def push(gateway: str, model: str, version: int, results: list[Any], rows: dict[str, int],
-         pusher: Callable[..., None] | None = None) -> None:
-    """The scores, verdicts and sample sizes, under job `model-drift` and the model."""
+         pusher: Callable[..., None] | None = None, not_judged: Sequence[Any] = ()) -> None:
+    """The scores, verdicts and sample sizes, under job `model-drift` and the model. A
+    column not judged has no score; where it counts as drift (values in one sample, none
+    in the other) it is pushed as drifted, so the alert fires."""
     from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
     registry = CollectorRegistry()
@@ -184,6 +234,9 @@ def push(gateway: str, model: str, version: int, results: list[Any], rows: dict[
     for r in results:
         score.labels(**labels, column=r.column, test=r.test).set(r.score)
         drifted.labels(**labels, column=r.column).set(1.0 if r.drifted else 0.0)
+    for n in not_judged:
+        if n.counts_as_drift:
+            drifted.labels(**labels, column=n.column).set(1.0)
     for sample, count in rows.items():
         sizes.labels(**labels, sample=sample).set(count)
     checked.labels(**labels).set(time.time())
@@ -208,7 +261,7 @@ def on_s3(dataset_uri: str, lustre: tuple[str, str] | None) -> str:
 def run(*, tracking_uri: str, registered_model: str, model: str, version: int, logs: str, days: int,
         gateway: str | None, min_rows: int, now: datetime | None = None,
         lustre: tuple[str, str] | None = None) -> dict[str, Any]:
-    from workloads.monitor.drift import compare
+    from workloads.monitor.drift import judge
 
     reference = served_reference(tracking_uri, registered_model, model, version)
     try:
@@ -235,10 +288,10 @@ def run(*, tracking_uri: str, registered_model: str, model: str, version: int, l
     except _S3_ERRORS as err:
         raise DriftJobError(f"the training dataset {source} cannot be read: {err}") from None
     baseline = reference_sample(tokens, current["tokens"].to_numpy())
-    results = compare(baseline[list(COMPARED)], current[list(COMPARED)].reset_index(drop=True))
+    verdict = judge(baseline[list(COMPARED)], current[list(COMPARED)].reset_index(drop=True))
     report["rows"]["reference"] = int(len(baseline))
-    report.update(judged=True, drift=any(r.drifted for r in results),
-                  drifted=[r.as_dict() for r in results if r.drifted], columns=[r.as_dict() for r in results])
+    # `not_judged`: the features Evidently could not judge, with why (workloads/monitor/drift.py).
+    report.update(judged=True, **verdict.as_dict())
     if gateway:
-        push(gateway, model, version, results, report["rows"])
+        push(gateway, model, version, verdict.columns, report["rows"], not_judged=verdict.not_judged)
     return report
