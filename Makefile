@@ -143,6 +143,7 @@ bench: setup services $(MLSERVER_STAMP)
 	$(BIN)/python bench/tracking.py
 	$(BIN)/python bench/features.py
 	$(BIN)/python bench/drift.py
+	$(BIN)/python bench/drift_alarm.py
 	$(BIN)/python bench/preview_diff.py
 	$(BIN)/python bench/report.py
 

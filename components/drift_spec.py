@@ -28,6 +28,7 @@ from components.tracking_spec import NAME as TRACKING_NAME
 from components.tracking_spec import NAMESPACE as TRACKING_NAMESPACE
 from components.tracking_spec import PORT as TRACKING_PORT
 from components.training_spec import CONTAINER_SECURITY, POD_SECURITY
+from workloads.monitor.alarm import MIN_ROWS
 
 PUSHGATEWAY = "pushgateway"
 PUSHGATEWAY_PORT = 9091
@@ -49,7 +50,7 @@ class DriftPlan:
     aws_cidrs: tuple[str, ...]  # the AWS APIs it calls (the VPC's interface endpoints, the S3 prefix list)
     every_hours: int = 24
     days: int = 1
-    min_rows: int = 200
+    min_rows: int = MIN_ROWS  # fewer logged requests are not judged (docs/monitoring.md: the power)
     tracking_env: tuple[tuple[str, str], ...] = ()  # the tenant's MLflow user (infra/training.py tracking_env)
     # Where training pods read datasets on Lustre, and the bucket that directory mirrors:
     # the check reads the same files from S3 (None: the stack has no Lustre).
@@ -152,8 +153,11 @@ def network_policy(plan: DriftPlan) -> dict[str, Any]:
 
 
 def drift_rules(plan: DriftPlan) -> dict[str, Any]:
-    """A drifted feature of the served version fires at once (the check is already a day's
-    evidence); a check that stopped reporting fires once two runs are missed."""
+    """A drifted feature of the served version fires when two checks in a row found it
+    drifted: the Pushgateway holds each check's verdict until the next, so a verdict that
+    stays 1 past one interval was given again by the next check. One run's chance of a
+    false alarm is at most 5% (workloads/monitor/alarm.py); two in a row, about 0.25%. A
+    check that stopped reporting fires once two runs are missed."""
     stale_s = 3 * plan.every_hours * 3600  # the last report, then two runs that did not report
     model = f'model="{plan.model}"'
     return {
@@ -163,10 +167,12 @@ def drift_rules(plan: DriftPlan) -> dict[str, Any]:
         "spec": {"groups": [{"name": "model-drift", "rules": [
             {"alert": DRIFT_ALERT,
              "expr": f'max by (model, version, column) (mlplat_model_input_drifted{{{model}}}) == 1',
+             "for": f"{plan.every_hours + 1}h",
              "labels": {"severity": "warning", "component": "drift"},
              "annotations": {"summary": "The requests to {{ $labels.model }} drifted from its training data",
                              "description": "Feature {{ $labels.column }} of the logged requests differs from the "
-                                            "training data of version {{ $labels.version }} (Evidently's test): "
+                                            "training data of version {{ $labels.version }} in two checks in a "
+                                            "row (Evidently's test, held with the run's other columns): "
                                             "retrain, or roll back to a version trained on such data."}},
             {"alert": STALE_ALERT,
              "expr": f"(time() - max by (model) (mlplat_model_drift_check_timestamp_seconds{{{model}}})) > {stale_s} "

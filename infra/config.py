@@ -27,6 +27,7 @@ from components.training_spec import FRAMEWORKS
 from infra import catalog
 from infra.versions import BUILT, IMAGES, KUBERNETES_VERSION
 from workloads import inputs
+from workloads.monitor.alarm import MIN_ROWS as DRIFT_MIN_ROWS
 
 PROJECT = "mlplat"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -926,7 +927,9 @@ class InferenceDriftConfig(_Model):
     tenant: str | None = None  # whose model it is (tracking user, datasets); default: the first of auth.tenants
     every_hours: Literal[1, 2, 3, 4, 6, 8, 12, 24] = 24
     days: int = Field(default=1, ge=1, le=30)  # of request logs per check
-    min_rows: int = Field(default=200, ge=1)  # fewer logged requests are not judged
+    # Fewer logged requests are not judged (docs/monitoring.md derives the default from the
+    # checks' power).
+    min_rows: int = Field(default=DRIFT_MIN_ROWS, ge=1)
 
 
 class InferenceConfig(_Model):

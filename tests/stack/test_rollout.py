@@ -442,17 +442,20 @@ def test_prods_drift_check_runs_beside_the_model_as_its_tenant_reading_the_linea
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is False
 
 
-def test_the_drift_alert_fires_on_a_drifted_feature_and_when_checks_stop(tmp_path):
+def test_the_drift_alert_fires_on_two_drifted_checks_in_a_row_and_when_checks_stop(tmp_path):
     rule = rendered("prod-cluster", "PrometheusRule", "model-drift-gpt")
     day = 24 * 60  # minutes
     # As Prometheus stores them: the Pushgateway's job and instance, the pushed job kept apart.
     labels = 'model="gpt",version="1",job="pushgateway",instance="10.0.3.7:9091",exported_job="model-drift",' \
              'exported_instance=""'
-    # Pushed every day; the Pushgateway holds each value until the next push. One column
-    # drifts on the second day; the checks stop after the third push.
+    # Pushed every day; the Pushgateway holds each value until the next push. One column is
+    # found drifted by the second and third checks; another by the second check alone (one
+    # noisy run, which must not page anyone); the checks stop after the third push.
     inputs = [
-        {"series": f'mlplat_model_input_drifted{{{labels},column="mean_token_id"}}', "values": f"0x{day} 1x{day}"},
-        {"series": f'mlplat_model_input_drifted{{{labels},column="std_token_id"}}', "values": f"0x{2 * day}"},
+        {"series": f'mlplat_model_input_drifted{{{labels},column="mean_token_id"}}',
+         "values": f"0x{day} 1x{2 * day}"},
+        {"series": f'mlplat_model_input_drifted{{{labels},column="std_token_id"}}',
+         "values": f"0x{day} 1x{day} 0x{day}"},
         {"series": f"mlplat_model_drift_check_timestamp_seconds{{{labels}}}",
          # The Pushgateway keeps serving the last push after the checks stop.
          "values": f"0x{day} {day * 60}x{day} {2 * day * 60}x{4 * day}"},
@@ -460,7 +463,9 @@ def test_the_drift_alert_fires_on_a_drifted_feature_and_when_checks_stop(tmp_pat
     [drift, stale] = rule["spec"]["groups"][0]["rules"]
     checks = [
         {"eval_time": "12h", "alertname": "ModelInputDrift", "exp_alerts": []},
-        {"eval_time": "36h", "alertname": "ModelInputDrift", "exp_alerts": [{
+        {"eval_time": "36h", "alertname": "ModelInputDrift", "exp_alerts": []},  # one drifted check so far
+        {"eval_time": "47h", "alertname": "ModelInputDrift", "exp_alerts": []},
+        {"eval_time": "50h", "alertname": "ModelInputDrift", "exp_alerts": [{
             "exp_labels": {"severity": "warning", "component": "drift", "model": "gpt", "version": "1",
                            "column": "mean_token_id"},
             "exp_annotations": {"summary": "The requests to gpt drifted from its training data",

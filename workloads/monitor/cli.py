@@ -1,11 +1,13 @@
 """`python -m workloads.monitor drift --reference <parquet> --current <parquet> [--json PATH] [--max-rows N]
-[--max-columns N]`
+[--max-columns N] [--min-rows N]`
 
 Exit 0: no column drifted. Exit 1: at least one did; each is named on stdout and in the
-JSON with its test and score; so does a column that has values in one sample and none in
-the other. A column that cannot be judged (nested, a point in time, no values in either
+JSON with its test, score and the threshold it was held to; so does a column that has
+values in one sample and none in the other. A run of unchanged data says "drift" at most
+5% of the time, however many columns it has (workloads/monitor/alarm.py). A column that cannot be judged (nested, a point in time, no values in either
 sample...) is named with why, on stdout and under `not_judged` in the JSON. Exit 2: bad
 input, one line on stderr (a file that is missing, empty, not Parquet or not a regular file;
+a sample of fewer rows than --min-rows, default 300;
 more rows or columns than --max-rows and --max-columns allow, checked from the Parquet
 footer before any data is read; a current sample whose columns are not the reference's; no
 column that can be judged).
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.inputs import InputError, shown
+from workloads.monitor.alarm import MIN_ROWS
 from workloads.monitor.drift import MAX_COLUMNS, MAX_ROWS
 
 
@@ -44,6 +47,12 @@ def drift(args: argparse.Namespace) -> int:
     if args.json:
         check_output(args.json, "drift report")
     reference, current, not_judged = read_samples(args.reference, args.current, args.max_rows, args.max_columns)
+    for flag, frame in (("reference", reference), ("current", current)):
+        if len(frame) < args.min_rows:
+            raise MonitorInputError(
+                f"--{flag} {shown(getattr(args, flag))}: {len(frame)} rows; fewer than {args.min_rows} are not judged "
+                "(below it a 0.5 sd shift in one of 20 columns is missed more than one time in ten: "
+                "docs/monitoring.md); gather more, or lower --min-rows knowing the check will see less")
     verdict = judge(reference, current, not_judged)
     rows = {"reference": len(reference), "current": len(current)}
     report = {"drift": verdict.drift, "rows": rows, **verdict.as_dict()}
@@ -172,6 +181,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"rows a sample may hold (default {MAX_ROWS:,}: what a check's memory fits)")
     d.add_argument("--max-columns", type=at_least_one, default=MAX_COLUMNS,
                    help=f"columns a sample may hold (default {MAX_COLUMNS}: Evidently takes about 0.1 s a column)")
+    d.add_argument("--min-rows", type=at_least_one, default=MIN_ROWS,
+                   help=f"rows each sample needs to be judged (default {MIN_ROWS}: the power docs/monitoring.md "
+                        "derives)")
     d.set_defaults(run=drift)
     r = verbs.add_parser("log-requests", help="keep a sample of the gateway's requests in the region's bucket")
     r.add_argument("--model", required=True, help="the served model's name; requests for others are not kept")
@@ -198,7 +210,8 @@ def parser() -> argparse.ArgumentParser:
     j.add_argument("--version", type=int, required=True, help="the Triton version served")
     j.add_argument("--logs", required=True, help="the model's request logs: s3://<bucket>/request-logs/<model>/")
     j.add_argument("--days", type=int, default=1, help="days of logs to judge")
-    j.add_argument("--min-rows", type=int, default=200, help="fewer logged requests than this are not judged")
+    j.add_argument("--min-rows", type=int, default=MIN_ROWS,
+                   help=f"fewer logged requests than this are not judged (default {MIN_ROWS})")
     j.add_argument("--pushgateway", help="the Prometheus Pushgateway to push the scores to")
     j.add_argument("--lustre-datasets", metavar="/MOUNT/datasets=s3://BUCKET/",
                    help="training datasets read from Lustre are read from the bucket it mirrors instead")

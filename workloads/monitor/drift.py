@@ -3,8 +3,10 @@ it is asked now), column by column, with Evidently's tests.
 
 Evidently picks each column's test by its type and the sample size, as its data-drift
 preset does: for numbers, Kolmogorov-Smirnov under 1,000 rows and the normed Wasserstein
-distance above; for categories, chi-square or Jensen-Shannon. It also decides whether each
-score crosses its threshold; nothing here re-implements a statistic.
+distance above; for categories, chi-square (or Z for two values) or Jensen-Shannon. Two
+changes hold the run's false alarms at 5% over all its columns (workloads/monitor/alarm.py):
+the chi-square is the two-sample one, registered as an Evidently test, and the p-value tests
+of a run are held together by Holm's method.
 
 What Evidently cannot judge is never handed to it, and never passed over in silence: the
 verdict (`judge`) names each column it did not judge and why. Two kinds of reason:
@@ -34,10 +36,11 @@ import math
 import os
 import stat
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from workloads.inputs import InputError, excerpt, shown
+from workloads.monitor import alarm
 
 # Limits of one sample, checked from the Parquet footer before any column is read. The
 # benchmark (bench/drift.py: 1,000,000 rows x 20 float64 columns, both samples) peaks under
@@ -105,7 +108,8 @@ def name_of(name: Any) -> str:
 # --- Evidently ----------------------------------------------------------------------------
 
 def column_kinds(frame: Any) -> tuple[list[str], list[str]]:
-    """(numerical, categorical) column names: numbers and booleans are numerical."""
+    """(numerical, categorical) column names: numbers are numerical; booleans and text are
+    categorical (two values: a test of proportions, not of a distribution's shape)."""
     import pandas as pd
 
     numerical = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
@@ -121,7 +125,10 @@ def compare(reference: Any, current: Any) -> list[ColumnDrift]:
     numerical, categorical = column_kinds(reference)
     definition = DataDefinition(numerical_columns=numerical, categorical_columns=categorical)
     columns = list(reference.columns)
-    snapshot = Report([ValueDrift(column=c) for c in columns], include_tests=True).run(
+    alarm.register()
+    metrics = [ValueDrift(column=c, method=alarm.method_for(reference[c], current[c], c in categorical))
+               for c in columns]
+    snapshot = Report(metrics, include_tests=True).run(
         reference_data=Dataset.from_pandas(reference, data_definition=definition),
         current_data=Dataset.from_pandas(current[columns], data_definition=definition))
     results = []
@@ -129,7 +136,8 @@ def compare(reference: Any, current: Any) -> list[ColumnDrift]:
         config = metric["config"]
         if config["column"] != column:  # an explicit check: `python -O` drops asserts
             raise RuntimeError(f"Evidently answered for column {config['column']!r} where {column!r} was asked")
-        results.append(ColumnDrift(column=column, test=config["method"], score=float(metric["value"]),
+        results.append(ColumnDrift(column=column, test=alarm.test_name(config["method"]),
+                                   score=float(metric["value"]),
                                    threshold=float(config["threshold"]), drifted=False))
     # Evidently's own verdict per column: its test fails where the column drifted.
     failed = {t["name"].removeprefix("Value Drift for column ") for t in snapshot.dict()["tests"]
@@ -159,7 +167,16 @@ def judge(reference: Any, current: Any, not_judged: list[NotJudged] | None = Non
             judged.append(r)
         else:  # NaN is no verdict, and no JSON either
             unjudged.append(NotJudged(r.column, f"Evidently's {r.test} gave no score ({r.score})"))
-    return Verdict(judged, unjudged)
+    return Verdict(held_together(judged), unjudged)
+
+
+def held_together(results: list[ColumnDrift]) -> list[ColumnDrift]:
+    """The p-value tests of one run held together (workloads/monitor/alarm.py): each
+    column's threshold becomes the level Holm's method held it to, and it drifted only if
+    rejected there. Distance tests keep Evidently's verdict."""
+    decided = alarm.holm([(r.column, r.score) for r in results if alarm.is_p_value(r.test)])
+    return [replace(r, threshold=decided[r.column][0], drifted=decided[r.column][1]) if r.column in decided else r
+            for r in results]
 
 
 def _compare_each(reference: Any, current: Any) -> tuple[list[ColumnDrift], list[NotJudged]]:
