@@ -1,8 +1,9 @@
-"""Two local registries per test: `upstream` stands in for nvcr.io, quay.io and the chart
-repositories, `mirror` for the environment's in-region ECR."""
+"""Shared services: two local registries per test (`upstream` stands in for nvcr.io, quay.io and the chart
+repositories, `mirror` for the environment's in-region ECR), and a moto server per module."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +21,20 @@ def registries(tmp_path) -> Iterator[tuple[Registry, Registry]]:
     finally:
         upstream.stop()
         mirror.stop()
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    """A moto server (S3, ECR, IAM, KMS, STS) of the module's own: its endpoint."""
+    from tests.services.tracking import require_tracking, start_moto, stop_processes
+
+    require_tracking()
+    processes: list[subprocess.Popen] = []
+    endpoint = start_moto(processes)
+    try:
+        yield endpoint
+    finally:
+        stop_processes(processes)
 
 
 @pytest.fixture(scope="session")

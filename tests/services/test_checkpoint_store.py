@@ -8,35 +8,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 
 import pytest
 
-from tests.services.tracking import REGION, require_tracking, start_moto, stop_processes
+from tests.services.tracking import REGION
 from workloads.tracking import store
 
 BUCKET = "checkpoints"
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    require_tracking()
-    processes: list[subprocess.Popen] = []
-    endpoint = start_moto(processes)
-    try:
-        yield endpoint
-    finally:
-        stop_processes(processes)
-
-
 @pytest.fixture
-def s3(s3_endpoint, monkeypatch):
+def s3(moto_endpoint, monkeypatch):
     import boto3
 
-    for key, value in {"AWS_ENDPOINT_URL_S3": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+    for key, value in {"AWS_ENDPOINT_URL_S3": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(key, value)
-    client = boto3.client("s3", region_name=REGION, endpoint_url=s3_endpoint)
+    client = boto3.client("s3", region_name=REGION, endpoint_url=moto_endpoint)
     client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     yield client
     for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):

@@ -16,20 +16,9 @@ import requests
 
 from tests.checks import registry_scan, security
 from tests.services.oci import push_image
-from tests.services.tracking import REGION, require_tracking, start_moto, stop_processes
+from tests.services.tracking import REGION
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "image_scans"
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    require_tracking()
-    processes: list[subprocess.Popen] = []
-    endpoint = start_moto(processes)
-    try:
-        yield endpoint
-    finally:
-        stop_processes(processes)
 
 
 @pytest.fixture
