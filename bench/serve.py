@@ -307,15 +307,20 @@ def main() -> int:
             rng = np.random.default_rng(sequence)
             inputs = [rng.integers(0, args.vocab, size=(1, sequence), dtype=np.int64) for _ in range(256)]
             runs: dict[str, list[dict]] = {"single": [], "batched": []}
-            # Alternating, so a burst of someone else's load on the machine hits both modes.
+            ceilings = []
+            # Alternating, so a burst of someone else's load on the machine hits both modes;
+            # the ceiling is timed in each round too, against that round's single server, and
+            # the highest kept: a bound timed once, in a quiet second or a busy one, can sit
+            # below the gain the runs around it measured.
             for _ in range(args.repeat):
                 for mode in runs:
                     runs[mode].append(run_mode(mode, path, inputs, args))
+                ceilings.append(batching_ceiling(path, inputs, args, runs["single"][-1]["throughput_rps"]))
             single, batched = median_run(runs["single"]), median_run(runs["batched"])
             speedup = batched["throughput_rps"] / single["throughput_rps"]
             p99_ratio = batched["p99_ms"] / single["p99_ms"]
             met = speedup >= 3.0 and p99_ratio <= 2.0
-            ceiling = batching_ceiling(path, inputs, args, single["throughput_rps"])
+            ceiling = max(ceilings)
             for mode, r in (("single", single), ("batched", batched)):
                 print(f"{sequence:6} {mode:8} {r['throughput_rps']:9.1f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
                       f"{r['mean_batch']:6.1f} {r['requests_per_cpu_second']:10.1f}")
