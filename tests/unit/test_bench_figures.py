@@ -1,0 +1,56 @@
+"""The README's benchmark figures are what the records say, and each record stays inside its
+own benchmark's bounds: a serving gain no larger than the ceiling measured beside it, a
+model FLOPs utilisation between 0 and 1, the drift check's false-alarm rate within what the
+README claims. A record that breaks one came from a disturbed run or a broken benchmark."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO))
+
+
+def record(name: str) -> dict:
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        pytest.fail(f"bench/results/{name}.json is missing: run bench/{name.replace('-', '_')}.py")
+    return json.loads(path.read_text())
+
+
+def test_the_readme_table_is_the_records():
+    from bench import report  # draws with matplotlib, which make setup installs (the bench extra)
+
+    readme = (REPO / "README.md").read_text()
+    committed = report.START + readme.split(report.START, 1)[1].split(report.END, 1)[0] + report.END
+    assert committed == report.table(), "README's benchmark table is stale: run .venv/bin/python bench/report.py"
+
+
+def test_each_serving_gain_is_within_the_ceiling_measured_beside_it():
+    from bench.report import CEILING_SLACK
+
+    for c in record("serve")["comparisons"]:
+        assert 0 < c["throughput_speedup"] <= c["ceiling"] * CEILING_SLACK, c["sequence"]
+
+
+def test_each_training_record_has_a_possible_utilisation():
+    for path in sorted(RESULTS.glob("train-*.json")):
+        for name, run in json.loads(path.read_text())["runs"].items():
+            assert run["mfu"] is None or 0 < run["mfu"] <= 1, (path.name, name)
+
+
+def test_the_drift_checks_false_alarm_rate_is_what_the_readme_claims():
+    data = record("drift-alarm")
+    rates = {row["name"]: row for row in data["settings"]}
+    for name, row in rates.items():
+        if row["shift"] == 0 and row["rows"] <= 1000:
+            assert row["rate"] <= 0.05, name  # README: at most 5% of runs where Holm holds the tests
+        elif row["shift"] == 0:
+            assert row["rate"] <= 0.10, name  # README: 6% at 2,000 rows, the distance thresholds alone
+        else:
+            assert row["rate"] >= (0.9 if row["rows"] == 500 else 0.5), name
