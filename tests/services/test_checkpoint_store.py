@@ -24,6 +24,10 @@ def s3(moto_endpoint, monkeypatch):
     for key, value in {"AWS_ENDPOINT_URL_S3": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(key, value)
+    # The store's clients come from boto3's default session, which keeps the credentials it
+    # first found: a session of this test's own, dropped after it, so no later test
+    # (tests/services/test_scoped_roles.py signs as a tenant) inherits these keys.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     client = boto3.client("s3", region_name=REGION, endpoint_url=moto_endpoint)
     client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     yield client

@@ -22,9 +22,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "image_scans"
 
 
 @pytest.fixture
-def ecr(moto_endpoint):
+def ecr(moto_endpoint, monkeypatch):
     import boto3
 
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # a session of its own, dropped after the test
     client = boto3.client("ecr", region_name=REGION, endpoint_url=moto_endpoint, aws_access_key_id="testing",
                           aws_secret_access_key="testing")
     yield client

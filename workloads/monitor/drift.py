@@ -184,8 +184,11 @@ def _compare_each(reference: Any, current: Any) -> tuple[list[ColumnDrift], list
     column alone, so one column it cannot take does not cost the others their verdict."""
     try:
         return compare(reference, current), []
-    except Exception:  # noqa: BLE001 - retried column by column below
-        pass
+    except Exception:  # noqa: BLE001 - retried column by column
+        return _compare_one_by_one(reference, current)
+
+
+def _compare_one_by_one(reference: Any, current: Any) -> tuple[list[ColumnDrift], list[NotJudged]]:
     results, failed = [], []
     for column in reference.columns:
         try:
