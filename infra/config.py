@@ -1351,22 +1351,19 @@ class _FieldError(ValueError):
         self.field = field
 
 
+def _name(key: Any) -> str:
+    return inputs.named(key, 64)  # keys of a stack file: one line, never a newline
+
+
 def _key_path(loc: tuple[Any, ...], cluster_layer: bool = False) -> str:
     """('nodePools', 0, 'minSize') -> 'mlplat:nodePools[0].minSize'."""
     if not loc:
         return f"{PROJECT}:<stack>"
     head, *rest = loc
-    path = AWS_REGION_KEY if head == "region" and not cluster_layer else f"{PROJECT}:{_shown(head)}"
+    path = AWS_REGION_KEY if head == "region" and not cluster_layer else f"{PROJECT}:{_name(head)}"
     for part in rest:
-        path += f"[{part}]" if isinstance(part, int) else f".{_shown(part)}"
+        path += f"[{part}]" if isinstance(part, int) else f".{_name(part)}"
     return path
-
-
-def _shown(key: Any) -> str:
-    """A key as the error line names it: as written, unless it would break the line
-    (a newline, a control character) or run long, then quoted short."""
-    text = str(key)
-    return text if text.isprintable() and len(text) <= 64 else inputs.excerpt(key)
 
 
 def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
@@ -1461,7 +1458,7 @@ def parse_layer_config(raw: Mapping[str, Any], source: str, *, from_stack_file: 
             known = [DISABLE_DEFAULT_PROVIDERS_KEY] + ([] if cluster else [AWS_REGION_KEY])
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f"did you mean `{close[0]}`? " if close else ""
-            raise ConfigError(f"{source}: {_shown(key)}: unknown key; {hint}this project reads {reads}")
+            raise ConfigError(f"{source}: {_name(key)}: unknown key; {hint}this project reads {reads}")
     if from_stack_file and DISABLE_DEFAULT_PROVIDERS_KEY not in raw:
         raise ConfigError(
             f"{source}: {DISABLE_DEFAULT_PROVIDERS_KEY}: is required; set it to [\"*\"] so every "

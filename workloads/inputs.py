@@ -50,6 +50,13 @@ def excerpt(value: Any, limit: int = EXCERPT) -> str:
     return f"{text[:limit]}... (cut; {size if size is not None else len(text):,} characters)"
 
 
+def named(value: Any, limit: int = EXCERPT) -> str:
+    """A name (a config key, a column) as an error line shows it: as written when short and
+    printable, quoted and cut otherwise (a name may hold a newline)."""
+    text = str(value)
+    return text if text and text.isprintable() and len(text) <= limit else excerpt(text)
+
+
 def shown(path: Path | str) -> str:
     """A path as an error line names it: as given, unless it holds a newline or a control
     character, which would break the line (then quoted, escaped)."""
@@ -57,7 +64,7 @@ def shown(path: Path | str) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -88,7 +95,7 @@ def read_bytes(path: Path | str, what: str, limit: int) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InputError(f"{shown(path)}: is {_kind(info.st_mode)}, not a {what}; name the file itself")
+            raise InputError(f"{shown(path)}: is {file_kind(info.st_mode)}, not a {what}; name the file itself")
         if info.st_size > limit:
             raise InputError(f"{shown(path)}: is {info.st_size:,} bytes; a {what} may be at most {limit:,}")
         chunks, size = [], 0
@@ -297,7 +304,7 @@ def check_output(path: Path | str, what: str, folder: bool = False) -> None:
         if path.is_dir():
             raise InputError(f"{shown(path)}: is a directory; name the file to write the {what} to")
         if path.exists() and not path.is_file():
-            raise InputError(f"{shown(path)}: is {_kind(path.stat().st_mode)}; name a regular file to write the {what} to")
+            raise InputError(f"{shown(path)}: is {file_kind(path.stat().st_mode)}; name a regular file to write the {what} to")
     if path.exists():
         if not os.access(path, os.W_OK) or (folder and not os.access(path, os.X_OK)):
             raise InputError(f"{shown(path)}: cannot be written (permission denied) for the {what}")

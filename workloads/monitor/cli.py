@@ -41,8 +41,8 @@ class MonitorInputError(Exception):
 
 
 def drift(args: argparse.Namespace) -> int:
-    from workloads.inputs import check_output
-    from workloads.monitor.drift import judge, name_of, read_samples
+    from workloads.inputs import check_output, named
+    from workloads.monitor.drift import judge, read_samples
 
     if args.json:
         check_output(args.json, "drift report")
@@ -62,9 +62,9 @@ def drift(args: argparse.Namespace) -> int:
         except OSError as err:
             raise MonitorInputError(f"--json {shown(args.json)}: cannot be written ({err.strerror or err})") from None
     for r in verdict.drifted:
-        print(f"drift: {name_of(r.column)}: {r.test} {r.score:.4g} (threshold {r.threshold:g})")
+        print(f"drift: {named(r.column)}: {r.test} {r.score:.4g} (threshold {r.threshold:g})")
     for n in verdict.not_judged:
-        print(f"not judged{' (counts as drift)' if n.counts_as_drift else ''}: {name_of(n.column)}: {n.reason}")
+        print(f"not judged{' (counts as drift)' if n.counts_as_drift else ''}: {named(n.column)}: {n.reason}")
     unjudged = f", {len(verdict.not_judged)} not judged" if verdict.not_judged else ""
     print(f"{len(verdict.drifted)} of {len(verdict.columns)} columns drifted{unjudged} "
           f"({rows['reference']} reference rows, {rows['current']} current rows)")

@@ -39,7 +39,7 @@ import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from workloads.inputs import InputError, excerpt, shown
+from workloads.inputs import InputError, excerpt, file_kind, named, shown
 from workloads.monitor import alarm
 
 # Limits of one sample, checked from the Parquet footer before any column is read. The
@@ -96,13 +96,6 @@ class Verdict:
         return {"drift": self.drift, "drifted": [c.as_dict() for c in self.drifted],
                 "columns": [c.as_dict() for c in self.columns],
                 "not_judged": [n.as_dict() for n in self.not_judged]}
-
-
-def name_of(name: Any) -> str:
-    """A column's name (or a type, which spells its fields' names) for a one-line message:
-    as is when short and printable, quoted and cut otherwise (a name may hold a newline)."""
-    text = str(name)
-    return text if text and text.isprintable() and len(text) <= 60 else excerpt(text)
 
 
 # --- Evidently ----------------------------------------------------------------------------
@@ -388,7 +381,7 @@ def _is_view(arrow_type: Any) -> bool:
 def _short(arrow_type: Any) -> str:
     """A type for a one-line message: nested types spell their fields' names, which may hold
     anything."""
-    return name_of(arrow_type)
+    return named(arrow_type)
 
 
 # --- Parquet samples ----------------------------------------------------------------------
@@ -438,8 +431,6 @@ def open_regular(path: str, what: str, limit: int) -> Any:
     """`path` opened for reading if it is a regular file of at most `limit` bytes, with the
     rules of workloads/inputs.read_bytes but nothing read: a FIFO, a device, a socket or a
     directory refused by what it is, a symbolic link followed (a loop refused)."""
-    from workloads.inputs import _kind
-
     try:
         # O_NONBLOCK: a FIFO cannot block the open; O_NOCTTY: a terminal is never made ours.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
@@ -458,7 +449,7 @@ def open_regular(path: str, what: str, limit: int) -> Any:
         if stat.S_ISDIR(info.st_mode):
             raise _refuse(what, path, "is a directory; give a Parquet file")
         if not stat.S_ISREG(info.st_mode):
-            raise _refuse(what, path, f"is {_kind(info.st_mode)}, not a Parquet file; name the file itself")
+            raise _refuse(what, path, f"is {file_kind(info.st_mode)}, not a Parquet file; name the file itself")
         if info.st_size > limit:
             raise _refuse(what, path, f"is {info.st_size:,} bytes; a drift sample may be at most {limit:,} "
                                       "(sample fewer rows)")
@@ -523,7 +514,7 @@ def _check_names(sample: Sample) -> None:
     seen: set[str] = set()
     for name in sample.names:
         if name in seen:
-            raise _refuse(sample.what, sample.path, f"column {name_of(name)} appears twice; name each column once")
+            raise _refuse(sample.what, sample.path, f"column {named(name)} appears twice; name each column once")
         seen.add(name)
 
 
@@ -540,8 +531,8 @@ def plan(reference: Any, current: Any) -> Plan:
     missing = [c for c in reference if c not in current]
     extra = [c for c in current if c not in reference]
     if missing or extra:
-        parts = ([f"lacks {', '.join(map(name_of, missing[:5]))}"] if missing else []) + \
-                ([f"has {', '.join(map(name_of, extra[:5]))} that the reference does not"] if extra else [])
+        parts = ([f"lacks {', '.join(map(named, missing[:5]))}"] if missing else []) + \
+                ([f"has {', '.join(map(named, extra[:5]))} that the reference does not"] if extra else [])
         raise DriftInputError(f"--current: its columns do not match the reference's: it {' and '.join(parts)}; "
                               "compare samples of the same features")
     columns, not_judged = [], []
@@ -557,12 +548,12 @@ def plan(reference: Any, current: Any) -> Plan:
         elif ref_kind == cur_kind == UNJUDGED:
             not_judged.append(NotJudged(name, ref_why))
         elif ref_kind != cur_kind:
-            raise DriftInputError(f"--current: column {name_of(name)} is {_short(cur_type)} but {_short(ref_type)} in "
+            raise DriftInputError(f"--current: column {named(name)} is {_short(cur_type)} but {_short(ref_type)} in "
                                   "the reference")
         else:
             columns.append(name)
     if not columns:
-        why = "; ".join(f"{name_of(n.column)}: {n.reason}" for n in not_judged[:3])
+        why = "; ".join(f"{named(n.column)}: {n.reason}" for n in not_judged[:3])
         more = f" (and {len(not_judged) - 3:,} more)" if len(not_judged) > 3 else ""
         raise DriftInputError(f"no column can be judged: {why}{more}")
     return Plan(columns, not_judged)
