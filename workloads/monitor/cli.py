@@ -31,9 +31,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workloads.arguments import whole
 from workloads.inputs import InputError, shown
 from workloads.monitor.alarm import MIN_ROWS
 from workloads.monitor.drift import MAX_COLUMNS, MAX_ROWS
+
+LIMIT = whole(1, 2**64)  # a count of rows or columns: nothing here counts past 2**64
 
 
 class MonitorInputError(Exception):
@@ -69,17 +72,6 @@ def drift(args: argparse.Namespace) -> int:
     print(f"{len(verdict.drifted)} of {len(verdict.columns)} columns drifted{unjudged} "
           f"({rows['reference']} reference rows, {rows['current']} current rows)")
     return 1 if verdict.drift else 0
-
-
-def at_least_one(text: str) -> int:
-    """A whole number of 1 or more, for a limit (at most 20 digits: nothing here counts past 2**64)."""
-    try:
-        value = int(text) if len(text) <= 20 else 0
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give a whole number of 1 or more")
-    return value
 
 
 def field_policy(fields: list[str], allow_personal: bool) -> Any:
@@ -177,11 +169,11 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--reference", required=True, help="Parquet: the training reference sample")
     d.add_argument("--current", required=True, help="Parquet: the logged inputs to judge")
     d.add_argument("--json", help="also write the result here")
-    d.add_argument("--max-rows", type=at_least_one, default=MAX_ROWS,
+    d.add_argument("--max-rows", type=LIMIT, default=MAX_ROWS,
                    help=f"rows a sample may hold (default {MAX_ROWS:,}: what a check's memory fits)")
-    d.add_argument("--max-columns", type=at_least_one, default=MAX_COLUMNS,
+    d.add_argument("--max-columns", type=LIMIT, default=MAX_COLUMNS,
                    help=f"columns a sample may hold (default {MAX_COLUMNS}: Evidently takes about 0.1 s a column)")
-    d.add_argument("--min-rows", type=at_least_one, default=MIN_ROWS,
+    d.add_argument("--min-rows", type=LIMIT, default=MIN_ROWS,
                    help=f"rows each sample needs to be judged (default {MIN_ROWS}: the power docs/monitoring.md "
                         "derives)")
     d.set_defaults(run=drift)
