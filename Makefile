@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # `make preview`: both layers of ENV; `make preview STACK=<name>`: one stack of either layer.
-ENV    ?= dev
+# ENV from the command line only: POSIX shells export ENV as their startup file's path.
+ENV    := $(if $(filter command line,$(origin ENV)),$(ENV),dev)
 OUT    ?= out
 
 CORE_STAMP := $(VENV)/.core-installed
@@ -26,7 +27,8 @@ FEATURES_VENV  := .venv-features
 FEATURES_STAMP := $(FEATURES_VENV)/.installed
 FEATURES_PINS  := feast[redis,aws]==0.66.0 s3fs==2026.9.0 mlflow-skinny==3.17.2
 # MLServer (Apache-2.0), a KServe v2 gRPC server, for the serving benchmark's measurement
-# through a real server (bench/serve_server.py); `make bench` only. uvloop stays below 0.22:
+# through a real server (bench/serve_server.py), and its smoke run in `make test` (tests/bench).
+# uvloop stays below 0.22:
 # MLServer 1.7.1's workers call asyncio.get_event_loop() before any loop runs, which newer
 # uvloop refuses.
 MLSERVER_VENV  := .venv-mlserver
@@ -40,7 +42,7 @@ DEEPSPEED_PINS  := torch==2.13.0 deepspeed==0.19.8
 # The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
 IAM_STAMP     := tests/iam/node_modules/.installed
 
-.PHONY: setup setup-core services preview test fuzz check bench smoke up clean
+.PHONY: setup setup-core services preview test fuzz check verify bench smoke mutate up clean
 
 # The program, the preview and the policy pack: enough for `make preview`.
 setup-core: $(CORE_STAMP)
@@ -51,7 +53,7 @@ $(CORE_STAMP): pyproject.toml
 
 # Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks,
 # and checkov in its own virtualenv.
-setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_STAMP)
+setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_STAMP) $(MLSERVER_STAMP)
 $(FULL_STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench,monitor]'
 	@touch $@
@@ -105,9 +107,12 @@ endif
 
 # The virtualenvs and npm install side by side (-j3): on 2 cores that takes setup from about
 # 5 to 3 minutes of a fresh machine's `make test`.
+# The tests run on every core (pytest-xdist), a file at a time per worker (tests/conftest.py
+# groups them), so each file's servers start once; `make test PYTEST_ARGS=...` passes more.
+PYTEST_ARGS ?=
 test:
 	@$(MAKE) --no-print-directory -j3 setup services
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 # The property-based tests of the readers of user files, for longer: FUZZ_EXAMPLES examples
 # a test (default 20,000), random each run (`make fuzz FUZZ_EXAMPLES=200000`).
@@ -115,12 +120,19 @@ FUZZ_EXAMPLES ?= 20000
 fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -m fuzz -p no:cacheprovider
 
+# The inner loop, about a minute on 2 cores: the unit tests, the policy pack's rule table
+# and red-team programs (tests/policy), and dev's preview through the CLI; no servers, no
+# torchrun, no docs check. `make test` runs all of it and the rest.
+check: setup
+	$(BIN)/python -m pytest -n auto --dist loadgroup -m "not slow" -p no:cacheprovider tests/unit tests/policy
+	$(BIN)/mlplat preview --stack dev --quiet
+
 # Checks of what will be applied: every chart rendered and judged as the API server and the
 # registry will (tests/rendered), the manifests, checkov, the GitHub workflows (schema,
 # zizmor), and the security scan (pip-audit on what setup installed, bandit on our Python;
 # tests/checks/security.py). `make test` runs them too.
-check: setup
-	$(BIN)/python -m pytest tests/rendered tests/checks tests/manifests
+verify: setup
+	$(BIN)/python -m pytest -n auto --dist loadgroup tests/rendered tests/checks tests/manifests
 
 # The other frameworks' presets with the frameworks themselves, where they install on CPU:
 # DeepSpeed (about 1 GB and 80 s on its first start, so not part of `make test`).
@@ -132,7 +144,7 @@ $(DEEPSPEED_STAMP):
 	@touch $@
 
 # Every benchmark, then one table in the README and the plots in docs/bench/.
-bench: setup services $(MLSERVER_STAMP)
+bench: setup services
 	$(BIN)/python bench/preview.py
 	$(BIN)/python bench/mirror.py
 	$(BIN)/python bench/policy.py

@@ -3,7 +3,11 @@ a reference and a current Parquet file of 1,000,000 rows x 20 numeric columns ea
 column shifted by 0.3 standard deviations), measured end to end as its job runs it: reading
 both files, Evidently's per-column tests, the verdict. Target: under 60 s on 2 cores.
 
-What is measured: the real CLI in a subprocess, on this machine; no server is involved."""
+What is measured: the real CLI in a subprocess, on this machine; no server is involved.
+
+    .venv/bin/python bench/drift.py [--rows 1000000] [--columns 20]
+    .venv/bin/python bench/drift.py --smoke [--output FILE]   # 1,000 rows x 8 columns (f07 is shifted)
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import options  # noqa: E402
 from bench.machine import describe, finish, record  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "drift.json"
@@ -29,8 +34,11 @@ TARGET_S = 60.0
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--columns", type=int, default=20)
-    opts = parser.parse_args()
+    parser.add_argument("--columns", type=int, default=20, help="numeric columns, f00 to f<N-1> (f07 is shifted: "
+                        "at least 8)")
+    opts = options.parse(parser, {"rows": 1000, "columns": 8})
+    if opts.columns < 8:
+        parser.error("--columns must be at least 8: f07 is the shifted column")
 
     import numpy as np
     import pandas as pd
@@ -62,14 +70,12 @@ def main() -> int:
           f"peak {peak_mib:,.0f} MiB (target < {TARGET_S:.0f} s: {'met' if seconds < TARGET_S else 'NOT met'})")
     print(f"  drifted: {', '.join(drifted) or 'none'} (f07 was shifted by 0.3 sd)")
     print(f"  {describe(machine)}; measured: the real CLI in a subprocess, no server")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    options.write(options.output(opts, RESULTS), {
         "machine": describe(machine), "cpu": machine, "date": str(date.today()),
         "measured": "python -m workloads.monitor drift in a subprocess: Parquet reads, Evidently's tests, verdict",
         "rows": opts.rows, "columns": opts.columns, "seconds": round(seconds, 2), "peak_mib": round(peak_mib),
         "target_s": TARGET_S, "target_met": seconds < TARGET_S, "drifted": drifted,
-    }, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    })
     return 0
 
 

@@ -17,6 +17,8 @@ server adds at most 2x the direct read's p99.
 
 Run: `python bench/features.py` (the driver runs in the project's environment and the load
 in `.venv-features`, which holds Feast). The record goes to bench/results/features.json.
+`python bench/features.py --smoke [--output FILE]`: 200 entities, 10 requests and a fifth of
+a second of load per size and path (bench/options.py).
 """
 
 from __future__ import annotations
@@ -103,8 +105,9 @@ def load(opts: argparse.Namespace) -> int:
     data = yaml.safe_load(Path(opts.config).read_text())
     store = FeatureStore(config=RepoConfig(repo_path=Path(opts.config).parent, **data))
     now = datetime.now(timezone.utc)
-    frame = pd.DataFrame({"customer_id": range(ENTITIES), "spend": [i * 0.5 for i in range(ENTITIES)],
-                          "visits": list(range(ENTITIES)), "event_timestamp": [now] * ENTITIES})
+    entities = opts.entities
+    frame = pd.DataFrame({"customer_id": range(entities), "spend": [i * 0.5 for i in range(entities)],
+                          "visits": list(range(entities)), "event_timestamp": [now] * entities})
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
     key = f"features/{TENANT}/bench/customers.parquet"
@@ -137,7 +140,7 @@ def load(opts: argparse.Namespace) -> int:
 
         fields = [_mmh3(f"customer_stats:{f}") for f in ("spend", "visits")] + [b"_ts:customer_stats"]
         keys = [_redis_key(data["project"], EntityKey(join_keys=["customer_id"], entity_values=[Value(int64_val=i)]),
-                           entity_key_serialization_version=3) for i in range(ENTITIES)]
+                           entity_key_serialization_version=3) for i in range(entities)]
 
         def direct_call():
             client = redis.Redis(host="127.0.0.1", port=opts.redis_port, ssl=True, ssl_ca_certs=opts.ca,
@@ -168,16 +171,16 @@ def load(opts: argparse.Namespace) -> int:
             return call
 
         # Both paths return the same values for the same entities before anything is timed.
-        probe = [7, 4242]
+        probe = [7, entities - 1]
         served = server_call()(probe)
         columns = {n: r["values"] for n, r in zip(served["metadata"]["feature_names"], served["results"])}
-        assert columns["spend"] == [3.5, 2121.0] and columns["visits"] == [7, 4242], columns
+        assert columns["spend"] == [i * 0.5 for i in probe] and columns["visits"] == probe, columns
         assert all(v[0] is not None for v in direct_call()(probe))
 
         rng = random.Random(0)
         results = {}
         for size in SIZES:
-            batches = [rng.sample(range(ENTITIES), size) for _ in range(opts.requests)]
+            batches = [rng.sample(range(entities), size) for _ in range(opts.requests)]
             warm = batches[: max(20, opts.requests // 10)]
             row = {}
             for name, make in (("direct", direct_call), ("sdk", sdk_call), ("server", server_call)):
@@ -199,12 +202,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=500, help="sequential requests per size and path")
     parser.add_argument("--seconds", type=float, default=5.0, help="throughput window per size and path")
+    parser.add_argument("--entities", type=int, default=ENTITIES, help=f"entities online (at least {max(SIZES)})")
     parser.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--config", "--ca", "--user"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--redis-port", type=int, help=argparse.SUPPRESS)
-    opts = parser.parse_args()
+    from bench import options  # the standard library only: the load's interpreter imports it too
+
+    opts = options.parse(parser, {"requests": 10, "seconds": 0.2, "entities": 200})
+    if opts.entities < max(SIZES):
+        parser.error(f"--entities must be at least {max(SIZES)}: the largest request reads that many")
     if opts.load:
         return load(opts)
 
@@ -234,7 +242,8 @@ def main() -> int:
             done = subprocess.run(
                 [str(FEATURES_VENV / "bin" / "python"), __file__, "--load", "--config", str(config),
                  "--ca", str(redis.ca), "--user", stack.user(TENANT), "--port", str(free_port()),
-                 "--redis-port", str(redis.port), "--requests", str(opts.requests), "--seconds", str(opts.seconds)],
+                 "--redis-port", str(redis.port), "--requests", str(opts.requests), "--seconds", str(opts.seconds),
+                 "--entities", str(opts.entities)],
                 cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
         finally:
             redis.stop()
@@ -245,7 +254,7 @@ def main() -> int:
         return 1
     results = json.loads(done.stdout.strip().splitlines()[-1])
     machine = finish(machine)
-    print(f"feature server vs direct redis-py read, {ENTITIES} entities online; {describe(machine)}")
+    print(f"feature server vs direct redis-py read, {opts.entities} entities online; {describe(machine)}")
     print("measured: a real redis-server (TLS, ACL user) and Feast's HTTP server (2 workers) over loopback")
     print(f"{'entities':>8}  {'path':<6} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>9} {'entities/s':>11}")
     for size, row in results.items():
@@ -256,16 +265,14 @@ def main() -> int:
         met = row["added_over_direct_p99"] <= 2
         print(f"{'':>8}  server adds {row['added_p99_ms']:.2f} ms at p99 = {row['added_over_direct_p99']:.1f}x the "
               f"direct read's p99 (goal <= 2x): {'met' if met else 'NOT met'}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    options.write(options.output(opts, RESULTS), {
         "machine": describe(machine), "cpu": machine, "date": str(date.today()),
         "measured": "real servers over loopback: redis-server 7 (TLS, ACL user), Feast 0.66 HTTP feature server "
                     "(2 workers, IAM-token online store), moto S3 for the registry; clients on the same machine",
-        "entities_online": ENTITIES, "requests_per_size": opts.requests, "throughput_clients": CLIENTS,
+        "entities_online": opts.entities, "requests_per_size": opts.requests, "throughput_clients": CLIENTS,
         "throughput_seconds": opts.seconds, "goal": "server's added p99 <= 2x the direct read's p99",
         "results": results,
-    }, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    })
     return 0
 
 

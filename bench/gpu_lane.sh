@@ -35,7 +35,7 @@ EOF
 } 2>&1 | tee "$out/machine.txt"
 
 rc=0
-timeout 480 python3 bench/train.py --device cuda --out "$out/train-cuda.json" 2>&1 | tee "$out/train.log" || rc=$?
+timeout 480 python3 bench/train.py --device cuda --output "$out/train-cuda.json" 2>&1 | tee "$out/train.log" || rc=$?
 echo "bench/train.py --device cuda exited $rc"
 if [ "$rc" != 0 ]; then
   tmp=$(mktemp -d)

@@ -2,6 +2,7 @@
 nothing changed.
 
     .venv/bin/python bench/mirror.py [--images 8] [--layer-mb 24] [--repeat 5]
+    .venv/bin/python bench/mirror.py --smoke [--output FILE]   # 1 image of 1 MB, 1 repeat
 
 Two CNCF distribution registries (Debian's `docker-registry`) run on this machine: one
 stands in for the upstream registries, one for the environment's in-region ECR. The plan
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import statistics
 import subprocess
 import sys
@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from machine import describe, finish, record  # noqa: E402
+from options import output, parse, write  # noqa: E402
 
 from infra import cli  # noqa: E402
 from infra.versions import Chart, Image  # noqa: E402
@@ -73,7 +74,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=8)
     parser.add_argument("--layer-mb", type=int, default=24)
     parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args = parse(parser, {"images": 1, "layer_mb": 1, "repeat": 1})
     require_tools()
     machine = record()
     skopeo = subprocess.run(["skopeo", "--version"], capture_output=True, text=True).stdout.strip()
@@ -112,8 +113,7 @@ def main() -> None:
         "repeat_s": round(repeat_s, 3), "repeat_runs": [round(s, 3) for s, _ in repeats], "repeat": repeats[0][1],
         "ratio": round(repeat_s / first_s, 4), "target_ratio": TARGET_RATIO,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write(output(args, RESULTS), result)
     print(f"machine: {result['machine']}")
     print(f"measured: {result['measured']}")
     print(f"plan: {args.images} two-platform images ({size / 1e6:,.0f} MB) and 2 charts")

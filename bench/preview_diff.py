@@ -16,6 +16,7 @@ Median of --repeat runs, in this process (the CLI runs the diff inside the previ
 process). Target: under 1 s for both layers. Results go to bench/results/preview-diff.json.
 
     .venv/bin/python bench/preview_diff.py [--repeat 7]
+    .venv/bin/python bench/preview_diff.py --smoke [--output FILE]   # the four previews, one run of each
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import options  # noqa: E402
 from bench.machine import cpu_flags, describe, finish, record  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "preview-diff.json"
@@ -118,7 +120,7 @@ def measure(paths: dict[str, dict[str, Path]], heads: dict[str, dict[str, Any]],
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
-    args = parser.parse_args()
+    args = options.parse(parser, {"repeat": 1})
     machine = record()
     print(f"Preview diff benchmark on {describe(machine)}, {date.today()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,14 +138,12 @@ def main() -> int:
                   f"{row['changes']} changes: read {row['read_s']:.3f} s, diff {row['diff_s']:.3f} s, "
                   f"render {row['render_s']:.3f} s")
     print(f"  {describe(machine)}; measured: {MEASURED}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    options.write(options.output(args, RESULTS), {
         "machine": describe(machine), "cpu": machine, "cpu_flags": sorted(cpu_flags()), "date": str(date.today()),
         "measured": MEASURED, "change": f"prod's inference pool {OLD} -> {NEW}", "repeat": args.repeat,
         "target_s": TARGET_S, "realistic": realistic, "worst": worst,
         "target_met": realistic["both_layers_s"] < TARGET_S and worst["both_layers_s"] < TARGET_S,
-    }, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    })
     return 0
 
 

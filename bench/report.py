@@ -3,11 +3,16 @@ the plots in docs/bench/, each labelled with the machine and date it ran on. `ma
 runs it after the benchmarks; it measures nothing itself.
 
     .venv/bin/python bench/report.py
+    .venv/bin/python bench/report.py --smoke [--output FILE]   # the table to FILE, the plots beside it
+
+With --output or --smoke the README and docs/bench/ are left alone (bench/options.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,10 @@ matplotlib.use("Agg")  # no display on build machines
 import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench import options  # noqa: E402
+
 RESULTS = REPO / "bench" / "results"
 PLOTS = REPO / "docs" / "bench"
 README = REPO / "README.md"
@@ -36,16 +45,17 @@ def _machine(data: dict[str, Any]) -> str:
     return f"{machine}, {data.get('date', '?')}"
 
 
-def _save(fig: Any, name: str, caption: str) -> str:
+def _save(fig: Any, name: str, caption: str, plots: Path) -> str:
+    """Saves the plot in `plots`; its link from the table (the README's, or one beside it)."""
     fig.text(0.01, 0.01, caption, fontsize=7, color="0.35")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    PLOTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(PLOTS / name, dpi=110)
+    plots.mkdir(parents=True, exist_ok=True)
+    fig.savefig(plots / name, dpi=110)
     plt.close(fig)
-    return f"docs/bench/{name}"
+    return (plots / name).relative_to(REPO).as_posix() if plots == PLOTS else name
 
 
-def preview_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
+def preview_rows(data: dict[str, Any], plots: Path = PLOTS) -> tuple[list[list[str]], str]:
     rows = [[f"offline preview, {stack}, both layers (warm render cache)", f"{s:.2f} s",
              "prod < 6 s" if stack == "prod" else ""] for stack, s in data["stacks_s"].items()]
     if "prod_cold_s" in data:
@@ -68,7 +78,7 @@ def preview_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
     ax.set_ylabel("seconds")
     ax.set_title("Offline preview time against resource count")
     ax.legend()
-    return rows, _save(fig, "preview.png", _machine(data))
+    return rows, _save(fig, "preview.png", _machine(data), plots)
 
 
 def preview_diff_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -83,7 +93,7 @@ def preview_diff_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def policy_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
+def policy_rows(data: dict[str, Any], plots: Path = PLOTS) -> tuple[list[list[str]], str]:
     rows = []
     for row in data["rows"]:
         rows.append([f"policy pack, {row['stack']} ({row['resources']} resources, {row['policies']} rules)",
@@ -106,10 +116,10 @@ def policy_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
     ax.set_ylabel("seconds")
     ax.set_title("Policy checks: our pack against checkov")
     ax.legend(fontsize=7)
-    return rows, _save(fig, "policy.png", _machine(data))
+    return rows, _save(fig, "policy.png", _machine(data), plots)
 
 
-def train_rows(datasets: list[dict[str, Any]]) -> tuple[list[list[list[str]]], str]:
+def train_rows(datasets: list[dict[str, Any]], plots: Path = PLOTS) -> tuple[list[list[list[str]]], str]:
     """Each record's rows (each record has its own machine: a CPU run here, a GPU run on a
     lent machine) and one plot of them all."""
     per_record = []
@@ -133,10 +143,10 @@ def train_rows(datasets: list[dict[str, Any]]) -> tuple[list[list[list[str]]], s
     ax.set_title("Training throughput")
     ax.tick_params(axis="x", labelsize=6, labelrotation=15)
     fig.tight_layout()
-    return per_record, _save(fig, "train.png", "; ".join(_machine(d) for d in datasets))
+    return per_record, _save(fig, "train.png", "; ".join(_machine(d) for d in datasets), plots)
 
 
-def serve_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
+def serve_rows(data: dict[str, Any], plots: Path = PLOTS) -> tuple[list[list[str]], str]:
     # What was measured, short; records from before they said so were the same emulation.
     measured = data.get("measured", "in-process emulation")
     how = "in-process emulation of Triton's batcher, no server" if "emulation" in measured else measured
@@ -166,13 +176,15 @@ def serve_rows(data: dict[str, Any]) -> tuple[list[list[str]], str]:
     right.set_ylabel("ms")
     right.set_title("p99 latency")
     right.legend()
-    return rows, _save(fig, "serve.png", _machine(data) + f", load average {data.get('load_average', '?')}")
+    return rows, _save(fig, "serve.png", _machine(data) + f", load average {data.get('load_average', '?')}",
+                       plots)
 
 
-def table() -> str:
+def table(plots: Path = PLOTS) -> str:
+    """The README's benchmark section; the plots drawn into `plots`."""
     sections: list[tuple[list[list[str]], str, str]] = []
     if (data := load("preview")) is not None:
-        sections.append((*preview_rows(data), _machine(data)))
+        sections.append((*preview_rows(data, plots), _machine(data)))
     if (data := load("preview-diff")) is not None:
         sections.append((preview_diff_rows(data), "", _machine(data)))
     if (data := load("test-time")) is not None:
@@ -180,14 +192,14 @@ def table() -> str:
                  f"{data['base_s']:.0f} s -> {data['head_s']:.0f} s ({data['added_s']:+.0f} s)", "render check <= +60 s"]]
         sections.append((rows, "", _machine(data)))
     if (data := load("policy")) is not None:
-        sections.append((*policy_rows(data), _machine(data)))
+        sections.append((*policy_rows(data, plots), _machine(data)))
     trains = [t for t in (load(p.stem) for p in sorted(RESULTS.glob("train-*.json"))) if t]
     if trains:
-        per_record, plot = train_rows(trains)
+        per_record, plot = train_rows(trains, plots)
         for i, (rows, data) in enumerate(zip(per_record, trains)):
             sections.append((rows, plot if i == 0 else "", f"{_machine(data)}, torch {data.get('torch', '?')}"))
     if (data := load("serve")) is not None:
-        sections.append((*serve_rows(data), _machine(data)))
+        sections.append((*serve_rows(data, plots), _machine(data)))
     if (data := load("serve-server")) is not None:
         server = data["server"]
         rows = [[f"serving through a real server ({server['name']} {server['version']}, KServe v2 gRPC, clients on the "
@@ -247,6 +259,15 @@ def table() -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # Smoke: the same table and plots from the same records, written apart (it has no sizes).
+    args = options.parse(parser, {})
+    if args.smoke or args.output is not None:
+        path = options.output(args, README.with_name("bench-table.md"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(table(path.parent) + "\n")
+        print(f"wrote {options.shown(path)} and its plots beside it")
+        return
     text = README.read_text()
     if START not in text or END not in text:
         raise SystemExit(f"README.md has no {START} ... {END} section")

@@ -27,6 +27,7 @@ a full batch. Where the ceiling is under 3x, no scheduler can meet the target on
 machine at hand.
 
     .venv/bin/python bench/serve.py [--sequence 1 4 8 16 32] [--clients 32] [--seconds 4] [--repeat 3]
+    .venv/bin/python bench/serve.py --smoke [--output FILE]   # 1 length, 4 clients, half a second
 
 Target: batched throughput >= 3x single, at a p99 latency no worse than 2x single's.
 Results are also written to bench/results/serve.json.
@@ -35,7 +36,6 @@ Results are also written to bench/results/serve.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -283,8 +283,10 @@ def main() -> int:
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=256)
     parser.add_argument("--no-write", action="store_true", help="do not update bench/results/serve.json")
-    args = parser.parse_args()
+    from bench import options
     from bench.machine import describe, finish, record
+
+    args = options.parse(parser, {"sequence": [1], "clients": 4, "seconds": 0.5, "warmup": 0.1, "repeat": 1})
 
     machine = record()
     args.block = max(64, *args.sequence)
@@ -340,9 +342,8 @@ def main() -> int:
     print(f"target met for {held or 'no'} tokens per request; out of reach on this machine for "
           f"{unreachable or 'no'} (load average {os.getloadavg()[0]:.1f})")
     if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
         machine = finish(machine)
-        RESULTS.write_text(json.dumps({
+        options.write(options.output(args, RESULTS), {
             "machine": describe(machine), "cpu": machine,
             "date": date.today().isoformat(),
             "load_average": round(os.getloadavg()[0], 1),
@@ -352,7 +353,7 @@ def main() -> int:
                      "instances": args.instances, "threads_per_instance": args.threads,
                      "preferred_batch_sizes": args.preferred, "max_queue_delay_us": args.max_delay_us},
             "comparisons": comparisons,
-        }, indent=2) + "\n")
+        })
     return 0
 
 

@@ -15,6 +15,7 @@ stack's largest preferred size and max queue delay. Each mode runs `--repeat` ti
 alternating, and the median run is reported.
 
     .venv/bin/python bench/serve_server.py [--sequence 1 8 32] [--clients 32] [--seconds 5]
+    .venv/bin/python bench/serve_server.py --smoke [--output FILE]   # 1 length, each server once, 4 clients
 
 Results are written to bench/results/serve-server.json.
 """
@@ -39,6 +40,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import options  # noqa: E402
 from bench.machine import describe, finish, record  # noqa: E402
 from bench.serve import export_model, median_run, smb_settings  # noqa: E402
 
@@ -165,7 +167,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sequence", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args()
+    args = options.parse(parser, {"sequence": [1], "clients": 4, "seconds": 0.5, "warmup": 0.1, "repeat": 1})
     if not MLSERVER.exists():
         print(f"{MLSERVER} is missing: run `make bench` (it makes .venv-mlserver), or "
               f"python3 -m venv .venv-mlserver && .venv-mlserver/bin/pip install mlserver==1.7.1 onnxruntime==1.31.1 uvloop==0.21.0",
@@ -206,14 +208,14 @@ def main() -> int:
                                 "runs": runs})
     machine = finish(machine)
     if not args.no_write:
-        RESULTS.write_text(json.dumps({
+        options.write(options.output(args, RESULTS), {
             "machine": describe(machine), "cpu": machine, "date": date.today().isoformat(),
             "load_average": round(os.getloadavg()[0], 1), "measured": MEASURED,
             "server": {"name": "MLServer", "version": "1.7.1", "workers": shipped["instances"],
                        "threads_per_worker": shipped["threads"], "max_batch_size": max_batch,
                        "max_batch_time_us": shipped["max_delay_us"]},
             "load": {"clients": args.clients, "seconds": args.seconds, "repeat": args.repeat},
-            "comparisons": comparisons}, indent=2) + "\n")
+            "comparisons": comparisons})
     print(f"machine: {describe(machine)}")
     return 0
 

@@ -4,6 +4,7 @@ alternately in fresh processes on the same machine, with the same virtualenv and
 caches.
 
     .venv/bin/python bench/test_time.py --base <commit> [--repeat 1] [--paths tests/rendered ...]
+    .venv/bin/python bench/test_time.py --smoke [--output FILE]   # HEAD against this checkout, one small file
 
 The base commit is checked out in a temporary git worktree. Results go to
 bench/results/test-time.json with the machine and the load.
@@ -12,7 +13,6 @@ bench/results/test-time.json with the machine and the load.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -25,9 +25,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import options  # noqa: E402
 from bench.machine import describe, finish, record  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "test-time.json"
+SMOKE_PATH = "tests/unit/test_catalog.py"
 
 
 def suite(tree: Path, paths: list[str]) -> tuple[float, str]:
@@ -44,10 +46,13 @@ def suite(tree: Path, paths: list[str]) -> tuple[float, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="the commit to compare with")
+    parser.add_argument("--base", help="the commit to compare with (required, but for --smoke: HEAD)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--paths", nargs="*", default=[], help="test paths (default: the whole suite)")
-    args = parser.parse_args()
+    # Smoke: one small test file, never the whole suite (twenty minutes).
+    args = options.parse(parser, {"base": "HEAD", "paths": [SMOKE_PATH]})
+    if args.base is None:
+        parser.error("--base is required")
     machine = record()
     print(f"Test suite time on {describe(machine)}, {date.today()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,13 +73,12 @@ def main() -> None:
     machine = finish(machine)
     base_s, head_s = statistics.median(times["base"]), statistics.median(times["head"])
     print(f"base {base_s:.1f} s, head {head_s:.1f} s: the change adds {head_s - base_s:+.1f} s")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    options.write(options.output(args, RESULTS), {
         "machine": describe(machine), "cpu": machine, "date": str(date.today()),
         "measured": "pytest in fresh processes, warm render cache, same virtualenv",
         "base": args.base, "paths": args.paths or ["(whole suite)"], "base_s": round(base_s, 1),
         "head_s": round(head_s, 1), "added_s": round(head_s - base_s, 1), "summaries": summaries,
-    }, indent=2) + "\n")
+    })
 
 
 if __name__ == "__main__":

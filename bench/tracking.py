@@ -34,6 +34,7 @@ basic auth, as tenant `research`.
   request (a search for one experiment), which is what each of them costs at least.
 
     .venv/bin/python bench/tracking.py [--steps 120] [--warmup-steps 20] [--repeat 3] [--lineage-calls 20]
+    .venv/bin/python bench/tracking.py --smoke [--output FILE]   # 11 steps, U T U, 2 calls of each
 
 Targets: MLflow logging every 10 steps adds < 2% to the step time; the lineage query for
 one model answers in < 1 s. Results go to bench/results/tracking.json.
@@ -55,6 +56,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import options  # noqa: E402
 from bench.machine import describe, finish, record  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "tracking.json"
@@ -175,7 +177,10 @@ def main() -> int:
     parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the figures")
     parser.add_argument("--repeat", type=int, default=3, help="tracked runs; one more untracked, alternating")
     parser.add_argument("--lineage-calls", type=int, default=20)
-    opts = parser.parse_args()
+    parser.add_argument("--log-calls", type=int, default=20, help="logging calls timed alone")
+    # Smoke: one block of 10 steps after one warm-up step, one tracked run between two
+    # untracked ones, two calls of each kind.
+    opts = options.parse(parser, {"steps": 11, "warmup_steps": 1, "repeat": 1, "lineage_calls": 2, "log_calls": 2})
     if (opts.steps - opts.warmup_steps) % TRACK_EVERY or opts.steps <= opts.warmup_steps:
         sys.exit(f"--steps minus --warmup-steps must be a positive multiple of {TRACK_EVERY}, so that the loop "
                  "figure holds as many logging calls in every window")
@@ -241,7 +246,7 @@ def main() -> int:
                 lineage(uri, stack.uri)
                 calls.append(1000 * (time.perf_counter() - t0))
             requests_made = count_requests(lambda: lineage(uri, stack.uri))
-            log_calls = sorted(log_call_ms(stack.uri, TRACK_EVERY * loop["untracked_s"]))
+            log_calls = sorted(log_call_ms(stack.uri, TRACK_EVERY * loop["untracked_s"], opts.log_calls))
             auth_ms = []
             for _ in range(5):
                 t0 = time.perf_counter()
@@ -283,8 +288,7 @@ def main() -> int:
           f"{lin['one_request_ms']:.1f} ms")
     print(f"load {machine['load_before']} -> {machine['load_after']}")
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    options.write(options.output(opts, RESULTS), {
         "machine": describe(machine), "cpu": machine, "date": str(date.today()), "measured": measured,
         "trainer": {"args": MODEL_ARGS, "threads": 1, "steps": opts.steps, "warmup_steps": opts.warmup_steps,
                     "track_every": TRACK_EVERY, "repeat": opts.repeat},
@@ -294,8 +298,7 @@ def main() -> int:
         "runs": {mode: [{k: r[k] for k in ("step_s", "loop_s", "loop_mean_s")} for r in rs]
                  for mode, rs in runs.items()},
         "log_call": log_call, "lineage": lin, "target_lineage_ms": 1000.0, "lineage_target_met": lineage_ok,
-    }, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    })
     return 0
 
 

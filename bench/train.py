@@ -3,6 +3,7 @@ group: gloo on CPU, NCCL on a GPU); nothing is emulated.
 
     python bench/train.py                 # CPU: 2 processes; DDP fp32 and bf16, tp=2 and pp=2 in fp32
     python bench/train.py --device cuda   # one GPU: the GPU lane (below)
+    python bench/train.py --smoke [--output FILE]   # the first run only, 2 steps (bench/options.py)
 
 Prints tokens/s per configuration (the median over the steps after warm-up) and, on a GPU,
 model FLOPs utilisation against the GPU's peak dense BF16 throughput from the instance
@@ -21,7 +22,6 @@ and the 1.3B preset (bf16, compile, selective activation checkpointing).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -34,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import options  # noqa: E402
 from bench.machine import describe, finish, record  # noqa: E402
 from workloads.train.data import generate_synthetic_shards  # noqa: E402
 from workloads.train.metrics import read_metrics  # noqa: E402
@@ -133,8 +134,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, help="optimizer steps per run (default: 40 on CPU, 60 on a GPU)")
     p.add_argument("--warmup-steps", type=int, help="steps left out of the figures (default: 10 CPU, 20 GPU)")
     p.add_argument("--peak-tflops", type=float, help="per-GPU peak for MFU (default: the catalog's, by device name)")
-    p.add_argument("--out", type=Path, help="result file (default: bench/results/train-<device>.json)")
-    args = p.parse_args()
+    p.add_argument("--runs", help="comma-separated names of the runs to make (default: all of the device's)")
+    # Smoke: two steps, the first left out; and only the device's first run (below).
+    args = options.parse(p, {"steps": 2, "warmup_steps": 1})
 
     import torch
 
@@ -159,6 +161,11 @@ def main() -> int:
         steps, warmup = args.steps or 40, args.warmup_steps or 10
         model_args = [*CPU_MODEL, "--device", "cpu"]
         measured = "the trainer on this CPU, 2 processes under torchrun (gloo), one thread each"
+    names = args.runs.split(",") if args.runs else list(runs)[:1] if args.smoke else list(runs)
+    unknown = [n for n in names if n not in runs]
+    if unknown:
+        sys.exit(f"bench/train.py: no run named {', '.join(unknown)} on {args.device}; the runs: {', '.join(runs)}")
+    runs = {name: runs[name] for name in names}
 
     results, checks = {}, None
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,13 +190,10 @@ def main() -> int:
     if checks:
         print("GPU lane checks: " + ", ".join(f"{k} ok" for k in checks))
 
-    out = args.out or REPO / "bench" / "results" / f"train-{args.device}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": device, "machine": describe(machine), "cpu": machine,
-                               "date": date.today().isoformat(), "torch": torch.__version__, "measured": measured,
-                               "python": platform.python_version(), "steps": steps, "warmup_steps": warmup,
-                               "gpu_checks": checks, "runs": results}, indent=2) + "\n")
-    print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+    options.write(options.output(args, REPO / "bench" / "results" / f"train-{args.device}.json"), {
+        "device": device, "machine": describe(machine), "cpu": machine, "date": date.today().isoformat(),
+        "torch": torch.__version__, "measured": measured, "python": platform.python_version(), "steps": steps,
+        "warmup_steps": warmup, "gpu_checks": checks, "runs": results})
     return 0
 
 

@@ -381,6 +381,15 @@ def _preview(args: argparse.Namespace) -> int:
     bad = _unwritable([(args.json, "JSON report", False), (args.markdown, "Markdown report", False),
                        (args.diff_markdown, "diff Markdown", False), (args.diff_json, "diff JSON", False),
                        (args.manifests, "Kubernetes manifests", True), (args.out, "reports (--out)", True)])
+    if not bad:
+        from infra.preview.engine import environment_stacks
+        from infra.preview.report import manifests_problem
+
+        folders = [args.manifests] if args.manifests else []
+        if args.out:
+            folders += [args.out / f"{stack}-manifests"
+                        for stack in (environment_stacks(args.env) if args.env else [args.stack])]
+        bad = next(filter(None, map(manifests_problem, folders)), None)
     if bad:
         print(f"mlplat: error: {bad}", file=sys.stderr)
         return EXIT_BAD_INPUT

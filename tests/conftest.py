@@ -133,3 +133,22 @@ def prod_preview():
 @pytest.fixture
 def prod_cluster_preview():
     return preview("prod-cluster")
+
+
+# Under pytest-xdist (`make test` runs -n auto --dist loadgroup), tests are handed to the
+# workers a file at a time, so a file's module-scoped servers and fixtures start once; the
+# files that share a session-scoped server (PostgreSQL, moto and MLflow: `tracking`) go to
+# one worker together, so that stack starts once for the whole run, not once per worker.
+SHARED_SERVERS = ("tracking",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    group_of: dict[str, str] = {}  # file -> its group: the shared server of any of its tests
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        server = next((s for s in SHARED_SERVERS if s in getattr(item, "fixturenames", ())), None)
+        if server or path not in group_of:
+            group_of[path] = server or group_of.get(path) or path
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group_of[item.nodeid.split("::", 1)[0]]))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -361,11 +363,53 @@ def helm_releases(result: PreviewResult) -> list[dict[str, Any]]:
     return [r.inputs(mask_secrets=True) for r in result.registrations if r.type in (HELM_RELEASE, CHART_TYPE)]
 
 
+# Left in every folder `write_manifests` fills: it replaces the whole folder, so it replaces
+# only one it wrote before (or an empty one), never a folder of someone else's files.
+MANIFESTS_MARKER = ".mlplat-manifests"
+
+
+def manifests_problem(directory: Path) -> str | None:
+    """Why `write_manifests` may not replace `directory`, as one line; None when it may."""
+    from workloads.inputs import shown
+
+    if not directory.is_dir() or (directory / MANIFESTS_MARKER).is_file() or not any(directory.iterdir()):
+        return None
+    return (f"{shown(directory)}: holds files that `mlplat preview` did not write (no {MANIFESTS_MARKER}); the "
+            "preview replaces the whole manifests folder, so name a new or empty folder, or remove this one")
+
+
 def write_manifests(result: PreviewResult, directory: Path) -> int:
     """One file per Kubernetes object, YAML (CRDs: JSON): the program's at the top, each
     chart's under charts/<release>/ beside `release.yaml` (the chart, version, namespace and
-    values)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    values). The folder holds this preview's objects only: they are written to a new folder
+    beside it, which then takes its place, so an object the program no longer makes leaves
+    no file behind, and a failure halfway leaves the previous folder as it was."""
+    problem = manifests_problem(directory)
+    if problem:
+        raise ValueError(problem)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{directory.name}.new-", dir=directory.parent))
+    try:
+        count = _write_objects(result, fresh)
+        (fresh / MANIFESTS_MARKER).write_text("written by `mlplat preview`; replaced whole by the next one\n")
+        if directory.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old-", dir=directory.parent))
+            directory.rename(old / directory.name)
+            try:
+                fresh.rename(directory)
+            except OSError:
+                (old / directory.name).rename(directory)
+                raise
+            shutil.rmtree(old)
+        else:
+            fresh.rename(directory)
+    finally:
+        if fresh.exists():
+            shutil.rmtree(fresh)
+    return count
+
+
+def _write_objects(result: PreviewResult, directory: Path) -> int:
     count = 0
     for release, body in _objects_by_release(result):
         folder = directory / "charts" / _slug(release) if release else directory

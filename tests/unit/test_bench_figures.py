@@ -23,12 +23,15 @@ def record(name: str) -> dict:
     return json.loads(path.read_text())
 
 
-def test_the_readme_table_is_the_records():
+def test_the_readme_table_is_the_records(tmp_path):
     from bench import report  # draws with matplotlib, which make setup installs (the bench extra)
 
     readme = (REPO / "README.md").read_text()
     committed = report.START + readme.split(report.START, 1)[1].split(report.END, 1)[0] + report.END
-    assert committed == report.table(), "README's benchmark table is stale: run .venv/bin/python bench/report.py"
+    # The plots go to a scratch folder (linked by bare name there): the committed ones are
+    # never redrawn by a test, which a benchmark's smoke run, beside it, checks untouched.
+    assert committed.replace("](docs/bench/", "](") == report.table(plots=tmp_path), \
+        "README's benchmark table is stale: run .venv/bin/python bench/report.py"
 
 
 def test_each_serving_gain_is_within_the_ceiling_measured_beside_it():
@@ -47,10 +50,12 @@ def test_each_training_record_has_a_possible_utilisation():
 def test_the_drift_checks_false_alarm_rate_is_what_the_readme_claims():
     data = record("drift-alarm")
     rates = {row["name"]: row for row in data["settings"]}
+    # the claim is for every size: the smallest judged and one where distances decided alone
+    assert {data["min_rows"], 5000} <= {row["rows"] for row in data["settings"] if row["shift"] == 0}
     for name, row in rates.items():
-        if row["shift"] == 0 and row["rows"] <= 1000:
-            assert row["rate"] <= 0.05, name  # README: at most 5% of runs where Holm holds the tests
-        elif row["shift"] == 0:
-            assert row["rate"] <= 0.10, name  # README: 6% at 2,000 rows, the distance thresholds alone
+        if row["shift"] == 0:
+            # README: at most 5% of runs at every size, where Holm holds every column's p-value
+            assert row["rate"] <= 0.05, name
+            assert row["clopper_pearson95"][0] <= row["rate"] <= row["clopper_pearson95"][1], name
         else:
             assert row["rate"] >= (0.9 if row["rows"] == 500 else 0.5), name

@@ -221,7 +221,12 @@ def _build_spec(args: argparse.Namespace, vocab_size: int, max_sequence: int = -
     defaults.pop("pinned", None)  # not a setting of the model's config
     values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     if "name" not in values:
-        raise BadInput("--model-name is required when the stack has no mlplat:inference.modelName")
+        # A stack without mlplat:inference serves no model (dev, staging), so it has no model
+        # name to default to; `gpt` is the default of mlplat:inference.modelName only.
+        where = (f"--stack {args.stack} serves no model (no mlplat:inference)" if args.stack
+                 else "no --stack to take mlplat:inference.modelName from")
+        raise BadInput(f"--model-name is required: {where}; pass --model-name NAME, or --stack of a stack that "
+                       "serves a model (prod, smb)")
     fallback = ModelSpec.__dataclass_fields__
     full = {k: values.get(k, fallback[k].default) for k in given}
     # Thread count matters on CPU only; on GPU ONNX Runtime's default stays.

@@ -40,6 +40,12 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
      "--max-queue-delay-us: max queue delay -100 us is below zero; use 0 or more microseconds"),
     (["--model-name", "gpt", "--stack", "smb", "--device", "gpu"],
      "--device: 'gpu' is not available: the smb stack is CPU-only; use 'cpu' (ONNX Runtime on the CPU pool)"),
+    # dev serves no model: its file has no mlplat:inference, so no modelName to default to.
+    (["--stack", "dev"],
+     "--model-name is required: --stack dev serves no model (no mlplat:inference); pass --model-name NAME, or "
+     "--stack of a stack that serves a model (prod, smb)"),
+    ([], "--model-name is required: no --stack to take mlplat:inference.modelName from; pass --model-name NAME, or "
+     "--stack of a stack that serves a model (prod, smb)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, line):
     done = run_cli("config", "--vocab-size", "256", *args)
