@@ -143,6 +143,23 @@ $(DEEPSPEED_STAMP):
 	$(DEEPSPEED_VENV)/bin/pip install --quiet --disable-pip-version-check $(DEEPSPEED_PINS)
 	@touch $@
 
+# Mutation testing (bench/mutate.py): mutmut plants one bug at a time in the training data,
+# metrics and shapes, the checkpoint store, the ONNX export, the request log, and the
+# residency and egress rules, and runs the tests that reach each; scores and every survivor
+# explained go to bench/results/mutation.json. mutmut runs in a copy of the checkout under
+# /tmp, so no mutant is ever written here. Why mutmut, and not cosmic-ray: it runs only the
+# tests that reach the mutated function, and forks each mutant from a process that has
+# imported torch and the tests already (bench/mutate.py). Each module gets MUTATE_BUDGET
+# seconds: on 2 busy cores only the request log finished within 40 minutes, so a full run
+# takes up to 5 x 30 minutes; a second run resumes where one stopped.
+MUTATE_BUDGET ?= 1800
+MUTATE_STAMP  := $(VENV)/.mutate-installed
+mutate: setup $(MUTATE_STAMP)
+	$(BIN)/python bench/mutate.py --budget-s $(MUTATE_BUDGET)
+$(MUTATE_STAMP): $(FULL_STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[mutate]'
+	@touch $@
+
 # Every benchmark, then one table in the README and the plots in docs/bench/.
 bench: setup services
 	$(BIN)/python bench/preview.py

@@ -5,15 +5,24 @@ caches.
 
     .venv/bin/python bench/test_time.py --base <commit> [--repeat 1] [--paths tests/rendered ...]
     .venv/bin/python bench/test_time.py --smoke [--output FILE]   # HEAD against this checkout, one small file
+    .venv/bin/python bench/test_time.py --make-test [--commit HEAD]
 
 The base commit is checked out in a temporary git worktree. Results go to
 bench/results/test-time.json with the machine and the load.
+
+`--make-test` times what CI runs: `make test` on a fresh clone of a commit, beside this
+checkout (where the chart cache is found), with new virtualenvs and empty caches (pip's
+downloads and the rendered charts, XDG_CACHE_HOME in a scratch folder), in two parts: the
+setup (`make setup services`, what `make test` runs first) and the tests. The system's
+services (skopeo, PostgreSQL, Redis...) are taken as installed. Results go to
+bench/results/make-test-time.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +38,9 @@ from bench import options  # noqa: E402
 from bench.machine import describe, finish, record  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "test-time.json"
+MAKE_TEST_RESULTS = REPO / "bench" / "results" / "make-test-time.json"
+# A reader's shell has none of these; a run started from `make` or pytest would pass them on.
+DROPPED_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "VIRTUAL_ENV", "ENV")
 SMOKE_PATH = "tests/unit/test_catalog.py"
 
 
@@ -44,13 +56,59 @@ def suite(tree: Path, paths: list[str]) -> tuple[float, str]:
     return seconds, summary
 
 
+def make_test(commit: str) -> dict:
+    """`make test` on a fresh clone of `commit`: the setup's and the tests' seconds, and
+    pytest's summary line."""
+    clone = Path(tempfile.mkdtemp(prefix=".test-time-", dir=REPO.parent))  # ../shared is the chart cache
+    caches = Path(tempfile.mkdtemp(prefix="mlplat-test-time-caches-"))
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV} | {"XDG_CACHE_HOME": str(caches)}
+    try:
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(clone)], check=True)
+        subprocess.run(["git", "-C", str(clone), "checkout", "-q", "--detach", commit], check=True)
+        seconds: dict[str, float] = {}
+        for part, command in (("setup", ["make", "--no-print-directory", "-j3", "setup", "services"]),
+                              ("tests", ["make", "--no-print-directory", "test"])):
+            started = time.perf_counter()
+            done = subprocess.run(command, cwd=clone, env=env, capture_output=True, text=True)
+            seconds[part] = time.perf_counter() - started
+            print(f"  {part}: {seconds[part]:.1f} s")
+            if done.returncode != 0:
+                tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+                raise SystemExit(f"{' '.join(command)} failed in the clone of {commit}:\n" + "\n".join(tail))
+        summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1].strip("= ")
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+        shutil.rmtree(caches, ignore_errors=True)
+    return {"setup_s": round(seconds["setup"], 1), "tests_s": round(seconds["tests"], 1),
+            "total_s": round(seconds["setup"] + seconds["tests"], 1), "summary": summary}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", help="the commit to compare with (required, but for --smoke: HEAD)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--paths", nargs="*", default=[], help="test paths (default: the whole suite)")
+    parser.add_argument("--make-test", action="store_true", help="time `make test` on a fresh clone instead")
+    parser.add_argument("--commit", default="HEAD", help="with --make-test: the commit to clone (default HEAD)")
     # Smoke: one small test file, never the whole suite (twenty minutes).
     args = options.parse(parser, {"base": "HEAD", "paths": [SMOKE_PATH]})
+    if args.make_test:
+        if args.smoke:
+            parser.error("--make-test has no smoke size: it is a fresh setup and the whole suite")
+        commit = subprocess.run(["git", "rev-parse", "--short", args.commit], cwd=REPO, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        machine = record()
+        print(f"make test on a fresh clone of {commit}, on {describe(machine)}, {date.today()}")
+        times = make_test(commit)
+        machine = finish(machine)
+        print(f"make test: {times['total_s']:.0f} s ({times['setup_s']:.0f} s setup, {times['tests_s']:.0f} s "
+              f"tests): {times['summary']}")
+        options.write(options.output(args, MAKE_TEST_RESULTS), {
+            "machine": describe(machine), "cpu": machine, "date": str(date.today()),
+            "measured": "make test on a fresh git clone: new virtualenvs, empty pip and render caches, system "
+                        "services installed",
+            "commit": commit, **times})
+        return
     if args.base is None:
         parser.error("--base is required")
     machine = record()
