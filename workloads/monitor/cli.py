@@ -2,7 +2,8 @@
 [--max-columns N] [--min-rows N]`
 
 Exit 0: no column drifted. Exit 1: at least one did; each is named on stdout and in the
-JSON with its test, score and the threshold it was held to; so does a column that has
+JSON with its test, score and the threshold it was held to (and, where the test is a
+distance, the p-value and the Holm level that also had to be passed); so does a column that has
 values in one sample and none in the other. A run of unchanged data says "drift" at most
 5% of the time, however many columns it has (workloads/monitor/alarm.py). A column that cannot be judged (nested, a point in time, no values in either
 sample...) is named with why, on stdout and under `not_judged` in the JSON. Exit 2: bad
@@ -65,7 +66,8 @@ def drift(args: argparse.Namespace) -> int:
         except OSError as err:
             raise MonitorInputError(f"--json {shown(args.json)}: cannot be written ({err.strerror or err})") from None
     for r in verdict.drifted:
-        print(f"drift: {named(r.column)}: {r.test} {r.score:.4g} (threshold {r.threshold:g})")
+        held = "" if r.p_value_test == r.test else f"; {r.p_value_test} {r.p_value:.4g} (Holm level {r.level:.4g})"
+        print(f"drift: {named(r.column)}: {r.test} {r.score:.4g} (threshold {r.threshold:g}){held}")
     for n in verdict.not_judged:
         print(f"not judged{' (counts as drift)' if n.counts_as_drift else ''}: {named(n.column)}: {n.reason}")
     unjudged = f", {len(verdict.not_judged)} not judged" if verdict.not_judged else ""

@@ -3,10 +3,13 @@ it is asked now), column by column, with Evidently's tests.
 
 Evidently picks each column's test by its type and the sample size, as its data-drift
 preset does: for numbers, Kolmogorov-Smirnov under 1,000 rows and the normed Wasserstein
-distance above; for categories, chi-square (or Z for two values) or Jensen-Shannon. Two
-changes hold the run's false alarms at 5% over all its columns (workloads/monitor/alarm.py):
-the chi-square is the two-sample one, registered as an Evidently test, and the p-value tests
-of a run are held together by Holm's method.
+distance above; for categories, chi-square (or Z for two values) or Jensen-Shannon. Three
+changes hold the run's false alarms at 5% over all its columns, at every sample size
+(workloads/monitor/alarm.py): the chi-square is the two-sample one, registered as an
+Evidently test; every column has a p-value, from its test below 1,000 rows and from the
+test it would have had there above (beside its distance); and the p-values of a run are
+held together by Holm's method. Above 1,000 rows a column drifts where its distance is past
+the threshold and its p-value is rejected by Holm.
 
 What Evidently cannot judge is never handed to it, and never passed over in silence: the
 verdict (`judge`) names each column it did not judge and why. Two kinds of reason:
@@ -41,6 +44,7 @@ from typing import Any
 
 from workloads.inputs import InputError, excerpt, file_kind, named, shown
 from workloads.monitor import alarm
+from workloads.monitor.alarm import ALPHA
 
 # Limits of one sample, checked from the Parquet footer before any column is read. The
 # benchmark (bench/drift.py: 1,000,000 rows x 20 float64 columns, both samples) peaks under
@@ -64,6 +68,13 @@ class ColumnDrift:
     score: float
     threshold: float
     drifted: bool
+    # The p-value Holm holds with the run's others: `test`'s own where that is a p-value test,
+    # else that of the test Evidently would use at 1,000 rows (alarm.p_value_test), worked
+    # out only where the distance is past its threshold (None elsewhere: such a column cannot
+    # drift whatever its p-value, and Holm takes it as 1; see held_together).
+    p_value_test: str | None
+    p_value: float | None
+    level: float = ALPHA  # what Holm held p_value to (held_together sets it)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,18 +135,24 @@ def compare(reference: Any, current: Any) -> list[ColumnDrift]:
     snapshot = Report(metrics, include_tests=True).run(
         reference_data=Dataset.from_pandas(reference, data_definition=definition),
         current_data=Dataset.from_pandas(current[columns], data_definition=definition))
+    answer = snapshot.dict()
+    # Evidently's own verdict per column: its test fails where the column drifted.
+    failed = {t["name"].removeprefix("Value Drift for column ") for t in answer["tests"] if t["status"] == "FAIL"}
     results = []
-    for column, metric in zip(columns, snapshot.dict()["metrics"]):
+    for column, metric in zip(columns, answer["metrics"]):
         config = metric["config"]
         if config["column"] != column:  # an explicit check: `python -O` drops asserts
             raise RuntimeError(f"Evidently answered for column {config['column']!r} where {column!r} was asked")
-        results.append(ColumnDrift(column=column, test=alarm.test_name(config["method"]),
-                                   score=float(metric["value"]),
-                                   threshold=float(config["threshold"]), drifted=False))
-    # Evidently's own verdict per column: its test fails where the column drifted.
-    failed = {t["name"].removeprefix("Value Drift for column ") for t in snapshot.dict()["tests"]
-              if t["status"] == "FAIL"}
-    return [ColumnDrift(**{**r.as_dict(), "drifted": r.column in failed}) for r in results]
+        test, score = alarm.test_name(config["method"]), float(metric["value"])
+        # A distance cannot be held by Holm: the p-value of the column's small-sample test
+        # beside it, where the distance passed (a sort of both samples: 0.7 s a column at
+        # 1,000,000 rows, so not for the columns that cannot drift anyway).
+        p_test, p_value = (test, score) if alarm.is_p_value(test) else \
+            alarm.p_value(reference[column], current[column], column in categorical) if column in failed else \
+            (None, None)
+        results.append(ColumnDrift(column=column, test=test, score=score, threshold=float(config["threshold"]),
+                                   drifted=column in failed, p_value_test=p_test, p_value=p_value))
+    return results
 
 
 def judge(reference: Any, current: Any, not_judged: list[NotJudged] | None = None) -> Verdict:
@@ -156,20 +173,34 @@ def judge(reference: Any, current: Any, not_judged: list[NotJudged] | None = Non
     unjudged += failed
     judged = []
     for r in results:
-        if math.isfinite(r.score) and math.isfinite(r.threshold):
+        if math.isfinite(r.score) and math.isfinite(r.threshold) and (r.p_value is None or math.isfinite(r.p_value)):
             judged.append(r)
-        else:  # NaN is no verdict, and no JSON either
+        elif r.p_value is not None and not math.isfinite(r.p_value):  # NaN is no verdict, and no JSON either
+            unjudged.append(NotJudged(r.column, f"Evidently's {r.p_value_test} gave no p-value ({r.p_value})"))
+        else:
             unjudged.append(NotJudged(r.column, f"Evidently's {r.test} gave no score ({r.score})"))
     return Verdict(held_together(judged), unjudged)
 
 
 def held_together(results: list[ColumnDrift]) -> list[ColumnDrift]:
-    """The p-value tests of one run held together (workloads/monitor/alarm.py): each
-    column's threshold becomes the level Holm's method held it to, and it drifted only if
-    rejected there. Distance tests keep Evidently's verdict."""
-    decided = alarm.holm([(r.column, r.score) for r in results if alarm.is_p_value(r.test)])
-    return [replace(r, threshold=decided[r.column][0], drifted=decided[r.column][1]) if r.column in decided else r
-            for r in results]
+    """The p-values of one run held together (workloads/monitor/alarm.py): each column's
+    `level` is the one Holm's method held its p-value to, and it drifted only if rejected
+    there. Where Evidently judged it by a p-value test, that level is its threshold too;
+    where by a distance, it drifted only if the distance also passed its threshold
+    (Evidently's verdict): big enough to matter, and more than the samples' noise."""
+    # A column with no p-value (a distance under its threshold) goes last, as a p-value of 1
+    # would: the run's false alarms stay at most ALPHA. Under no change, a true-null column
+    # is rejected only at a level of at most ALPHA/m0 (m0 the unchanged columns), as in
+    # Holm's own proof, since moving columns last never raises another column's level.
+    decided = alarm.holm([(r.column, 1.0 if r.p_value is None else r.p_value) for r in results])
+    held = []
+    for r in results:
+        level, rejected = decided[r.column]
+        if alarm.is_p_value(r.test):
+            held.append(replace(r, threshold=level, level=level, drifted=rejected))
+        else:
+            held.append(replace(r, level=level, drifted=rejected and r.drifted))
+    return held
 
 
 def _compare_each(reference: Any, current: Any) -> tuple[list[ColumnDrift], list[NotJudged]]:
