@@ -72,15 +72,20 @@ def make_test(commit: str) -> dict:
             done = subprocess.run(command, cwd=clone, env=env, capture_output=True, text=True)
             seconds[part] = time.perf_counter() - started
             print(f"  {part}: {seconds[part]:.1f} s")
-            if done.returncode != 0:
+            if done.returncode != 0 and part == "setup":
                 tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
                 raise SystemExit(f"{' '.join(command)} failed in the clone of {commit}:\n" + "\n".join(tail))
-        summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1].strip("= ")
+        # A failed suite's time is still recorded, with what failed (pytest's short summary).
+        lines = done.stdout.strip().splitlines()
+        summary = next((line.strip("= ") for line in reversed(lines) if " in " in line and line.startswith("=")),
+                       "(no summary)")
+        failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
     finally:
         shutil.rmtree(clone, ignore_errors=True)
         shutil.rmtree(caches, ignore_errors=True)
     return {"setup_s": round(seconds["setup"], 1), "tests_s": round(seconds["tests"], 1),
-            "total_s": round(seconds["setup"] + seconds["tests"], 1), "summary": summary}
+            "total_s": round(seconds["setup"] + seconds["tests"], 1), "summary": summary, "passed": done.returncode == 0,
+            "failed": failed}
 
 
 def main() -> None:
@@ -108,6 +113,8 @@ def main() -> None:
             "measured": "make test on a fresh git clone: new virtualenvs, empty pip and render caches, system "
                         "services installed",
             "commit": commit, **times})
+        if not times["passed"]:
+            raise SystemExit("make test failed:\n" + "\n".join(times["failed"]))
         return
     if args.base is None:
         parser.error("--base is required")
