@@ -73,6 +73,9 @@ def as_research(store, monkeypatch):
         monkeypatch.setenv(name, value)
     import boto3
 
+    # boto3's default session keeps the credentials it first found: an earlier test on the
+    # same worker may have made it with other keys. This one is built from the keys above.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     return boto3.client("s3", region_name=REGION)
 
 
