@@ -356,9 +356,10 @@ def _preview(args: argparse.Namespace) -> int:
     # Imported here so `mlplat --help` and argument errors answer at once.
     from infra.config import ConfigError, load_layer
     from infra.preview.analyzer import PackError
-    from infra.preview.engine import load_program, run_environment, run_preview
+    from infra.preview.engine import environment_stacks, load_program, run_environment, run_preview
     from infra.preview.fixtures import UnansweredInvoke
-    from infra.preview.report import plan_text, verdict_text, write_json, write_manifests, write_markdown
+    from infra.preview.report import (manifests_problem, plan_text, verdict_text, write_json, write_manifests,
+                                      write_markdown)
 
     started = time.perf_counter()
 
@@ -382,9 +383,6 @@ def _preview(args: argparse.Namespace) -> int:
                        (args.diff_markdown, "diff Markdown", False), (args.diff_json, "diff JSON", False),
                        (args.manifests, "Kubernetes manifests", True), (args.out, "reports (--out)", True)])
     if not bad:
-        from infra.preview.engine import environment_stacks
-        from infra.preview.report import manifests_problem
-
         folders = [args.manifests] if args.manifests else []
         if args.out:
             folders += [args.out / f"{stack}-manifests"
@@ -405,7 +403,6 @@ def _preview(args: argparse.Namespace) -> int:
     bases: dict[str, dict] = {}
     if args.against:
         from infra.preview.diff import BaseReportError, read_base_report
-        from infra.preview.engine import environment_stacks
 
         stacks = environment_stacks(args.env) if args.env else [args.stack]
         if args.env and not args.against.is_dir():
