@@ -147,9 +147,11 @@ def compare(reference: Any, current: Any) -> list[ColumnDrift]:
         # A distance cannot be held by Holm: the p-value of the column's small-sample test
         # beside it, where the distance passed (a sort of both samples: 0.7 s a column at
         # 1,000,000 rows, so not for the columns that cannot drift anyway).
-        p_test, p_value = (test, score) if alarm.is_p_value(test) else \
-            alarm.p_value(reference[column], current[column], column in categorical) if column in failed else \
-            (None, None)
+        p_test, p_value = None, None
+        if alarm.is_p_value(test):
+            p_test, p_value = test, score
+        elif column in failed:
+            p_test, p_value = alarm.p_value(reference[column], current[column], column in categorical)
         results.append(ColumnDrift(column=column, test=test, score=score, threshold=float(config["threshold"]),
                                    drifted=column in failed, p_value_test=p_test, p_value=p_value))
     return results
