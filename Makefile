@@ -34,6 +34,13 @@ FEATURES_PINS  := feast[redis,aws]==0.66.0 s3fs==2026.9.0 mlflow-skinny==3.17.2
 MLSERVER_VENV  := .venv-mlserver
 MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
 MLSERVER_PINS  := mlserver==1.7.1 onnxruntime==1.31.1 uvloop==0.21.0
+# Apache Airflow, the pipeline engine (docs/pipelines.md): the golden-path DAG
+# (workloads/pipeline/dag.py) runs on it, in `make test` and `make demo` with its own
+# `dag.test()`. Airflow pins SQLAlchemy, FastAPI and pendulum apart from the project's
+# environment; its steps run in the other virtualenvs, as in the cluster they run in their images.
+PIPELINES_VENV  := .venv-pipelines
+PIPELINES_STAMP := $(PIPELINES_VENV)/.installed
+PIPELINES_PINS  := apache-airflow==3.3.2
 # DeepSpeed for `make smoke` only: the deepspeed framework preset's rendered command, run
 # with a real DeepSpeed on CPU (tests/frameworks/smoke_deepspeed.py).
 DEEPSPEED_VENV  := .venv-deepspeed
@@ -53,7 +60,8 @@ $(CORE_STAMP): pyproject.toml
 
 # Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks,
 # and checkov in its own virtualenv.
-setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_STAMP) $(MLSERVER_STAMP)
+setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_STAMP) $(MLSERVER_STAMP) \
+       $(PIPELINES_STAMP)
 $(FULL_STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,workloads,serve,bench,monitor]'
 	@touch $@
@@ -72,6 +80,10 @@ $(FEATURES_STAMP):
 $(MLSERVER_STAMP):
 	@test -x $(MLSERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLSERVER_VENV)
 	$(MLSERVER_VENV)/bin/pip install --quiet --disable-pip-version-check $(MLSERVER_PINS)
+	@touch $@
+$(PIPELINES_STAMP):
+	@test -x $(PIPELINES_VENV)/bin/python || $(PYTHON) -m venv $(PIPELINES_VENV)
+	$(PIPELINES_VENV)/bin/pip install --quiet --disable-pip-version-check $(PIPELINES_PINS)
 	@touch $@
 $(IAM_STAMP): tests/iam/package-lock.json
 	@command -v npm >/dev/null || { echo "make setup needs Node.js 20 and npm for the IAM evaluator: install them (Debian/Ubuntu: sudo apt-get install nodejs npm)"; exit 1; }

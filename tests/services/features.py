@@ -179,7 +179,10 @@ def start_feature_stack(folder: Path, tracking: TrackingStack) -> FeatureStack:
 
     s3 = boto3.client("s3", endpoint_url=tracking.s3, aws_access_key_id="testing", aws_secret_access_key="testing",
                       region_name=REGION)
-    s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    try:
+        s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass  # another file's feature stack on the session's moto server made it
     stack = FeatureStack(folder, None, tracking.s3, tracking)  # type: ignore[arg-type]
     stack.redis = start_redis(folder / "redis", {stack.user(t): project_name(t) for t in TENANTS})
     return stack

@@ -7,6 +7,7 @@ Credentials are MLflow's own: `MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASS
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,17 @@ DATASET_TAG = "mlplat.dataset"
 DATASET_URI_TAG = "mlplat.dataset.uri"
 CHECKPOINT_TAG = "mlplat.checkpoint"  # the newest uploaded checkpoint's manifest URI
 CHECKPOINT_SHA_TAG = "mlplat.checkpoint.sha256"
+# The pipeline run that made a training run or a registered version (workloads/pipeline), and
+# its ledger: the MLflow run whose tags hold every step's outputs.
+PIPELINE_RUN_TAG = "mlplat.pipeline.run"
+PIPELINE_LEDGER_TAG = "mlplat.pipeline.ledger"
+PIPELINE_STEP_TAG = "mlplat.pipeline.step."
+
+
+def step_outputs(tags: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """A pipeline ledger's finished steps and their outputs, from its run's tags."""
+    return {key.removeprefix(PIPELINE_STEP_TAG): json.loads(value) for key, value in tags.items()
+            if key.startswith(PIPELINE_STEP_TAG)}
 # MLflow keeps a dataset digest in 36 characters; the full id is in DATASET_TAG.
 DIGEST_CHARS = 36
 

@@ -16,6 +16,9 @@ from workloads.tracking.client import (
     DATASET_URI_TAG,
     GIT_SHA_TAG,
     IMAGE_TAG,
+    PIPELINE_LEDGER_TAG,
+    PIPELINE_RUN_TAG,
+    step_outputs,
     tracking_client,
 )
 from workloads.tracking.registry import (
@@ -58,7 +61,16 @@ def lineage(model_uri: str, tracking_uri: str, *, verify: bool = False) -> dict[
                   "aliases": sorted(a for a, v in model.aliases.items() if v == ref.version)},
         "triton": triton,
         "images": {"training": tags.get(IMAGE_TAG, ""), "serving": mv.tags.get(SERVING_IMAGE_TAG, "")},
+        "pipeline": _pipeline(client, mv.tags),
     }
+
+
+def _pipeline(client: Any, tags: dict[str, str]) -> dict[str, Any] | None:
+    """The pipeline run that registered the version, with every step's outputs (its ledger)."""
+    if PIPELINE_LEDGER_TAG not in tags:
+        return None
+    ledger = get_run(client, tags[PIPELINE_LEDGER_TAG]).data.tags
+    return {"run": tags.get(PIPELINE_RUN_TAG, ""), "ledger": tags[PIPELINE_LEDGER_TAG], "steps": step_outputs(ledger)}
 
 
 def human(chain: dict[str, Any]) -> str:
@@ -73,4 +85,6 @@ def human(chain: dict[str, Any]) -> str:
         f"images      training {i['training'] or '(unrecorded)'}",
         f"            serving  {i['serving'] or '(unrecorded)'}",
     ]
+    if p := chain.get("pipeline"):
+        lines.append(f"pipeline    {p['run']}  ledger {p['ledger']}  steps {', '.join(p['steps']) or '(none)'}")
     return "\n".join(lines)

@@ -39,7 +39,7 @@ class CheckpointRef:
     version: str = ""
 
 
-def _not_found(err: Exception) -> bool:
+def not_found(err: Exception) -> bool:
     """The server's answer for a name this user cannot see: the auth app says 403 for
     objects it has no permission record of, absent ones included."""
     return getattr(err, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE",
@@ -54,7 +54,7 @@ def _fetch(call: Callable[[], Any], missing: str | Callable[[], str]) -> Any:
     try:
         return call()
     except MlflowException as err:
-        if not _not_found(err):
+        if not not_found(err):
             raise
         raise RegistryError(missing() if callable(missing) else missing) from None
 
@@ -132,7 +132,7 @@ def register(tracking_uri: str, name: str, run_id: str, step: int | None = None)
     try:
         client.get_registered_model(name)
     except MlflowException as err:
-        if not _not_found(err):
+        if not not_found(err):
             raise
         try:
             client.create_registered_model(name)

@@ -1,0 +1,5 @@
+import sys
+
+from workloads.pipeline.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""`python -m workloads.pipeline`: the golden path's steps as the pipeline's tasks run them.
+
+    python -m workloads.pipeline check --params golden.yaml
+    python -m workloads.pipeline step <name> --params golden.yaml --run <run id>
+
+`step` runs one step of a run as its tenant (MLPLAT_TENANT, MLFLOW_TRACKING_URI and the
+credentials its pod has), after the steps before it; a step the run's ledger holds is not
+run again, its recorded outputs are printed. The last stdout line is the step's outputs as
+JSON. Exit codes: 0 done, 1 the step failed (a rerun continues from it), 2 bad parameters
+or a run this tenant may not touch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from workloads.inputs import InputError
+from workloads.pipeline.params import PipelineInputError, check_run_id, load
+from workloads.pipeline.steps import BY_NAME, STEPS, StepError
+
+PROG = "python -m workloads.pipeline"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _step(args: argparse.Namespace) -> int:
+    from workloads.pipeline.ledger import Ledger
+    from workloads.pipeline.steps import Context
+
+    run = check_run_id(args.run)
+    params = load(args.params)
+    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not tracking_uri:
+        raise PipelineInputError("MLFLOW_TRACKING_URI is not set: the run's ledger and lineage are the tenant's "
+                                 "MLflow server")
+    ledger = Ledger.open(tracking_uri, params, run)
+    done = ledger.outputs()
+    if args.name in done:
+        print(json.dumps(done[args.name], sort_keys=True))
+        return 0
+    before = [s.name for s in STEPS[:[s.name for s in STEPS].index(args.name)]]
+    if missing := [name for name in before if name not in done]:
+        raise PipelineInputError(f"step {args.name} of run {run} needs step {missing[0]} first")
+    outputs = BY_NAME[args.name].run(Context(params, run, ledger.run_id, done, tracking_uri))
+    ledger.record(args.name, outputs)
+    if args.name == STEPS[-1].name:
+        ledger.finish()
+    print(json.dumps(outputs, sort_keys=True))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    params = load(args.params)
+    print(f"{args.params}: a golden-path run of {params.model} for tenant {params.tenant}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog=PROG, description="The golden-path pipeline's steps")
+    verbs = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    check = verbs.add_parser("check", help="check a parameter file as a run would")
+    check.add_argument("--params", required=True, help="the run's parameters (YAML or JSON)")
+    check.set_defaults(run_verb=_check)
+    step = verbs.add_parser("step", help="run one step of a run (skipped when its ledger holds it)")
+    step.add_argument("name", choices=[s.name for s in STEPS])
+    step.add_argument("--params", required=True, help="the run's parameters (YAML or JSON)")
+    step.add_argument("--run", required=True, help="the pipeline run's id (Airflow's run id, made safe)")
+    step.set_defaults(run_verb=_step)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    from workloads.tracking.client import TrackingError
+    from workloads.tracking.registry import RegistryError
+    from workloads.tracking.store import StoreError
+
+    try:
+        return args.run_verb(args)
+    except InputError as err:  # PipelineInputError too
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (StepError, TrackingError, RegistryError, StoreError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        from mlflow.exceptions import MlflowException
+
+        if not isinstance(err, MlflowException):
+            raise
+        print(f"error: the tracking server refused: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
+              file=sys.stderr)
+        return 1

@@ -1,0 +1,107 @@
+"""The golden path as an Airflow DAG: one task per step (workloads/pipeline/steps.py), in
+order, each running `python -m workloads.pipeline step <name>` in the step's image.
+
+One Airflow runs in each tenant's namespace (docs/pipelines.md), so this file is the tenant's
+own: its parameters are `MLPLAT_PIPELINE_PARAMS` (the mounted file), its schedule
+`MLPLAT_PIPELINE_SCHEDULE` (cron; unset: triggered only). Storm guards: one run at a time
+(`max_active_runs`), and a scheduled or triggered run within `MLPLAT_PIPELINE_MIN_INTERVAL_H`
+hours of the last successful one ends at its first task, running nothing.
+
+Where a step runs is the launcher's: `local` runs it as a process of the interpreter the
+step's image stands for (`MLPLAT_PIPELINE_PYTHON_<IMAGE>`, e.g. the features virtualenv), as
+`make demo` and the golden-path test do with Airflow's own `dag.test()`.
+
+A run's id is the conf's `run` when given (a rerun of a failed run continues it), otherwise
+Airflow's run id made safe for a tag and a folder name."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from airflow.exceptions import AirflowException
+from airflow.sdk import dag, get_current_context, task
+
+from workloads.pipeline.steps import STEPS
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "golden_path"
+
+
+def safe_run_id(airflow_run_id: str) -> str:
+    """Airflow's run id (`manual__2026-11-27T03:00:00+00:00`) as the ledger's: lowercase
+    letters, digits, '.', '_', '-'; a hash keeps two ids that differ only in what was
+    replaced apart."""
+    cleaned = re.sub(r"[^a-z0-9._-]+", "-", airflow_run_id.lower()).strip("-._")[:100]
+    return f"{cleaned}-{hashlib.sha256(airflow_run_id.encode()).hexdigest()[:8]}"
+
+
+def _run_of(context) -> str:
+    conf = context["dag_run"].conf or {}
+    return str(conf.get("run") or safe_run_id(context["dag_run"].run_id))
+
+
+def _params_of(context) -> str:
+    conf = context["dag_run"].conf or {}
+    params = conf.get("params") or os.environ.get("MLPLAT_PIPELINE_PARAMS", "")
+    if not params:
+        raise AirflowException("no parameters: set MLPLAT_PIPELINE_PARAMS or pass conf {\"params\": <file>}")
+    return str(params)
+
+
+def launch_local(step: str, image: str, params: str, run: str) -> str:
+    python = os.environ.get(f"MLPLAT_PIPELINE_PYTHON_{image.upper()}", "")
+    if not python:
+        raise AirflowException(f"step {step}: MLPLAT_PIPELINE_PYTHON_{image.upper()} names no interpreter for "
+                               f"the {image} image")
+    done = subprocess.run([python, "-m", "workloads.pipeline", "step", step, "--params", params, "--run", run],
+                          cwd=REPO, capture_output=True, text=True, env=os.environ.copy())
+    if done.returncode != 0:
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        raise AirflowException(f"step {step} exited {done.returncode}: {said[-1] if said else '(no message)'}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _step_task(step: str, image: str):
+    @task(task_id=step)
+    def run_step(_: object = None) -> str:
+        context = get_current_context()
+        return launch_local(step, image, _params_of(context), _run_of(context))
+
+    return run_step
+
+
+@task.short_circuit(task_id="guard")
+def guard() -> bool:
+    """False (skip every step) when the last successful run ended within the minimum interval."""
+    context = get_current_context()
+    if (context["dag_run"].conf or {}).get("run"):
+        return True  # resuming a named run is never a storm
+    hours = float(os.environ.get("MLPLAT_PIPELINE_MIN_INTERVAL_H", "0") or 0)
+    last = context.get("prev_end_date_success")
+    return not (hours and last and datetime.now(timezone.utc) - last < timedelta(hours=hours))
+
+
+@dag(dag_id=DAG_ID, schedule=os.environ.get("MLPLAT_PIPELINE_SCHEDULE") or None,
+     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False, max_active_runs=1,
+     tags=["mlplat", "golden-path"], doc_md=__doc__)
+def golden_path():
+    previous = guard()
+    for step in STEPS:
+        previous = _step_task(step.name, step.image)(previous)
+
+
+golden = golden_path()
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    # `python dag.py '<conf JSON>'`: one run in this process (Airflow's dag.test()), as
+    # `make demo` and the golden-path test run it; exit 1 unless it succeeded.
+    result = golden.test(run_conf=json.loads(sys.argv[1]) if len(sys.argv) > 1 else None)
+    sys.exit(0 if result is not None and str(result.state) == "success" else 1)

@@ -1,0 +1,106 @@
+"""A golden-path run's parameters: one YAML or JSON file per tenant pipeline, checked whole
+before any step runs (one line naming the field, exit 2).
+
+Who the run belongs to is the pod's, not the file's: `MLPLAT_TENANT` is set by the tenant's
+namespace (its service account, its ledger, its buckets), and a file naming another tenant,
+or a model outside the tenant's `<tenant>-` names, is refused before anything starts."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+from workloads import inputs
+
+PARAMS_LIMIT = 1 << 20  # a parameter file is a page of YAML; a megabyte is a mistake
+NAME = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"  # tenant, model and dataset names: path and tag segments
+RUN_ID = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
+Name = Annotated[str, StringConstraints(pattern=NAME)]
+Uri = Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=r"^[^\x00-\x1f\x7f]+$")]
+FeatureRef = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,64}:[a-z0-9_]{1,64}$")]
+
+
+class PipelineInputError(inputs.InputError):
+    """Bad parameters, or a run the caller may not start: one line, exit 2."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Features(_Strict):
+    config: Uri  # the tenant's feature_store.yaml, as the cluster layer renders it
+    entities: Uri  # Parquet of entity keys and label times (s3:// under the tenant's prefix)
+    features: tuple[FeatureRef, ...] = Field(min_length=1, max_length=256)
+    dataset: Name  # the dataset's name; its version id is the content's
+
+
+class Training(_Strict):
+    preset: Annotated[str, StringConstraints(pattern=r"^[a-z0-9.-]{1,32}$")] = "tiny"
+    max_steps: int = Field(default=200, ge=1, le=10_000_000)
+    micro_batch: int = Field(default=8, ge=1, le=4096)
+    nproc: int = Field(default=1, ge=1, le=64)  # processes per node (GPUs per node in the cluster)
+    bins: int = Field(default=32, ge=2, le=4096)  # tokens per feature value (workloads/pipeline/tokens.py)
+    checkpoint_upload: Uri  # s3://<checkpoints bucket>/runs/<tenant>: the registry's copy of each checkpoint
+
+
+class Evaluation(_Strict):
+    holdout: float = Field(default=0.2, gt=0, lt=1)  # fraction of entities kept out of training
+    # Promote only when the held-out loss is lower than production's by this fraction of it.
+    margin: float = Field(default=0.01, ge=0, lt=1)
+
+
+class Serving(_Strict):
+    repository: Uri  # the Triton model repository: a directory or s3://bucket/prefix
+    model_name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")]
+    serving_image: Annotated[str, StringConstraints(max_length=512)] = ""
+
+
+class Params(_Strict):
+    tenant: Name
+    model: Name  # the registered model: <tenant>-<name>
+    workdir: Uri  # shards and checkpoints of the run (the tenant's scratch in the cluster)
+    features: Features
+    training: Training
+    evaluation: Evaluation = Evaluation()
+    serving: Serving
+
+    @model_validator(mode="after")
+    def _model_is_the_tenants(self) -> Params:
+        if not self.model.startswith(f"{self.tenant}-"):
+            raise ValueError(f"model {self.model!r} is not one of tenant {self.tenant!r}'s: name it "
+                             f"{self.tenant}-<name>")
+        return self
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.match(run_id):
+        raise PipelineInputError(f"run id {inputs.excerpt(run_id)}: use 1 to 128 lowercase letters, digits, '.', "
+                                 "'_' and '-', starting and ending with a letter or digit")
+    return run_id
+
+
+def parse(data: object, source: str) -> Params:
+    try:
+        params = Params.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise PipelineInputError(f"{source}: {where}: {first['msg']}") from None
+    tenant = os.environ.get("MLPLAT_TENANT", "")
+    if not tenant:
+        raise PipelineInputError("MLPLAT_TENANT is not set: a pipeline step runs as its tenant (the namespace's "
+                                 "pod sets it)")
+    if params.tenant != tenant:
+        raise PipelineInputError(f"{source}: tenant {params.tenant!r} is not this pod's tenant {tenant!r}: a "
+                                 "tenant runs pipelines in its own namespace only")
+    return params
+
+
+def load(path: str | Path) -> Params:
+    text = inputs.read_text(path, "pipeline parameters", PARAMS_LIMIT)
+    return parse(inputs.load_yaml(text, inputs.shown(path), string_keys=True), inputs.shown(path))

@@ -1,0 +1,200 @@
+"""The golden path's steps, in order, and what each does when it runs in its image.
+
+Each step takes the run's parameters and the outputs of the steps before it (from the
+ledger) and returns its own outputs, which the ledger records. Every step can be run again
+after a failure at any point without publishing twice:
+- materialize, dataset: Feast's incremental materialization, and a dataset version whose id
+  is its content's, are the same on a rerun;
+- tokens: the shards are written beside, then renamed into place; an existing, verified
+  version is kept;
+- train: the trainer resumes from the run's newest checkpoint and continues its MLflow run;
+- register: a version already tagged with this pipeline run is the one registered;
+- export: a version already tagged with its Triton version is the one exported;
+- promote, baseline: setting an alias or a tag to the value it holds changes nothing.
+
+The existing tools do the work (`python -m workloads.features`, `workloads.train`,
+`workloads.serve export`): a step adds only the ordering, the idempotence and the record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workloads.pipeline.params import Params
+from workloads.tracking.client import PIPELINE_LEDGER_TAG, PIPELINE_RUN_TAG
+
+Outputs = dict[str, Any]
+Done = Mapping[str, Outputs]
+BASELINE_TAG = "mlplat.drift.baseline"  # on the registered model: the dataset version drift compares with
+STEP_TIMEOUT_S = 24 * 3600  # a training step may take a day; the cluster's own limits are Kueue's
+
+
+class StepError(Exception):
+    """A step that cannot finish: one line naming the step (exit 1; a rerun continues)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    params: Params
+    run: str  # the pipeline run's id
+    ledger: str  # the MLflow run holding the ledger
+    done: Done  # outputs of the finished steps
+    tracking_uri: str
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.params.workdir) / self.run
+
+
+def _tool(step: str, module: str, *args: str, torchrun: int = 0) -> str:
+    """Run one of the platform's tools in this image; its last stdout line, or StepError
+    with its last stderr line."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}"] \
+        if torchrun else [sys.executable]
+    done = subprocess.run([*launcher, "-m", module, *args], capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
+                          env=os.environ.copy())
+    if done.returncode != 0:
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        raise StepError(f"{step}: {module} exited {done.returncode}: {said[-1] if said else '(no message)'}")
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def materialize(ctx: Context) -> Outputs:
+    line = _tool("materialize", "workloads.features", "materialize", "--config", ctx.params.features.config)
+    return json.loads(line)
+
+
+def dataset(ctx: Context) -> Outputs:
+    f = ctx.params.features
+    line = _tool("dataset", "workloads.features", "dataset", "--config", f.config, "--entities", f.entities,
+                 "--features", ",".join(f.features), "--name", f.dataset, "--tracking-uri", ctx.tracking_uri,
+                 "--experiment", f"{ctx.params.tenant}/features")
+    summary = json.loads(line)
+    return {"id": summary["id"], "uri": summary["uri"], "rows": summary["rows"], "run_id": summary.get("run_id", "")}
+
+
+def tokens(ctx: Context) -> Outputs:
+    from workloads.pipeline.tokens import write_versions
+
+    made = ctx.done["dataset"]
+    try:
+        return write_versions(made["uri"], made["id"], ctx.params.features.features, ctx.folder / "shards",
+                              bins=ctx.params.training.bins, holdout=ctx.params.evaluation.holdout)
+    except (OSError, ValueError) as err:
+        raise StepError(f"tokens: {err}") from None
+
+
+def train(ctx: Context) -> Outputs:
+    t, data = ctx.params.training, ctx.done["tokens"]
+    metrics = ctx.folder / "metrics.jsonl"
+    args = ["--data", data["train"]["dir"], "--model", t.preset, "--vocab-size", str(data["vocab_size"]),
+            "--precision", "fp32", "--device", os.environ.get("MLPLAT_PIPELINE_DEVICE", "auto"),
+            "--micro-batch", str(t.micro_batch), "--max-steps", str(t.max_steps),
+            "--checkpoint-dir", str(ctx.folder / "checkpoints"), "--checkpoint-every", str(max(1, t.max_steps // 4)),
+            "--checkpoint-upload", t.checkpoint_upload, "--metrics", str(metrics),
+            "--experiment", f"{ctx.params.tenant}/{ctx.params.model}", "--run-name", ctx.run,
+            "--tracking-uri", ctx.tracking_uri]
+    _tool("train", "workloads.train", *args, torchrun=t.nproc)
+    ends = [r for r in map(json.loads, metrics.read_text().splitlines()) if r.get("event") == "end"]
+    if not ends or not ends[-1].get("run_id"):
+        raise StepError(f"train: the trainer recorded no tracked run in {metrics}")
+    run_id, step = ends[-1]["run_id"], ends[-1]["step"]
+    from workloads.tracking.client import tracking_client
+
+    tracking_client(ctx.tracking_uri).set_tag(run_id, PIPELINE_RUN_TAG, ctx.run)
+    return {"run_id": run_id, "step": step}
+
+
+def evaluate(ctx: Context) -> Outputs:
+    from workloads.pipeline.evaluate import compare
+
+    return compare(ctx.tracking_uri, ctx.params.model, ctx.done["train"]["run_id"],
+                   ctx.done["tokens"]["heldout"]["dir"], margin=ctx.params.evaluation.margin,
+                   scratch=ctx.folder / "evaluate")
+
+
+def _promoted(ctx: Context) -> bool:
+    return bool(ctx.done["evaluate"]["promote"])
+
+
+def register(ctx: Context) -> Outputs:
+    if not _promoted(ctx):
+        return {"skipped": "not better than production by the margin"}
+    from workloads.tracking.client import tracking_client
+    from workloads.tracking.registry import register as new_version
+
+    client, name = tracking_client(ctx.tracking_uri), ctx.params.model
+    found = client.search_model_versions(f"name = '{name}' and tags.`{PIPELINE_RUN_TAG}` = '{ctx.run}'")
+    if found:
+        return {"version": int(found[0].version)}
+    version = new_version(ctx.tracking_uri, name, ctx.done["train"]["run_id"])
+    client.set_model_version_tag(name, version.version, PIPELINE_RUN_TAG, ctx.run)
+    client.set_model_version_tag(name, version.version, PIPELINE_LEDGER_TAG, ctx.ledger)
+    return {"version": int(version.version)}
+
+
+def export(ctx: Context) -> Outputs:
+    if not _promoted(ctx):
+        return {"skipped": "not promoted"}
+    from workloads.tracking.client import tracking_client
+    from workloads.tracking.registry import TRITON_MODEL_TAG, TRITON_REPOSITORY_TAG, TRITON_VERSION_TAG
+
+    s, name, number = ctx.params.serving, ctx.params.model, str(ctx.done["register"]["version"])
+    client = tracking_client(ctx.tracking_uri)
+    tags = client.get_model_version(name, number).tags
+    if TRITON_VERSION_TAG not in tags:
+        _tool("export", "workloads.serve", "export", "--checkpoint", f"models:/{name}/{number}",
+              "--tracking-uri", ctx.tracking_uri, "--repository", s.repository, "--model-name", s.model_name,
+              "--serving-image", s.serving_image, "--device", "cpu")
+        tags = client.get_model_version(name, number).tags
+    return {"triton_model": tags[TRITON_MODEL_TAG], "triton_version": int(tags[TRITON_VERSION_TAG]),
+            "repository": tags[TRITON_REPOSITORY_TAG]}
+
+
+def promote(ctx: Context) -> Outputs:
+    if not _promoted(ctx):
+        return {"skipped": "not promoted"}
+    from workloads.tracking.registry import set_alias
+
+    version = str(ctx.done["register"]["version"])
+    before = set_alias(ctx.tracking_uri, ctx.params.model, "production", version)
+    return {"alias": "production", "version": int(version), "before": int(before) if before else None}
+
+
+def baseline(ctx: Context) -> Outputs:
+    if not _promoted(ctx):
+        return {"skipped": "not promoted"}
+    from workloads.tracking.client import tracking_client
+
+    made = ctx.done["tokens"]["train"]
+    value = json.dumps({"id": made["id"], "uri": made["dir"], "pipeline_run": ctx.run}, sort_keys=True)
+    tracking_client(ctx.tracking_uri).set_registered_model_tag(ctx.params.model, BASELINE_TAG, value)
+    return {"dataset": made["id"]}
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    image: str  # the platform image it runs in: features or training
+    run: Callable[[Context], Outputs]
+
+
+STEPS = (
+    Step("materialize", "features", materialize),
+    Step("dataset", "features", dataset),
+    Step("tokens", "training", tokens),
+    Step("train", "training", train),
+    Step("evaluate", "training", evaluate),
+    Step("register", "training", register),
+    Step("export", "training", export),
+    Step("promote", "training", promote),
+    Step("baseline", "training", baseline),
+)
+BY_NAME = {s.name: s for s in STEPS}
