@@ -49,7 +49,7 @@ DEEPSPEED_PINS  := torch==2.13.0 deepspeed==0.19.8
 # The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
 IAM_STAMP     := tests/iam/node_modules/.installed
 
-.PHONY: setup setup-core services preview test fuzz check verify bench smoke mutate up clean
+.PHONY: setup setup-core services preview test fuzz check verify bench smoke mutate demo up clean
 
 # The program, the preview and the policy pack: enough for `make preview`.
 setup-core: $(CORE_STAMP)
@@ -171,6 +171,12 @@ mutate: setup $(MUTATE_STAMP)
 $(MUTATE_STAMP): $(FULL_STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[mutate]'
 	@touch $@
+
+# The golden path on one machine (docs/pipelines.md): the local servers the golden-path test
+# uses (PostgreSQL, MLflow, moto S3, Redis with Feast), one run of the DAG with Airflow's
+# dag.test() on CPU, then the served version's lineage back to the dataset.
+demo: setup services
+	$(BIN)/python -m tests.services.pipeline
 
 # Every benchmark, then one table in the README and the plots in docs/bench/.
 bench: setup services

@@ -134,6 +134,18 @@ def test_shifted_requests_are_found_drifted_and_pushed(tracking, served, pushgat
     report = json.loads(done.stdout)
     assert report["drift"] is True and "mean_token_id" in {d["column"] for d in report["drifted"]}
     assert pushed(pushgateway)["mean_token_id"] == 1.0
+    # And on the registered model, where the tenant's retraining trigger reads it.
+    from mlflow.tracking import MlflowClient
+
+    from workloads.tracking.client import VERDICT_TAG
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in tracking.env("research").items():
+            mp.setenv(key, value)
+        model = MlflowClient(tracking_uri=tracking.uri, registry_uri=tracking.uri).get_registered_model(REGISTERED)
+    verdict = json.loads(model.tags[VERDICT_TAG])
+    assert verdict["drifted"] is True and verdict["registered_version"] == int(served["version"])
+    assert verdict["triton_version"] == TRITON_VERSION
 
 
 def test_a_version_with_no_lineage_or_no_logs_is_bad_input(tracking, served):

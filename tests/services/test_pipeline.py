@@ -12,110 +12,26 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.services.features import PYTHON as FEATURES_PYTHON
-from tests.services.features import FeatureStack, start_feature_stack
+from tests.services.pipeline import AIRFLOW, AS_OF, DAG, FEATURES, FEATURES_PYTHON, MODEL, Golden, start_golden
 from tests.services.tracking import REPO
 from workloads.pipeline.steps import STEPS
 
-pytestmark = pytest.mark.slow
-
-AIRFLOW = REPO / ".venv-pipelines" / "bin"
-DAG = REPO / "workloads" / "pipeline" / "dag.py"
-MODEL = "research-golden"
-AS_OF = datetime(2026, 11, 20, 12, tzinfo=timezone.utc)
-CUSTOMERS = 240
-FEATURES = ["customer_stats:spend", "customer_stats:visits"]
-
-
-@dataclass
-class Golden:
-    features: FeatureStack
-    folder: Path
-    env: dict[str, str]
-
-    def params(self, name: str, **training: int) -> Path:
-        """A parameter file of the research tenant's golden path; `training` overrides."""
-        data = {
-            "tenant": "research", "model": MODEL, "workdir": str(self.folder / "work"),
-            "features": {"config": str(self.features.config("research")),
-                         "entities": f"s3://datasets/features/research/labels/golden.parquet",
-                         "features": FEATURES, "dataset": "golden"},
-            "training": {"preset": "tiny", "max_steps": 20, "micro_batch": 2, "nproc": 1, "bins": 16,
-                         "checkpoint_upload": "s3://checkpoints/runs", **training},
-            "evaluation": {"holdout": 0.25, "margin": 0.0},
-            "serving": {"repository": str(self.folder / "triton"), "model_name": "golden",
-                        "serving_image": "registry.example/mlplat/dev/mirror/tritonserver:26.01@sha256:" + "cd" * 32},
-        }
-        path = self.folder / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return path
-
-    def airflow(self, conf: dict[str, str], tenant: str = "research") -> subprocess.CompletedProcess:
-        """One DAG run through Airflow's dag.test()."""
-        return subprocess.run([str(AIRFLOW / "python"), str(DAG), json.dumps(conf)], cwd=REPO,
-                              env={**self.env, **self.features.env(tenant), **self._airflow_env()},
-                              capture_output=True, text=True, timeout=600)
-
-    def step(self, name: str, params: Path, run: str, tenant: str = "research") -> subprocess.CompletedProcess:
-        python = FEATURES_PYTHON if name in ("materialize", "dataset") else Path(sys.executable)
-        return subprocess.run([str(python), "-m", "workloads.pipeline", "step", name, "--params", str(params),
-                               "--run", run], cwd=REPO, env={**self.env, **self.features.env(tenant)},
-                              capture_output=True, text=True, timeout=600)
-
-    def _airflow_env(self) -> dict[str, str]:
-        return {"AIRFLOW_HOME": str(self.folder / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(DAG),
-                "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(REPO)}
-
-
-
-def _rows() -> dict[str, list]:
-    """Each customer's spend and visits at two times before AS_OF: values with a pattern (visits
-    follow spend) for the model to learn."""
-    ids, times, spend, visits = [], [], [], []
-    for c in range(1, CUSTOMERS + 1):
-        for hours in (-30, -3):
-            ids.append(c)
-            times.append((AS_OF + timedelta(hours=hours)).isoformat())
-            spend.append(float((c * 7) % 97) + (hours == -3) * 0.5)
-            visits.append(((c * 7) % 97) // 8)
-    return {"customer_id": ids, "event_timestamp": times, "spend": spend, "visits": visits}
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # its own worker: minutes of CPU
 
 
 @pytest.fixture(scope="module")
 def golden(tracking, tmp_path_factory):
-    if not (AIRFLOW / "airflow").exists():
-        pytest.fail(f"{AIRFLOW.parent} lacks Airflow: run `make setup`", pytrace=False)
-    folder = tmp_path_factory.mktemp("golden")
-    features = start_feature_stack(folder / "features", tracking)
+    stack = start_golden(tmp_path_factory.mktemp("golden"), tracking)
     try:
-        source = features.put_parquet("features/research/customers/golden.parquet", _rows())
-        config = features.config("research")
-        done = subprocess.run([str(FEATURES_PYTHON), "-m", "workloads.features", "apply", "--config", str(config),
-                               "--repo", str(REPO / "tests" / "fixtures" / "features" / "repo")], cwd=REPO,
-                              env={**features.env("research"), "FEATURES_SOURCE": source},
-                              capture_output=True, text=True, timeout=180)
-        assert done.returncode == 0, done.stderr[-3000:]
-        features.put_parquet("features/research/labels/golden.parquet",
-                             {"customer_id": list(range(1, CUSTOMERS + 1)),
-                              "event_timestamp": [AS_OF.isoformat()] * CUSTOMERS})
-        env = {"OMP_NUM_THREADS": "1", "MLPLAT_PIPELINE_DEVICE": "cpu",
-               "MLPLAT_PIPELINE_PYTHON_FEATURES": str(FEATURES_PYTHON),
-               "MLPLAT_PIPELINE_PYTHON_TRAINING": sys.executable}
-        stack = Golden(features, folder, env)
-        migrated = subprocess.run([str(AIRFLOW / "airflow"), "db", "migrate"], cwd=REPO,
-                                  env={**os.environ, **stack._airflow_env()}, capture_output=True, text=True,
-                                  timeout=300)
-        assert migrated.returncode == 0, migrated.stderr[-3000:]
         yield stack
     finally:
-        features.stop()
+        stack.features.stop()
 
 
 @pytest.fixture
@@ -164,3 +80,162 @@ def test_golden_path(golden, research):
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert len(_versions(client)) == 1
     assert sorted(p.name for p in (golden.folder / "triton" / "golden").iterdir() if p.name.isdigit()) == ["1"]
+
+
+CRASH_AFTER_EFFECTS = """
+import sys
+from workloads.pipeline import ledger
+from workloads.pipeline.cli import main
+
+def crash(*args, **kwargs):
+    raise SystemExit("injected: the step's pod died after its work, before its record")
+
+ledger.Ledger.record = crash
+main(sys.argv[1:])
+"""
+
+
+def test_a_step_that_dies_after_its_work_is_redone_without_publishing_twice(golden, research):
+    """Each step in turn dies at the worst point, its work done and not yet recorded, then
+    the run goes on: one registered version, one Triton version, one alias move."""
+    test_golden_path_ran = bool(_versions(research))
+    params = golden.params("crash", max_steps=60)  # three times the training: a lower held-out loss
+    triton = golden.folder / "triton" / "golden"
+    before = {p.name for p in triton.iterdir() if p.name.isdigit()} if triton.exists() else set()
+    for step in STEPS:
+        python = FEATURES_PYTHON if step.image == "features" else Path(sys.executable)
+        crashed = subprocess.run([str(python), "-c", CRASH_AFTER_EFFECTS, "step", step.name, "--params", str(params),
+                                  "--run", "golden-crash"], cwd=REPO,
+                                 env={**golden.env, **golden.features.env("research")},
+                                 capture_output=True, text=True, timeout=600)
+        assert "injected" in crashed.stderr, (step.name, crashed.stderr[-2000:])
+        again = golden.step(step.name, params, "golden-crash")
+        assert again.returncode == 0, (step.name, again.stderr[-2000:])
+
+    made = [v for v in _versions(research) if v.tags.get("mlplat.pipeline.run") == "golden-crash"]
+    assert len(made) == 1, [v.version for v in made]
+    after = {p.name for p in triton.iterdir() if p.name.isdigit()}
+    assert len(after - before) == 1, (before, after)
+    assert research.get_model_version_by_alias(MODEL, "production").version == made[0].version
+    history = research.get_registered_model(MODEL).tags.get("mlplat.alias.production.history", "")
+    assert history.split(",").count(made[0].version) == 0
+    assert len([v for v in history.split(",") if v]) == (1 if test_golden_path_ran else 0)
+
+
+def test_a_tenant_cannot_run_or_read_another_tenants_pipeline(golden):
+    params = golden.params("tenancy")
+    as_analytics = golden.step("tokens", params, "golden-1", tenant="analytics")
+    assert as_analytics.returncode == 2
+    assert "tenant 'research' is not this pod's tenant 'analytics'" in as_analytics.stderr
+    assert len(as_analytics.stderr.strip().splitlines()) == 1
+
+    data = yaml.safe_load(params.read_text())
+    data.update(tenant="analytics")  # its own tenant, and the research tenant's model
+    theirs = golden.folder / "theirs.yaml"
+    theirs.write_text(yaml.safe_dump(data))
+    refused = golden.step("tokens", theirs, "golden-1", tenant="analytics")
+    assert refused.returncode == 2 and "is not one of tenant 'analytics'" in refused.stderr
+
+    # The research tenant's ledger (every step's outputs) is not the analytics user's to read.
+    peek = subprocess.run([sys.executable, "-c", (
+        "from mlflow.tracking import MlflowClient\n"
+        "from mlflow.exceptions import MlflowException\n"
+        "try:\n"
+        "    print(MlflowClient().get_experiment_by_name('research/pipelines'))\n"
+        "except MlflowException as err:\n"
+        "    print(err.error_code)\n")],
+        cwd=REPO, env={**golden.features.env("analytics")}, capture_output=True, text=True, timeout=120)
+    assert peek.returncode == 0, peek.stderr[-2000:]
+    assert peek.stdout.strip() in ("None", "PERMISSION_DENIED", "RESOURCE_DOES_NOT_EXIST"), peek.stdout
+
+
+GUARDED_TWICE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("golden_dag", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+states = []
+for conf in ({}, {}, {"run": "resumed"}):
+    # Every step marked done without running: only the guard runs.
+    run = module.golden.test(run_conf={"params": "unused.yaml", **conf}, mark_success_pattern=r"(?!guard$).*")
+    states.append({ti.task_id: str(ti.state) for ti in run.get_task_instances()})
+print(json.dumps(states))
+"""
+
+
+def test_a_run_within_the_minimum_interval_runs_no_step(tmp_path):
+    """The storm guard: a second run a moment after a successful one stops at its guard; a
+    run resumed by id is not held."""
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__DAGS_FOLDER": str(DAG),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(REPO), "MLPLAT_PIPELINE_MIN_INTERVAL_H": "24"}
+    migrated = subprocess.run([str(AIRFLOW / "airflow"), "db", "migrate"], env=env, cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    done = subprocess.run([str(AIRFLOW / "python"), "-c", GUARDED_TWICE, str(DAG)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second, resumed = json.loads(done.stdout.strip().splitlines()[-1])
+    steps = [s.name for s in STEPS]
+    assert first["guard"] == "success" and {first[s] for s in steps} == {"success"}
+    assert second["guard"] == "success" and {second[s] for s in steps} == {"skipped"}
+    assert {resumed[s] for s in steps} == {"success"}
+
+
+def _decide(golden: Golden, params: Path, hours: float = 0) -> dict:
+    done = subprocess.run([sys.executable, "-m", "workloads.pipeline", "triggers", "--params", str(params),
+                           "--min-interval-h", str(hours)], cwd=REPO,
+                          env={**golden.env, **golden.features.env("research")}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_new_dataset_version_or_a_drift_verdict_triggers_a_run(golden, research):
+    params = golden.params("triggered")
+    started = golden.step("materialize", params, "golden-triggered")  # a run starts: the newest ledger
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert _decide(golden, params) == {"trigger": False, "reasons": [], "held": None}
+
+    # Someone builds a new version of the run's dataset (fewer label rows).
+    labels = golden.features.put_parquet("features/research/labels/golden-new.parquet",
+                                         {"customer_id": [1, 2, 3], "event_timestamp": [AS_OF.isoformat()] * 3})
+    built = golden.features.run("research", "dataset", "--config", str(golden.features.config("research")),
+                                "--entities", labels, "--features", ",".join(FEATURES), "--name", "golden")
+    assert built.returncode == 0, built.stderr[-2000:]
+    new = json.loads(built.stdout.strip().splitlines()[-1])["id"]
+    assert _decide(golden, params) == {"trigger": True, "reasons": [f"new dataset version {new}"], "held": None}
+    held = _decide(golden, params, hours=24)
+    assert held["trigger"] is False and "within the minimum interval of 24 h" in held["held"]
+
+    # The drift check finds the served version drifted (as drift_job.record_verdict writes it).
+    from workloads.tracking.client import VERDICT_TAG
+
+    if not _versions(research):
+        research.create_registered_model(MODEL)
+    research.set_registered_model_tag(MODEL, VERDICT_TAG, json.dumps(
+        {"drifted": True, "registered_version": 1, "triton_version": 1, "at": time.time()}))
+    assert _decide(golden, params)["reasons"] == [f"new dataset version {new}", "drift on version 1"]
+
+    # The triggers DAG, through Airflow: it queues a run of the golden path.
+    ran = subprocess.run([str(AIRFLOW / "python"), "-c", TRIGGERS_ONCE, str(DAG), str(params)], cwd=REPO,
+                         env={**golden.env, **golden.features.env("research"), **golden.airflow_env()},
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    states, queued = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert states == {"decide": "success", "trigger": "success"}
+    assert queued >= 1
+
+
+TRIGGERS_ONCE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("golden_dag", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+run = module.triggers.test(run_conf={"params": sys.argv[2]})
+states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+from airflow.models.dagrun import DagRun
+from airflow.utils.session import create_session
+with create_session() as session:
+    queued = session.query(DagRun).filter(DagRun.dag_id == module.DAG_ID).count()
+print(json.dumps([states, queued]))
+"""

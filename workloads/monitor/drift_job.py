@@ -294,4 +294,18 @@ def run(*, tracking_uri: str, registered_model: str, model: str, version: int, l
     report.update(judged=True, **verdict.as_dict())
     if gateway:
         push(gateway, model, version, verdict.columns, report["rows"], not_judged=verdict.not_judged)
+    record_verdict(tracking_uri, reference, bool(report.get("drift")), version)
     return report
+
+
+def record_verdict(tracking_uri: str, reference: Reference, drifted: bool, triton_version: int) -> None:
+    """The verdict on the registered model too (VERDICT_TAG), where the tenant's retraining
+    trigger reads it (workloads/pipeline/triggers.py): through the tenant's own tracking user,
+    not the Prometheus every tenant's alerts share."""
+    import json
+
+    from workloads.tracking.client import VERDICT_TAG, tracking_client
+
+    value = json.dumps({"drifted": drifted, "registered_version": int(reference.registered_version),
+                        "triton_version": triton_version, "at": time.time()}, sort_keys=True)
+    tracking_client(tracking_uri).set_registered_model_tag(reference.registered_model, VERDICT_TAG, value)

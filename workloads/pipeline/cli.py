@@ -2,11 +2,13 @@
 
     python -m workloads.pipeline check --params golden.yaml
     python -m workloads.pipeline step <name> --params golden.yaml --run <run id>
+    python -m workloads.pipeline triggers --params golden.yaml [--min-interval-h 24]
 
 `step` runs one step of a run as its tenant (MLPLAT_TENANT, MLFLOW_TRACKING_URI and the
 credentials its pod has), after the steps before it; a step the run's ledger holds is not
 run again, its recorded outputs are printed. The last stdout line is the step's outputs as
-JSON. Exit codes: 0 done, 1 the step failed (a rerun continues from it), 2 bad parameters
+JSON. `triggers` prints whether a new dataset version or a drift verdict calls for a run
+(workloads/pipeline/triggers.py). Exit codes: 0 done, 1 the step failed (a rerun continues from it), 2 bad parameters
 or a run this tenant may not touch."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import sys
 
+from workloads.arguments import real
 from workloads.inputs import InputError
 from workloads.pipeline.params import PipelineInputError, check_run_id, load
 from workloads.pipeline.steps import BY_NAME, STEPS, StepError
@@ -35,10 +38,7 @@ def _step(args: argparse.Namespace) -> int:
 
     run = check_run_id(args.run)
     params = load(args.params)
-    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
-    if not tracking_uri:
-        raise PipelineInputError("MLFLOW_TRACKING_URI is not set: the run's ledger and lineage are the tenant's "
-                                 "MLflow server")
+    tracking_uri = _tracking_uri()
     ledger = Ledger.open(tracking_uri, params, run)
     done = ledger.outputs()
     if args.name in done:
@@ -52,6 +52,21 @@ def _step(args: argparse.Namespace) -> int:
     if args.name == STEPS[-1].name:
         ledger.finish()
     print(json.dumps(outputs, sort_keys=True))
+    return 0
+
+
+def _tracking_uri() -> str:
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri:
+        raise PipelineInputError("MLFLOW_TRACKING_URI is not set: the run's ledger and lineage are the tenant's "
+                                 "MLflow server")
+    return uri
+
+
+def _triggers(args: argparse.Namespace) -> int:
+    from workloads.pipeline.triggers import decide
+
+    print(json.dumps(decide(_tracking_uri(), load(args.params), args.min_interval_h), sort_keys=True))
     return 0
 
 
@@ -72,6 +87,11 @@ def parser() -> argparse.ArgumentParser:
     step.add_argument("--params", required=True, help="the run's parameters (YAML or JSON)")
     step.add_argument("--run", required=True, help="the pipeline run's id (Airflow's run id, made safe)")
     step.set_defaults(run_verb=_step)
+    triggers = verbs.add_parser("triggers", help="whether a new dataset version or drift calls for a run")
+    triggers.add_argument("--params", required=True, help="the run's parameters (YAML or JSON)")
+    triggers.add_argument("--min-interval-h", type=real(0, 8760), default=0.0, metavar="H",
+                          help="no trigger within H hours of the last run's start, 0 to 8760 (default 0)")
+    triggers.set_defaults(run_verb=_triggers)
     return top
 
 

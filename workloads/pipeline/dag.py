@@ -5,7 +5,9 @@ One Airflow runs in each tenant's namespace (docs/pipelines.md), so this file is
 own: its parameters are `MLPLAT_PIPELINE_PARAMS` (the mounted file), its schedule
 `MLPLAT_PIPELINE_SCHEDULE` (cron; unset: triggered only). Storm guards: one run at a time
 (`max_active_runs`), and a scheduled or triggered run within `MLPLAT_PIPELINE_MIN_INTERVAL_H`
-hours of the last successful one ends at its first task, running nothing.
+hours of the last successful one ends at its first task, running nothing. A second DAG,
+`golden_path_triggers`, triggers a run on a new dataset version or a drift verdict, under
+the same guards and never while a run is in flight.
 
 Where a step runs is the launcher's: `local` runs it as a process of the interpreter the
 step's image stands for (`MLPLAT_PIPELINE_PYTHON_<IMAGE>`, e.g. the features virtualenv), as
@@ -24,12 +26,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow.exceptions import AirflowException
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, get_current_context, task
 
 from workloads.pipeline.steps import STEPS
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "golden_path"
+TRIGGERS_DAG_ID = "golden_path_triggers"
 
 
 def safe_run_id(airflow_run_id: str) -> str:
@@ -53,16 +57,19 @@ def _params_of(context) -> str:
     return str(params)
 
 
-def launch_local(step: str, image: str, params: str, run: str) -> str:
+def launch_local(image: str, *args: str) -> str:
+    """`python -m workloads.pipeline <args>` in the interpreter standing for `image`; its
+    last stdout line."""
     python = os.environ.get(f"MLPLAT_PIPELINE_PYTHON_{image.upper()}", "")
     if not python:
-        raise AirflowException(f"step {step}: MLPLAT_PIPELINE_PYTHON_{image.upper()} names no interpreter for "
-                               f"the {image} image")
-    done = subprocess.run([python, "-m", "workloads.pipeline", "step", step, "--params", params, "--run", run],
-                          cwd=REPO, capture_output=True, text=True, env=os.environ.copy())
+        raise AirflowException(f"{args[0]}: MLPLAT_PIPELINE_PYTHON_{image.upper()} names no interpreter for the "
+                               f"{image} image")
+    done = subprocess.run([python, "-m", "workloads.pipeline", *args], cwd=REPO, capture_output=True, text=True,
+                          env=os.environ.copy())
     if done.returncode != 0:
         said = [line for line in done.stderr.splitlines() if line.strip()]
-        raise AirflowException(f"step {step} exited {done.returncode}: {said[-1] if said else '(no message)'}")
+        raise AirflowException(f"{' '.join(args[:2])} exited {done.returncode}: "
+                               f"{said[-1] if said else '(no message)'}")
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -70,7 +77,7 @@ def _step_task(step: str, image: str):
     @task(task_id=step)
     def run_step(_: object = None) -> str:
         context = get_current_context()
-        return launch_local(step, image, _params_of(context), _run_of(context))
+        return launch_local(image, "step", step, "--params", _params_of(context), "--run", _run_of(context))
 
     return run_step
 
@@ -96,6 +103,36 @@ def golden_path():
 
 
 golden = golden_path()
+
+
+@task.short_circuit(task_id="decide")
+def decide() -> bool:
+    """True when a new dataset version or a drift verdict calls for a run, no run is in
+    flight, and the last one started before the minimum interval."""
+    import json
+    import logging
+
+    context = get_current_context()
+    in_flight = context["ti"].get_dr_count(dag_id=DAG_ID, states=["queued", "running"])
+    if in_flight:
+        logging.getLogger(__name__).info("held: %d run(s) of %s in flight", in_flight, DAG_ID)
+        return False
+    said = json.loads(launch_local("training", "triggers", "--params", _params_of(context), "--min-interval-h",
+                                   os.environ.get("MLPLAT_PIPELINE_MIN_INTERVAL_H", "0") or "0"))
+    logging.getLogger(__name__).info("triggers: %s", said)
+    return bool(said["trigger"])
+
+
+@dag(dag_id=TRIGGERS_DAG_ID, schedule=os.environ.get("MLPLAT_PIPELINE_TRIGGER_SCHEDULE") or "*/15 * * * *",
+     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False, max_active_runs=1,
+     tags=["mlplat", "golden-path"])
+def golden_path_triggers():
+    """Every 15 minutes: a new version of the run's dataset, or a drift verdict on the served
+    model newer than the last run, triggers the golden path (workloads/pipeline/triggers.py)."""
+    decide() >> TriggerDagRunOperator(task_id="trigger", trigger_dag_id=DAG_ID)
+
+
+triggers = golden_path_triggers()
 
 if __name__ == "__main__":
     import json

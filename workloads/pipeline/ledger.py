@@ -15,6 +15,7 @@ from typing import Any
 
 from workloads.hashing import content_id
 from workloads.pipeline.params import Params, PipelineInputError
+from workloads.tracking.client import PIPELINE_MODEL_TAG
 from workloads.tracking.client import PIPELINE_RUN_TAG as RUN_TAG
 from workloads.tracking.client import PIPELINE_STEP_TAG as STEP_TAG
 from workloads.tracking.client import step_outputs
@@ -52,7 +53,8 @@ class Ledger:
                 raise PipelineInputError(f"pipeline run {pipeline_run} was started with other parameters; resume it "
                                          "with the same file or start a new run id")
             return cls(client, run)
-        run = client.create_run(experiment_id, run_name=pipeline_run, tags={RUN_TAG: pipeline_run, PARAMS_TAG: digest})
+        tags = {RUN_TAG: pipeline_run, PARAMS_TAG: digest, PIPELINE_MODEL_TAG: params.model}
+        run = client.create_run(experiment_id, run_name=pipeline_run, tags=tags)
         return cls(client, run)
 
     def outputs(self) -> dict[str, dict[str, Any]]:

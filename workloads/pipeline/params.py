@@ -78,7 +78,7 @@ class Params(_Strict):
 
 
 def check_run_id(run_id: str) -> str:
-    if not RUN_ID.match(run_id):
+    if not RUN_ID.fullmatch(run_id):
         raise PipelineInputError(f"run id {inputs.excerpt(run_id)}: use 1 to 128 lowercase letters, digits, '.', "
                                  "'_' and '-', starting and ending with a letter or digit")
     return run_id
@@ -102,5 +102,5 @@ def parse(data: object, source: str) -> Params:
 
 
 def load(path: str | Path) -> Params:
-    text = inputs.read_text(path, "pipeline parameters", PARAMS_LIMIT)
+    text = inputs.read_text(path, "parameter file", PARAMS_LIMIT)
     return parse(inputs.load_yaml(text, inputs.shown(path), string_keys=True), inputs.shown(path))

@@ -33,6 +33,10 @@ CHECKPOINT_SHA_TAG = "mlplat.checkpoint.sha256"
 PIPELINE_RUN_TAG = "mlplat.pipeline.run"
 PIPELINE_LEDGER_TAG = "mlplat.pipeline.ledger"
 PIPELINE_STEP_TAG = "mlplat.pipeline.step."
+PIPELINE_MODEL_TAG = "mlplat.pipeline.model"  # on a ledger: the model the run trains
+# On a registered model: the drift check's last judged verdict (workloads/monitor/drift_job.py),
+# which the tenant's retraining trigger reads (workloads/pipeline/triggers.py).
+VERDICT_TAG = "mlplat.drift.verdict"
 
 
 def step_outputs(tags: dict[str, str]) -> dict[str, dict[str, Any]]:

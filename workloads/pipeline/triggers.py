@@ -1,0 +1,61 @@
+"""When to retrain without being asked: a new version of the run's dataset, or a drift verdict
+on the served model newer than the last run. Both are read from the tenant's own MLflow (the
+dataset registrations in `<tenant>/features`, the verdict the drift check records on the
+registered model), never from the Prometheus every tenant's alerts share.
+
+Storm guards: nothing is triggered within the minimum interval of the last run's start,
+whether that run succeeded or not (a run that fails every time must not be retried every
+few minutes), and the DAG triggers nothing while a run is in flight (workloads/pipeline/dag.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from workloads.pipeline.params import Params
+from workloads.pipeline.ledger import EXPERIMENT
+from workloads.tracking.client import DATASET_TAG, PIPELINE_MODEL_TAG, VERDICT_TAG, step_outputs
+
+
+def _newest(client: Any, experiment: str, filter_string: str) -> Any:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs([found.experiment_id], filter_string=filter_string, max_results=1,
+                              order_by=["attributes.start_time DESC"])
+    return runs[0] if runs else None
+
+
+def decide(tracking_uri: str, params: Params, min_interval_h: float, now: float | None = None) -> dict[str, Any]:
+    """{"trigger": bool, "reasons": [...], "held": why not, or None}."""
+    from mlflow.exceptions import MlflowException
+
+    from workloads.tracking.client import tracking_client
+    from workloads.tracking.registry import not_found
+
+    client, now = tracking_client(tracking_uri), time.time() if now is None else now
+    last = _newest(client, EXPERIMENT.format(tenant=params.tenant), f"tags.`{PIPELINE_MODEL_TAG}` = '{params.model}'")
+    last_start = last.info.start_time / 1000 if last else 0.0
+    last_dataset = step_outputs(last.data.tags).get("dataset", {}).get("id") if last else None
+
+    reasons = []
+    dataset = _newest(client, f"{params.tenant}/features", f"attributes.run_name = 'dataset-{params.features.dataset}'")
+    if dataset is not None and dataset.data.tags.get(DATASET_TAG) and \
+            dataset.data.tags[DATASET_TAG] != last_dataset and dataset.info.start_time / 1000 > last_start:
+        reasons.append(f"new dataset version {dataset.data.tags[DATASET_TAG]}")
+    try:
+        tags = client.get_registered_model(params.model).tags
+    except MlflowException as err:
+        if not not_found(err):
+            raise
+        tags = {}
+    if VERDICT_TAG in tags:
+        verdict = json.loads(tags[VERDICT_TAG])
+        if verdict.get("drifted") and float(verdict.get("at", 0)) > last_start:
+            reasons.append(f"drift on version {verdict.get('registered_version')}")
+    held = None
+    if reasons and last is not None and now - last_start < min_interval_h * 3600:
+        held = (f"the last run ({last.info.run_name}) started {(now - last_start) / 3600:.1f} h ago, within the "
+                f"minimum interval of {min_interval_h:g} h")
+    return {"trigger": bool(reasons) and held is None, "reasons": reasons, "held": held}
