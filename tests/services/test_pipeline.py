@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,56 @@ def golden(tracking, tmp_path_factory):
         yield stack
     finally:
         stack.features.stop()
+
+
+REQUESTS = 320  # above the drift check's 300-row minimum
+
+
+def _serve_and_log(golden: Golden, version: int, train: Path) -> dict:
+    """REQUESTS requests, windows of the training tokens as live traffic would resemble them,
+    sent to the exported version behind MLServer; logged as the gateway's logger writes them
+    (request-logs/<model>/date=<day>/ in the datasets bucket)."""
+    import boto3
+    import numpy as np
+
+    from bench.serve_server import MLSERVER, Served
+    from workloads.monitor.request_log import FieldPolicy, parquet_bytes, rows_of
+    from workloads.serve.client import connect
+    from workloads.serve.spec import INPUT_NAME
+    from workloads.train.data import list_shards, read_shard
+
+    if not MLSERVER.exists():
+        pytest.fail(f"{MLSERVER} not found: run `make setup`", pytrace=False)
+    tokens = np.concatenate([read_shard(p) for p in list_shards(train)]).astype(np.int64)
+    rng = np.random.default_rng(7)
+    windows = [tokens[s:s + n] for s, n in zip(rng.integers(0, len(tokens) - 64, REQUESTS),
+                                               rng.integers(8, 64, REQUESTS))]
+    model = golden.folder / "triton" / "golden" / str(version) / "model.onnx"
+    server = Served(model, golden.folder / "mlserver", workers=1, threads=1, max_batch=1, max_batch_time_s=0)
+    errors = 0
+    try:
+        from tritonclient.grpc import InferInput
+
+        client = connect(server.url)
+        for ids in windows:
+            request = InferInput(INPUT_NAME, [1, len(ids)], "INT64")
+            request.set_data_from_numpy(ids.reshape(1, -1))
+            try:
+                client.infer("gpt", [request])
+            except Exception:  # noqa: BLE001 - counted: the canary's error rate
+                errors += 1
+        client.close()
+    finally:
+        server.stop()
+    now = datetime.now(timezone.utc)
+    policy = FieldPolicy({"input_ids": True})
+    rows = [row for ids in windows for row in rows_of({"input_ids": ids.reshape(1, -1)}, policy, model="golden",
+                                                      version=str(version), tenant="research", now=now)]
+    s3 = boto3.client("s3", endpoint_url=golden.features.s3, aws_access_key_id="testing",
+                      aws_secret_access_key="testing", region_name="me-central-1")
+    s3.put_object(Bucket="datasets", Key=f"request-logs/golden/date={now:%Y-%m-%d}/000000-golden.parquet",
+                  Body=parquet_bytes(rows))
+    return {"errors": errors, "logs": "s3://datasets/request-logs/golden/"}
 
 
 @pytest.fixture
@@ -74,6 +125,20 @@ def test_golden_path(golden, research):
     assert (golden.folder / "triton" / "golden" / str(chain["triton"]["version"]) / "model.onnx").is_file()
     baseline = json.loads(client.get_registered_model(MODEL).tags["mlplat.drift.baseline"])
     assert baseline["id"] == steps["tokens"]["train"]["id"]
+
+    # The served version takes requests (MLServer, a KServe v2 server, standing in for Triton),
+    # the gateway's logger keeps them, and the drift check compares them with the dataset
+    # version the lineage names.
+    served = _serve_and_log(golden, chain["triton"]["version"], Path(steps["tokens"]["train"]["dir"]))
+    assert served["errors"] == 0
+    drift = subprocess.run([sys.executable, "-m", "workloads.monitor", "drift-job", "--registered-model", MODEL,
+                            "--model", "golden", "--version", str(chain["triton"]["version"]),
+                            "--logs", served["logs"]], cwd=REPO, env={**golden.env, **golden.features.env("research")},
+                           capture_output=True, text=True, timeout=300)
+    assert drift.returncode == 0, drift.stderr[-2000:]
+    report = json.loads(drift.stdout)
+    assert report["reference"]["dataset"] == steps["tokens"]["train"]["id"]
+    assert report["judged"] and report["rows"]["current"] == REQUESTS and report["drift"] is False
 
     # The same run again: every step is in the ledger, nothing is published twice.
     again = golden.airflow({"params": str(params), "run": "golden-1"})
