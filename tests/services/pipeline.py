@@ -47,6 +47,7 @@ class Golden:
                          "entities": "s3://datasets/features/research/labels/golden.parquet",
                          "features": FEATURES, "dataset": "golden"},
             "training": {"preset": "tiny", "max_steps": 20, "micro_batch": 2, "nproc": 1, "bins": 16,
+                         "precision": "fp32",
                          "checkpoint_upload": "s3://checkpoints/runs", **training},
             "evaluation": {"holdout": 0.25, "margin": 0.0},
             "serving": {"repository": str(self.folder / "triton"), "model_name": "golden",

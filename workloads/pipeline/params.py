@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
@@ -44,6 +44,7 @@ class Training(_Strict):
     max_steps: int = Field(default=200, ge=1, le=10_000_000)
     micro_batch: int = Field(default=8, ge=1, le=4096)
     nproc: int = Field(default=1, ge=1, le=64)  # processes per node (GPUs per node in the cluster)
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     bins: int = Field(default=32, ge=2, le=4096)  # tokens per feature value (workloads/pipeline/tokens.py)
     checkpoint_upload: Uri  # s3://<checkpoints bucket>/runs/<tenant>: the registry's copy of each checkpoint
 

@@ -66,9 +66,20 @@ def _tool(step: str, module: str, *args: str, torchrun: int = 0) -> str:
     return lines[-1] if lines else ""
 
 
+def _summary(step: str, line: str) -> Outputs:
+    """A tool's one-line JSON summary, or StepError saying what it printed instead."""
+    try:
+        summary = json.loads(line)
+    except ValueError:
+        summary = None
+    if not isinstance(summary, dict):
+        raise StepError(f"{step}: expected a JSON summary as the last line, got {line[:80]!r}")
+    return summary
+
+
 def materialize(ctx: Context) -> Outputs:
-    line = _tool("materialize", "workloads.features", "materialize", "--config", ctx.params.features.config)
-    return json.loads(line)
+    return _summary("materialize", _tool("materialize", "workloads.features", "materialize", "--config",
+                                         ctx.params.features.config))
 
 
 def dataset(ctx: Context) -> Outputs:
@@ -76,7 +87,7 @@ def dataset(ctx: Context) -> Outputs:
     line = _tool("dataset", "workloads.features", "dataset", "--config", f.config, "--entities", f.entities,
                  "--features", ",".join(f.features), "--name", f.dataset, "--tracking-uri", ctx.tracking_uri,
                  "--experiment", f"{ctx.params.tenant}/features")
-    summary = json.loads(line)
+    summary = _summary("dataset", line)
     return {"id": summary["id"], "uri": summary["uri"], "rows": summary["rows"], "run_id": summary.get("run_id", "")}
 
 
@@ -95,7 +106,7 @@ def train(ctx: Context) -> Outputs:
     t, data = ctx.params.training, ctx.done["tokens"]
     metrics = ctx.folder / "metrics.jsonl"
     args = ["--data", data["train"]["dir"], "--model", t.preset, "--vocab-size", str(data["vocab_size"]),
-            "--precision", "fp32", "--device", os.environ.get("MLPLAT_PIPELINE_DEVICE", "auto"),
+            "--precision", t.precision, "--device", os.environ.get("MLPLAT_PIPELINE_DEVICE", "auto"),
             "--micro-batch", str(t.micro_batch), "--max-steps", str(t.max_steps),
             "--checkpoint-dir", str(ctx.folder / "checkpoints"), "--checkpoint-every", str(max(1, t.max_steps // 4)),
             "--checkpoint-upload", t.checkpoint_upload, "--metrics", str(metrics),
