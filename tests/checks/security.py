@@ -64,9 +64,10 @@ OSV_URL = "https://api.osv.dev/v1/query"
 # What the platform runs, as `make setup` installs it from the pins: the project's own
 # environment (the program, the policy pack, the training, serving and checks images'
 # packages, the tests), and the two that stand for the tracking and features images
-# (workloads/images/*.Dockerfile install the same pins). .venv-checkov and .venv-mlserver
-# hold test and benchmark tools that only ever read our own files: not audited.
-AUDITED_VENVS = (".venv", ".venv-tracking", ".venv-features")
+# (workloads/images/*.Dockerfile install the same pins), and Airflow's, the pipeline engine.
+# .venv-checkov and .venv-mlserver hold test and benchmark tools that only ever read our own
+# files: not audited.
+AUDITED_VENVS = (".venv", ".venv-tracking", ".venv-features", ".venv-pipelines")
 # The project's own Python; tests, virtualenvs and node_modules are not scanned.
 CODE_ROOTS = ("infra", "components", "policies", "workloads", "bench")
 

@@ -45,7 +45,7 @@ class Golden:
             "tenant": "research", "model": MODEL, "workdir": str(self.folder / "work"),
             "features": {"config": str(self.features.config("research")),
                          "entities": "s3://datasets/features/research/labels/golden.parquet",
-                         "features": FEATURES, "dataset": "golden"},
+                         "features": FEATURES, "entity_keys": ["customer_id"], "dataset": "golden"},
             "training": {"preset": "tiny", "max_steps": 20, "micro_batch": 2, "nproc": 1, "bins": 16,
                          "precision": "fp32",
                          "checkpoint_upload": "s3://checkpoints/runs", **training},
@@ -107,7 +107,8 @@ def start_golden(folder: Path, tracking: TrackingStack) -> Golden:
         features.put_parquet("features/research/labels/golden.parquet",
                              {"customer_id": list(range(1, CUSTOMERS + 1)),
                               "event_timestamp": [AS_OF.isoformat()] * CUSTOMERS})
-        env = {"OMP_NUM_THREADS": "1", "MLPLAT_PIPELINE_DEVICE": "cpu",
+        # The tests start runs back to back: no storm guard but where a test sets one.
+        env = {"OMP_NUM_THREADS": "1", "MLPLAT_PIPELINE_DEVICE": "cpu", "MLPLAT_PIPELINE_MIN_INTERVAL_H": "0",
                "MLPLAT_PIPELINE_PYTHON_FEATURES": str(FEATURES_PYTHON),
                "MLPLAT_PIPELINE_PYTHON_TRAINING": sys.executable}
         stack = Golden(features, folder, env)

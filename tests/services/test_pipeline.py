@@ -9,7 +9,6 @@ the served version back to the dataset and the pipeline run, the files in the re
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,12 +26,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # its own 
 
 
 @pytest.fixture(scope="module")
-def golden(tracking, tmp_path_factory):
-    stack = start_golden(tmp_path_factory.mktemp("golden"), tracking)
+def golden(tmp_path_factory):
+    """Its own tracking stack, not the session's: the golden path applies and materializes the
+    research tenant's feature project, which the feature-store tests make on theirs."""
+    from tests.services.tracking import start_tracking_stack
+
+    folder = tmp_path_factory.mktemp("golden")
+    (folder / "tracking").mkdir()
+    tracking = start_tracking_stack(folder / "tracking")
     try:
-        yield stack
+        stack = start_golden(folder / "pipeline", tracking)
+        try:
+            yield stack
+        finally:
+            stack.features.stop()
     finally:
-        stack.features.stop()
+        tracking.stop()
 
 
 REQUESTS = 320  # above the drift check's 300-row minimum
@@ -214,36 +223,44 @@ def test_a_tenant_cannot_run_or_read_another_tenants_pipeline(golden):
     assert peek.stdout.strip() in ("None", "PERMISSION_DENIED", "RESOURCE_DOES_NOT_EXIST"), peek.stdout
 
 
-GUARDED_TWICE = """
+GUARDED = """
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("golden_dag", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 states = []
-for conf in ({}, {}, {"run": "resumed"}):
+for conf in json.loads(sys.argv[2]):
     # Every step marked done without running: only the guard runs.
-    run = module.golden.test(run_conf={"params": "unused.yaml", **conf}, mark_success_pattern=r"(?!guard$).*")
+    run = module.golden.test(run_conf=conf, mark_success_pattern=r"(?!guard$).*")
     states.append({ti.task_id: str(ti.state) for ti in run.get_task_instances()})
 print(json.dumps(states))
 """
 
 
-def test_a_run_within_the_minimum_interval_runs_no_step(tmp_path):
-    """The storm guard: a second run a moment after a successful one stops at its guard; a
-    run resumed by id is not held."""
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__DAGS_FOLDER": str(DAG),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(REPO), "MLPLAT_PIPELINE_MIN_INTERVAL_H": "24"}
-    migrated = subprocess.run([str(AIRFLOW / "airflow"), "db", "migrate"], env=env, cwd=REPO, capture_output=True,
-                              text=True, timeout=300)
-    assert migrated.returncode == 0, migrated.stderr[-3000:]
-    done = subprocess.run([str(AIRFLOW / "python"), "-c", GUARDED_TWICE, str(DAG)], env=env, cwd=REPO,
+def _guarded(golden: Golden, confs: list[dict], hours: str) -> list[dict]:
+    done = subprocess.run([str(AIRFLOW / "python"), "-c", GUARDED, str(DAG), json.dumps(confs)], cwd=REPO,
+                          env={**golden.env, **golden.features.env("research"), **golden.airflow_env(),
+                               "MLPLAT_PIPELINE_MIN_INTERVAL_H": hours},
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    first, second, resumed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_new_run_within_the_minimum_interval_runs_no_step(golden):
+    """The storm guard, from the tenant's ledgers: a run started a moment ago holds any new
+    run (named or Airflow's own), failed or not; the run itself resumes; with no interval
+    nothing is held."""
+    params = str(golden.params("guarded"))
+    seeded = golden.step("materialize", Path(params), "guard-seed")  # a run started just now
+    assert seeded.returncode == 0, seeded.stderr[-2000:]
     steps = [s.name for s in STEPS]
-    assert first["guard"] == "success" and {first[s] for s in steps} == {"success"}
-    assert second["guard"] == "success" and {second[s] for s in steps} == {"skipped"}
+    new, airflows, resumed = _guarded(golden, [{"params": params, "run": "guard-new"}, {"params": params},
+                                               {"params": params, "run": "guard-seed"}], hours="24")
+    for held in (new, airflows):
+        assert held["guard"] == "success" and {held[s] for s in steps} == {"skipped"}
     assert {resumed[s] for s in steps} == {"success"}
+    (free,) = _guarded(golden, [{"params": params, "run": "guard-free"}], hours="0")
+    assert {free[s] for s in steps} == {"success"}
 
 
 def _decide(golden: Golden, params: Path, hours: float = 0) -> dict:
@@ -286,9 +303,9 @@ def test_a_new_dataset_version_or_a_drift_verdict_triggers_a_run(golden, researc
                          env={**golden.env, **golden.features.env("research"), **golden.airflow_env()},
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
-    states, queued = json.loads(ran.stdout.strip().splitlines()[-1])
+    states, before, after = json.loads(ran.stdout.strip().splitlines()[-1])
     assert states == {"decide": "success", "trigger": "success"}
-    assert queued >= 1
+    assert after == before + 1  # one run of the golden path queued
 
 
 TRIGGERS_ONCE = """
@@ -296,11 +313,15 @@ import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("golden_dag", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-run = module.triggers.test(run_conf={"params": sys.argv[2]})
-states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 from airflow.models.dagrun import DagRun
 from airflow.utils.session import create_session
-with create_session() as session:
-    queued = session.query(DagRun).filter(DagRun.dag_id == module.DAG_ID).count()
-print(json.dumps([states, queued]))
+
+def runs():
+    with create_session() as session:
+        return session.query(DagRun).filter(DagRun.dag_id == module.DAG_ID).count()
+
+before = runs()
+run = module.triggers.test(run_conf={"params": sys.argv[2]})
+states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+print(json.dumps([states, before, runs()]))
 """

@@ -43,12 +43,23 @@ def test_the_example_is_a_valid_run(example):
     ({"features": {"config": "c", "entities": "e", "features": ["spend"], "dataset": "d"}},
      "features.features.0: String should match pattern"),
     ({"workdir": "/scratch/\nx"}, "workdir: String should match pattern"),
+    ({"workdir": "scratch/runs"}, "workdir: String should match pattern"),  # relative: lands in the checkout
+    ({"workdir": "s3://bucket/runs"}, "workdir: String should match pattern"),
+    ({"serving": {"repository": "--help", "model_name": "m"}}, "serving.repository: String should match pattern"),
+    ({"training": {"preset": "huge", "checkpoint_upload": "s3://c/runs/research"}}, "training.preset: Input should be"),
 ])
 def test_a_bad_field_is_named_in_one_line(example, change, said):
     with pytest.raises(PipelineInputError) as refused:
         parse({**example, **change}, "golden.yaml")
     assert said in str(refused.value) and str(refused.value).startswith("golden.yaml: ")
     assert "\n" not in str(refused.value)
+
+
+def test_the_presets_are_the_trainers():
+    from workloads.pipeline.params import PRESETS
+    from workloads.train.shapes import PRESETS as TRAINER
+
+    assert PRESETS == tuple(sorted(TRAINER))
 
 
 def test_another_tenants_parameters_are_refused(example, monkeypatch):
@@ -110,7 +121,7 @@ def test_signs_and_magnitudes_are_told_apart():
 def test_an_entity_is_on_one_side_of_the_split():
     table = pa.table({"customer_id": [1, 2, 3, 1, 2, 3] * 50 + list(range(4, 404)),
                       "event_timestamp": [0] * 700, "spend": [1.0] * 700})
-    train, held = tokens.rows_as_tokens(table, ("v:spend",), 8, 0.3)
+    train, held = tokens.rows_as_tokens(table, ("v:spend",), ("customer_id",), 8, 0.3)
     assert len(train) + len(held) == 2 * 700
     heldout_ids = {c for c in range(1, 404) if tokens.heldout((c,), 0.3)}
     assert len(held) == 2 * sum(1 for c in table.column("customer_id").to_pylist() if c in heldout_ids)
@@ -119,4 +130,21 @@ def test_an_entity_is_on_one_side_of_the_split():
 
 def test_a_missing_feature_column_is_named():
     with pytest.raises(ValueError, match="no column 'visits'"):
-        tokens.rows_as_tokens(pa.table({"customer_id": [1], "spend": [1.0]}), ("v:spend", "v:visits"), 8, 0.5)
+        tokens.rows_as_tokens(pa.table({"customer_id": [1], "spend": [1.0]}), ("v:spend", "v:visits"),
+                              ("customer_id",), 8, 0.5)
+    with pytest.raises(ValueError, match="no column 'region'"):
+        tokens.rows_as_tokens(pa.table({"customer_id": [1], "spend": [1.0]}), ("v:spend",), ("region",), 8, 0.5)
+
+
+def test_a_label_column_does_not_split_an_entity():
+    """Only the join keys choose the side: a label beside them must not move rows apart."""
+    table = pa.table({"customer_id": [5] * 40, "label": list(range(40)), "event_timestamp": [0] * 40,
+                      "spend": [1.0] * 40})
+    train, held = tokens.rows_as_tokens(table, ("v:spend",), ("customer_id",), 8, 0.5)
+    assert sorted((len(train), len(held))) == [0, 80]
+    assert tokens.heldout((7,), 0.5) == tokens.heldout((7.0,), 0.5)  # one key, typed either way
+
+
+def test_a_value_that_is_not_a_number_is_named():
+    with pytest.raises(ValueError, match="holds list values"):
+        tokens.value_token([1, 2], 0, 8)

@@ -3,11 +3,12 @@
     python -m workloads.pipeline check --params golden.yaml
     python -m workloads.pipeline step <name> --params golden.yaml --run <run id>
     python -m workloads.pipeline triggers --params golden.yaml [--min-interval-h 24]
+    python -m workloads.pipeline guard --params golden.yaml --run <run id> [--min-interval-h 24]
 
 `step` runs one step of a run as its tenant (MLPLAT_TENANT, MLFLOW_TRACKING_URI and the
 credentials its pod has), after the steps before it; a step the run's ledger holds is not
 run again, its recorded outputs are printed. The last stdout line is the step's outputs as
-JSON. `triggers` prints whether a new dataset version or a drift verdict calls for a run
+JSON. `guard` prints whether a run may start now; `triggers` prints whether a new dataset version or a drift verdict calls for a run
 (workloads/pipeline/triggers.py). Exit codes: 0 done, 1 the step failed (a rerun continues from it), 2 bad parameters
 or a run this tenant may not touch."""
 
@@ -25,6 +26,7 @@ from workloads.pipeline.params import PipelineInputError, check_run_id, load
 from workloads.pipeline.steps import BY_NAME, STEPS, StepError
 
 PROG = "python -m workloads.pipeline"
+MIN_INTERVAL_H = 24.0  # the storm guard's default: one new run a day at most
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,6 +72,14 @@ def _triggers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _guard(args: argparse.Namespace) -> int:
+    from workloads.pipeline.triggers import guard
+
+    said = guard(_tracking_uri(), load(args.params), check_run_id(args.run), args.min_interval_h)
+    print(json.dumps(said, sort_keys=True))
+    return 0
+
+
 def _check(args: argparse.Namespace) -> int:
     params = load(args.params)
     print(f"{args.params}: a golden-path run of {params.model} for tenant {params.tenant}")
@@ -87,11 +97,17 @@ def parser() -> argparse.ArgumentParser:
     step.add_argument("--params", required=True, help="the run's parameters (YAML or JSON)")
     step.add_argument("--run", required=True, help="the pipeline run's id (Airflow's run id, made safe)")
     step.set_defaults(run_verb=_step)
+    interval = {"type": real(0, 8760), "default": MIN_INTERVAL_H, "metavar": "H",
+                "help": f"none within H hours of the last run's start, 0 to 8760 (default {MIN_INTERVAL_H:g})"}
     triggers = verbs.add_parser("triggers", help="whether a new dataset version or drift calls for a run")
     triggers.add_argument("--params", required=True, help="the run's parameters (YAML or JSON)")
-    triggers.add_argument("--min-interval-h", type=real(0, 8760), default=0.0, metavar="H",
-                          help="no trigger within H hours of the last run's start, 0 to 8760 (default 0)")
+    triggers.add_argument("--min-interval-h", **interval)
     triggers.set_defaults(run_verb=_triggers)
+    held = verbs.add_parser("guard", help="whether a run may start now (a new run within the interval may not)")
+    held.add_argument("--params", required=True, help="the run's parameters (YAML or JSON)")
+    held.add_argument("--run", required=True, help="the pipeline run's id")
+    held.add_argument("--min-interval-h", **interval)
+    held.set_defaults(run_verb=_guard)
     return top
 
 
@@ -113,8 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         from mlflow.exceptions import MlflowException
 
-        if not isinstance(err, MlflowException):
+        # What a step met that it has no name for (a record it cannot read, a file a tool
+        # left half-written): one line naming the verb, exit 1, and a rerun continues.
+        if not isinstance(err, (MlflowException, LookupError, TypeError, ValueError, OSError)):
             raise
-        print(f"error: the tracking server refused: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
+        said = str(err).splitlines()[0] if str(err) else ""
+        print(f"error: {args.verb}{' ' + args.name if args.verb == 'step' else ''}: {type(err).__name__}: {said}",
               file=sys.stderr)
         return 1

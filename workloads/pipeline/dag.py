@@ -4,8 +4,9 @@ order, each running `python -m workloads.pipeline step <name>` in the step's ima
 One Airflow runs in each tenant's namespace (docs/pipelines.md), so this file is the tenant's
 own: its parameters are `MLPLAT_PIPELINE_PARAMS` (the mounted file), its schedule
 `MLPLAT_PIPELINE_SCHEDULE` (cron; unset: triggered only). Storm guards: one run at a time
-(`max_active_runs`), and a scheduled or triggered run within `MLPLAT_PIPELINE_MIN_INTERVAL_H`
-hours of the last successful one ends at its first task, running nothing. A second DAG,
+(`max_active_runs`), and a new run within `MLPLAT_PIPELINE_MIN_INTERVAL_H` hours (24 unless
+set) of the last run's start, failed or not, ends at its first task, running nothing; a run
+whose ledger exists is resumed, never held (workloads/pipeline/triggers.py). A second DAG,
 `golden_path_triggers`, triggers a run on a new dataset version or a drift verdict, under
 the same guards and never while a run is in flight.
 
@@ -13,7 +14,7 @@ Where a step runs is the launcher's: `local` runs it as a process of the interpr
 step's image stands for (`MLPLAT_PIPELINE_PYTHON_<IMAGE>`, e.g. the features virtualenv), as
 `make demo` and the golden-path test do with Airflow's own `dag.test()`.
 
-A run's id is the conf's `run` when given (a rerun of a failed run continues it), otherwise
+A run's id is the conf's `run` when given (the same id again continues that run), otherwise
 Airflow's run id made safe for a tag and a folder name."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import hashlib
 import os
 import re
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 from airflow.exceptions import AirflowException
@@ -66,11 +67,12 @@ def launch_local(image: str, *args: str) -> str:
                                f"{image} image")
     done = subprocess.run([python, "-m", "workloads.pipeline", *args], cwd=REPO, capture_output=True, text=True,
                           env=os.environ.copy())
-    if done.returncode != 0:
-        said = [line for line in done.stderr.splitlines() if line.strip()]
+    said = [line for line in done.stderr.splitlines() if line.strip()]
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
         raise AirflowException(f"{' '.join(args[:2])} exited {done.returncode}: "
                                f"{said[-1] if said else '(no message)'}")
-    return done.stdout.strip().splitlines()[-1]
+    return lines[-1]
 
 
 def _step_task(step: str, image: str):
@@ -82,15 +84,24 @@ def _step_task(step: str, image: str):
     return run_step
 
 
+def _min_interval_h() -> str:
+    return os.environ.get("MLPLAT_PIPELINE_MIN_INTERVAL_H") or "24"
+
+
 @task.short_circuit(task_id="guard")
 def guard() -> bool:
-    """False (skip every step) when the last successful run ended within the minimum interval."""
+    """False (skip every step) when this is a new run within the minimum interval of the
+    last run's start (from the tenant's ledgers: Airflow's own history forgets failed and
+    held runs); a run whose ledger exists is resumed."""
+    import json
+    import logging
+
     context = get_current_context()
-    if (context["dag_run"].conf or {}).get("run"):
-        return True  # resuming a named run is never a storm
-    hours = float(os.environ.get("MLPLAT_PIPELINE_MIN_INTERVAL_H", "0") or 0)
-    last = context.get("prev_end_date_success")
-    return not (hours and last and datetime.now(timezone.utc) - last < timedelta(hours=hours))
+    said = json.loads(launch_local("training", "guard", "--params", _params_of(context), "--run", _run_of(context),
+                                   "--min-interval-h", _min_interval_h()))
+    if said["held"]:
+        logging.getLogger(__name__).info("held: %s", said["held"])
+    return bool(said["go"])
 
 
 @dag(dag_id=DAG_ID, schedule=os.environ.get("MLPLAT_PIPELINE_SCHEDULE") or None,
@@ -118,7 +129,7 @@ def decide() -> bool:
         logging.getLogger(__name__).info("held: %d run(s) of %s in flight", in_flight, DAG_ID)
         return False
     said = json.loads(launch_local("training", "triggers", "--params", _params_of(context), "--min-interval-h",
-                                   os.environ.get("MLPLAT_PIPELINE_MIN_INTERVAL_H", "0") or "0"))
+                                   _min_interval_h()))
     logging.getLogger(__name__).info("triggers: %s", said)
     return bool(said["trigger"])
 

@@ -6,6 +6,7 @@ candidate's training run, so the registry shows why a version was or was not pro
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,8 @@ def compare(tracking_uri: str, model_name: str, run_id: str, heldout: str | Path
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
         model, config = _checkpoint(f"runs:/{run_id}", tracking_uri, Path(folder) / "candidate")
         candidate = heldout_loss(model, config.block_size, heldout)
+        if not math.isfinite(candidate):
+            raise ValueError(f"the candidate's held-out loss is {candidate}: the run diverged")
         try:
             current = client.get_model_version_by_alias(model_name, "production")
         except MlflowException as err:
@@ -67,8 +70,14 @@ def compare(tracking_uri: str, model_name: str, run_id: str, heldout: str | Path
             current = None  # no model, or no production alias yet: nothing to beat
         production = None
         if current is not None:
+            vocab = config.vocab_size
             model, config = _checkpoint(f"models:/{model_name}/{current.version}", tracking_uri,
                                         Path(folder) / "production")
+            if config.vocab_size != vocab:
+                # Other features or bins: the same held-out tokens mean other things to it.
+                raise ValueError(f"production version {current.version} reads {config.vocab_size} tokens, this run's "
+                                 f"model {vocab}: the features or bins changed, so the two cannot be judged on one "
+                                 "held-out set; promote by hand (python -m workloads.tracking alias) or keep them")
             production = heldout_loss(model, config.block_size, heldout)
     promote = production is None or candidate < production * (1 - margin)
     client.log_metric(run_id, "heldout_loss", candidate)

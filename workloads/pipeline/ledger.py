@@ -42,10 +42,9 @@ class Ledger:
         name = EXPERIMENT.format(tenant=params.tenant)
         experiment = client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+        # Two first steps at once may each make one: the oldest is the run's, always.
         found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_TAG}` = '{pipeline_run}'",
-                                   max_results=2)
-        if len(found) > 1:
-            raise PipelineInputError(f"pipeline run {pipeline_run} has {len(found)} ledgers in {name}; keep one")
+                                   max_results=1, order_by=["attributes.start_time ASC"])
         digest = params_id(params)
         if found:
             run = found[0]

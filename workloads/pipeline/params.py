@@ -20,7 +20,13 @@ PARAMS_LIMIT = 1 << 20  # a parameter file is a page of YAML; a megabyte is a mi
 NAME = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"  # tenant, model and dataset names: path and tag segments
 RUN_ID = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
 Name = Annotated[str, StringConstraints(pattern=NAME)]
-Uri = Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# Printable, and never read as an option by the tool it is handed to (no leading '-').
+Uri = Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=r"^[^\x00-\x1f\x7f-][^\x00-\x1f\x7f]*$")]
+LocalPath = Annotated[str, StringConstraints(max_length=1024, pattern=r"^/[^\x00-\x1f\x7f]*$")]
+Column = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
+# The trainer's presets (workloads/train/shapes.py PRESETS; tests/unit/test_pipeline.py keeps
+# them equal): checked here, before any step runs, without importing torch.
+PRESETS = ("gpt-1.3b", "gpt-6.7b", "gpt2-124m", "tiny")
 FeatureRef = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,64}:[a-z0-9_]{1,64}$")]
 
 
@@ -36,11 +42,13 @@ class Features(_Strict):
     config: Uri  # the tenant's feature_store.yaml, as the cluster layer renders it
     entities: Uri  # Parquet of entity keys and label times (s3:// under the tenant's prefix)
     features: tuple[FeatureRef, ...] = Field(min_length=1, max_length=256)
+    # The entity's join keys: a row goes to the held-out set by them (one entity, one side).
+    entity_keys: tuple[Column, ...] = Field(min_length=1, max_length=16)
     dataset: Name  # the dataset's name; its version id is the content's
 
 
 class Training(_Strict):
-    preset: Annotated[str, StringConstraints(pattern=r"^[a-z0-9.-]{1,32}$")] = "tiny"
+    preset: Literal[PRESETS] = "tiny"  # type: ignore[valid-type]
     max_steps: int = Field(default=200, ge=1, le=10_000_000)
     micro_batch: int = Field(default=8, ge=1, le=4096)
     nproc: int = Field(default=1, ge=1, le=64)  # processes per node (GPUs per node in the cluster)
@@ -64,7 +72,7 @@ class Serving(_Strict):
 class Params(_Strict):
     tenant: Name
     model: Name  # the registered model: <tenant>-<name>
-    workdir: Uri  # shards and checkpoints of the run (the tenant's scratch in the cluster)
+    workdir: LocalPath  # shards and checkpoints of the run: an absolute path (the tenant's scratch in the cluster)
     features: Features
     training: Training
     evaluation: Evaluation = Evaluation()

@@ -2,7 +2,7 @@
 
 Each step takes the run's parameters and the outputs of the steps before it (from the
 ledger) and returns its own outputs, which the ledger records. Every step can be run again
-after a failure at any point without publishing twice:
+after it died, its work done or not, without publishing twice (but see the known gap below):
 - materialize, dataset: Feast's incremental materialization, and a dataset version whose id
   is its content's, are the same on a rerun;
 - tokens: the shards are written beside, then renamed into place; an existing, verified
@@ -10,7 +10,12 @@ after a failure at any point without publishing twice:
 - train: the trainer resumes from the run's newest checkpoint and continues its MLflow run;
 - register: a version already tagged with this pipeline run is the one registered;
 - export: a version already tagged with its Triton version is the one exported;
-- promote, baseline: setting an alias or a tag to the value it holds changes nothing.
+- promote, baseline: setting an alias or a tag to the value it holds changes nothing; and
+  promote refuses when production moved since the candidate was judged against it.
+
+Known gap: a crash inside `workloads.serve export` after it published a Triton version and
+before it tagged the registered version leaves that Triton version unrecorded, and the rerun
+publishes another.
 
 The existing tools do the work (`python -m workloads.features`, `workloads.train`,
 `workloads.serve export`): a step adds only the ordering, the idempotence and the record."""
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -31,7 +37,9 @@ from workloads.tracking.client import PIPELINE_LEDGER_TAG, PIPELINE_RUN_TAG
 
 Outputs = dict[str, Any]
 Done = Mapping[str, Outputs]
-BASELINE_TAG = "mlplat.drift.baseline"  # on the registered model: the dataset version drift compares with
+# On the registered model: the dataset version production was trained on. The drift check
+# finds the same through the served version's lineage; this is the record for people.
+BASELINE_TAG = "mlplat.drift.baseline"
 STEP_TIMEOUT_S = 24 * 3600  # a training step may take a day; the cluster's own limits are Kueue's
 
 
@@ -57,12 +65,19 @@ def _tool(step: str, module: str, *args: str, torchrun: int = 0) -> str:
     with its last stderr line."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}"] \
         if torchrun else [sys.executable]
-    done = subprocess.run([*launcher, "-m", module, *args], capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
-                          env=os.environ.copy())
-    if done.returncode != 0:
-        said = [line for line in done.stderr.splitlines() if line.strip()]
-        raise StepError(f"{step}: {module} exited {done.returncode}: {said[-1] if said else '(no message)'}")
-    lines = done.stdout.strip().splitlines()
+    # Its own process group: a step past its time takes torchrun's workers down with it.
+    process = subprocess.Popen([*launcher, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=os.environ.copy(), start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=STEP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise StepError(f"{step}: {module} ran past {STEP_TIMEOUT_S // 3600} h and was stopped") from None
+    if process.returncode != 0:
+        said = [line for line in stderr.splitlines() if line.strip()]
+        raise StepError(f"{step}: {module} exited {process.returncode}: {said[-1] if said else '(no message)'}")
+    lines = stdout.strip().splitlines()
     return lines[-1] if lines else ""
 
 
@@ -96,7 +111,8 @@ def tokens(ctx: Context) -> Outputs:
 
     made = ctx.done["dataset"]
     try:
-        return write_versions(made["uri"], made["id"], ctx.params.features.features, ctx.folder / "shards",
+        f = ctx.params.features
+        return write_versions(made["uri"], made["id"], f.features, f.entity_keys, ctx.folder / "shards",
                               bins=ctx.params.training.bins, holdout=ctx.params.evaluation.holdout)
     except (OSError, ValueError) as err:
         raise StepError(f"tokens: {err}") from None
@@ -117,18 +133,43 @@ def train(ctx: Context) -> Outputs:
     if not ends or not ends[-1].get("run_id"):
         raise StepError(f"train: the trainer recorded no tracked run in {metrics}")
     run_id, step = ends[-1]["run_id"], ends[-1]["step"]
-    from workloads.tracking.client import tracking_client
+    from workloads.tracking.client import CHECKPOINT_TAG, tracking_client
 
-    tracking_client(ctx.tracking_uri).set_tag(run_id, PIPELINE_RUN_TAG, ctx.run)
+    client = tracking_client(ctx.tracking_uri)
+    if f"{CHECKPOINT_TAG}.step_{step:08d}" not in client.get_run(run_id).data.tags:
+        _upload_final(ctx, run_id, step)  # the trainer saved it, then died before its upload
+    client.set_tag(run_id, PIPELINE_RUN_TAG, ctx.run)
     return {"run_id": run_id, "step": step}
+
+
+def _upload_final(ctx: Context, run_id: str, step: int) -> None:
+    """Upload the run's last checkpoint and record it as the trainer does, so the registry
+    never takes an earlier checkpoint for the run's result."""
+    from workloads.tracking.client import RunTracker
+    from workloads.tracking.store import upload
+    from workloads.train import checkpoint as ckpt
+
+    path = ckpt.latest_checkpoint(ctx.folder / "checkpoints")
+    if path is None or ckpt.checkpoint_step(path) != step:
+        raise StepError(f"train: the run ended at step {step}, but no complete checkpoint of that step is in "
+                        f"{ctx.folder / 'checkpoints'}")
+    config = ckpt.read_config(path)
+    manifest, digest = upload(path, ctx.params.training.checkpoint_upload, run_id=run_id,
+                              dataset=str(config.get("dataset", "")), config=config)
+    tracker = RunTracker(ctx.tracking_uri, f"{ctx.params.tenant}/{ctx.params.model}", ctx.run)
+    tracker.run_id = run_id
+    tracker.log_checkpoint(step, manifest, digest)
 
 
 def evaluate(ctx: Context) -> Outputs:
     from workloads.pipeline.evaluate import compare
 
-    return compare(ctx.tracking_uri, ctx.params.model, ctx.done["train"]["run_id"],
-                   ctx.done["tokens"]["heldout"]["dir"], margin=ctx.params.evaluation.margin,
-                   scratch=ctx.folder / "evaluate")
+    try:
+        return compare(ctx.tracking_uri, ctx.params.model, ctx.done["train"]["run_id"],
+                       ctx.done["tokens"]["heldout"]["dir"], margin=ctx.params.evaluation.margin,
+                       scratch=ctx.folder / "evaluate")
+    except (OSError, ValueError) as err:
+        raise StepError(f"evaluate: {err}") from None
 
 
 def _promoted(ctx: Context) -> bool:
@@ -144,10 +185,9 @@ def register(ctx: Context) -> Outputs:
     client, name = tracking_client(ctx.tracking_uri), ctx.params.model
     found = client.search_model_versions(f"name = '{name}' and tags.`{PIPELINE_RUN_TAG}` = '{ctx.run}'")
     if found:
-        return {"version": int(found[0].version)}
-    version = new_version(ctx.tracking_uri, name, ctx.done["train"]["run_id"])
-    client.set_model_version_tag(name, version.version, PIPELINE_RUN_TAG, ctx.run)
-    client.set_model_version_tag(name, version.version, PIPELINE_LEDGER_TAG, ctx.ledger)
+        return {"version": min(int(v.version) for v in found)}
+    version = new_version(ctx.tracking_uri, name, ctx.done["train"]["run_id"],
+                          extra_tags={PIPELINE_RUN_TAG: ctx.run, PIPELINE_LEDGER_TAG: ctx.ledger})
     return {"version": int(version.version)}
 
 
@@ -160,6 +200,7 @@ def export(ctx: Context) -> Outputs:
     s, name, number = ctx.params.serving, ctx.params.model, str(ctx.done["register"]["version"])
     client = tracking_client(ctx.tracking_uri)
     tags = client.get_model_version(name, number).tags
+    # record_export writes the version's tag last: with it, the others are there.
     if TRITON_VERSION_TAG not in tags:
         _tool("export", "workloads.serve", "export", "--checkpoint", f"models:/{name}/{number}",
               "--tracking-uri", ctx.tracking_uri, "--repository", s.repository, "--model-name", s.model_name,
@@ -174,7 +215,21 @@ def promote(ctx: Context) -> Outputs:
         return {"skipped": "not promoted"}
     from workloads.tracking.registry import set_alias
 
-    version = str(ctx.done["register"]["version"])
+    from mlflow.exceptions import MlflowException
+
+    from workloads.tracking.client import tracking_client
+    from workloads.tracking.registry import not_found
+
+    version, judged = str(ctx.done["register"]["version"]), ctx.done["evaluate"]["production_version"]
+    try:
+        now = tracking_client(ctx.tracking_uri).get_model_version_by_alias(ctx.params.model, "production").version
+    except MlflowException as err:
+        if not not_found(err):
+            raise
+        now = None
+    if now not in (version, None if judged is None else str(judged)):
+        raise StepError(f"promote: production is version {now}, not version {judged} the candidate was judged "
+                        "against; start a new run to judge it against the new one")
     before = set_alias(ctx.tracking_uri, ctx.params.model, "production", version)
     return {"alias": "production", "version": int(version), "before": int(before) if before else None}
 

@@ -37,6 +37,8 @@ def value_token(value: Any, feature: int, bins: int) -> int:
     base = feature * (bins + 1)
     if value is None or isinstance(value, float) and math.isnan(value):
         return base + bins
+    if not isinstance(value, (int, float)):  # a list, a string, a time: not a number to bin
+        raise ValueError(f"feature {feature} holds {type(value).__name__} values; the golden path bins numbers only")
     x = float(value)
     half = bins // 2
     # Magnitude on a log2 scale, 4 steps per doubling; the sign picks the half.
@@ -44,8 +46,11 @@ def value_token(value: Any, feature: int, bins: int) -> int:
     return base + (step if x >= 0 else half + step)
 
 
-def heldout(entity: Any, fraction: float) -> bool:
-    digest = hashlib.sha256(repr(entity).encode()).digest()
+def heldout(entity: tuple[Any, ...], fraction: float) -> bool:
+    """Whether an entity (its join keys' values) is held out; the same for 7 and 7.0, as Parquet
+    may type one key column either way in two months' files."""
+    text = "\x1f".join(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in entity)
+    digest = hashlib.sha256(text.encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
@@ -61,13 +66,13 @@ def _read(uri: str) -> Any:
     return pq.read_table(uri)
 
 
-def rows_as_tokens(table: Any, features: tuple[str, ...], bins: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+def rows_as_tokens(table: Any, features: tuple[str, ...], keys: tuple[str, ...], bins: int,
+                   fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """(training tokens, held-out tokens), rows in the table's order."""
     columns = [ref.split(":", 1)[1] for ref in features]
-    missing = [c for c in columns if c not in table.column_names]
+    missing = [c for c in (*columns, *keys) if c not in table.column_names]
     if missing:
         raise ValueError(f"the feature dataset has no column {missing[0]!r}")
-    keys = [c for c in table.column_names if c not in columns and c != "event_timestamp"]
     data = table.to_pydict()
     separator = vocab_size(len(columns), bins) - 1
     train, held = [], []
@@ -96,12 +101,12 @@ def _version(tokens: np.ndarray, folder: Path, vocab: int, sources: list[str]) -
     return {"id": version.id, "dir": str(folder), "tokens": int(len(tokens))}
 
 
-def write_versions(uri: str, dataset_id: str, features: tuple[str, ...], folder: Path, *, bins: int,
-                   holdout: float) -> dict[str, Any]:
+def write_versions(uri: str, dataset_id: str, features: tuple[str, ...], keys: tuple[str, ...], folder: Path, *,
+                   bins: int, holdout: float) -> dict[str, Any]:
     """The feature dataset at `uri` (a folder with data.parquet) as two dataset versions
     under `folder`: train/ and heldout/; their ids, folders and the vocabulary size."""
     table = _read(uri.rstrip("/") + "/data.parquet")
-    train, held = rows_as_tokens(table, features, bins, holdout)
+    train, held = rows_as_tokens(table, features, keys, bins, holdout)
     if not len(train) or not len(held):
         side = "training" if not len(train) else "held-out"
         raise ValueError(f"the feature dataset's {table.num_rows} rows leave the {side} set empty: give more "

@@ -26,6 +26,7 @@ from workloads.tracking.registry import (
     TRITON_MODEL_TAG,
     TRITON_REPOSITORY_TAG,
     TRITON_VERSION_TAG,
+    RegistryError,
     checkpoint_of,
     get_run,
     model_version,
@@ -69,8 +70,11 @@ def _pipeline(client: Any, tags: dict[str, str]) -> dict[str, Any] | None:
     """The pipeline run that registered the version, with every step's outputs (its ledger)."""
     if PIPELINE_LEDGER_TAG not in tags:
         return None
-    ledger = get_run(client, tags[PIPELINE_LEDGER_TAG]).data.tags
-    return {"run": tags.get(PIPELINE_RUN_TAG, ""), "ledger": tags[PIPELINE_LEDGER_TAG], "steps": step_outputs(ledger)}
+    chain = {"run": tags.get(PIPELINE_RUN_TAG, ""), "ledger": tags[PIPELINE_LEDGER_TAG]}
+    try:
+        return {**chain, "steps": step_outputs(get_run(client, tags[PIPELINE_LEDGER_TAG]).data.tags)}
+    except (RegistryError, ValueError):  # deleted, not this user's, or a tag that is not JSON
+        return {**chain, "steps": {}, "unreadable": True}
 
 
 def human(chain: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ serving image (lineage reads them all back)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,8 +115,10 @@ def resolve(uri: str, tracking_uri: str) -> CheckpointRef:
     return checkpoint_of(model_version(client, uri))
 
 
-def register(tracking_uri: str, name: str, run_id: str, step: int | None = None) -> Any:
-    """A new version of `name` from the run's checkpoint (its newest, or `step`'s)."""
+def register(tracking_uri: str, name: str, run_id: str, step: int | None = None,
+             extra_tags: Mapping[str, str] | None = None) -> Any:
+    """A new version of `name` from the run's checkpoint (its newest, or `step`'s), with
+    `extra_tags` set in the same call (a crash cannot leave the version without them)."""
     from mlflow.exceptions import MlflowException
 
     client = tracking_client(tracking_uri)
@@ -143,14 +145,17 @@ def register(tracking_uri: str, name: str, run_id: str, step: int | None = None)
                                 "(by convention <tenant>-<model>)") from None
     return client.create_model_version(
         name, source=manifest.rsplit("/", 1)[0], run_id=run_id,
-        tags={MANIFEST_TAG: manifest, CHECKPOINT_SHA_TAG: sha, DATASET_TAG: tags.get(DATASET_TAG, "")})
+        tags={MANIFEST_TAG: manifest, CHECKPOINT_SHA_TAG: sha, DATASET_TAG: tags.get(DATASET_TAG, ""),
+              **(extra_tags or {})})
 
 
 def record_export(tracking_uri: str, name: str, version: str, *, triton_model: str, triton_version: int,
                   repository: str, serving_image: str) -> None:
     client = tracking_client(tracking_uri)
-    for key, value in ((TRITON_MODEL_TAG, triton_model), (TRITON_VERSION_TAG, str(triton_version)),
-                       (TRITON_REPOSITORY_TAG, repository), (SERVING_IMAGE_TAG, serving_image)):
+    # The version's tag last: a reader that finds it finds the others (a crash between tags
+    # leaves the export unrecorded, not half-recorded).
+    for key, value in ((TRITON_MODEL_TAG, triton_model), (TRITON_REPOSITORY_TAG, repository),
+                       (SERVING_IMAGE_TAG, serving_image), (TRITON_VERSION_TAG, str(triton_version))):
         client.set_model_version_tag(name, version, key, value)
 
 
@@ -163,7 +168,8 @@ def set_alias(tracking_uri: str, name: str, alias: str, version: str) -> str | N
     before = model.aliases.get(alias)
     if before is not None and before != version:
         history = [v for v in model.tags.get(HISTORY_TAG.format(alias=alias), "").split(",") if v]
-        client.set_registered_model_tag(name, HISTORY_TAG.format(alias=alias), ",".join([*history, before]))
+        if history[-1:] != [before]:  # a move that died after this tag, before the alias, is not recorded twice
+            client.set_registered_model_tag(name, HISTORY_TAG.format(alias=alias), ",".join([*history, before]))
     client.set_registered_model_alias(name, alias, version)
     return before
 
