@@ -213,8 +213,9 @@ def start_tracking_stack(folder: Path) -> TrackingStack:
             try:
                 values = {who: json.loads(manager.get_secret_value(SecretId=arn)["SecretString"])["password"]
                           for who, arn in made.items()}
-                if requests.get(f"{uri}/api/2.0/mlflow/users/get", params={"username": TENANTS[-1]},
-                                auth=("admin", values["admin"]), timeout=2).ok:
+                # Every tenant's user: the entrypoint makes them one by one, in its own order.
+                if all(requests.get(f"{uri}/api/2.0/mlflow/users/get", params={"username": tenant},
+                                    auth=("admin", values["admin"]), timeout=2).ok for tenant in TENANTS):
                     return TrackingStack(uri, s3, values.pop("admin"), values, postgres, processes, log)
             except manager.exceptions.ResourceNotFoundException:
                 pass

@@ -14,8 +14,8 @@ import json
 import time
 from typing import Any
 
-from workloads.pipeline.params import Params
 from workloads.pipeline.ledger import EXPERIMENT
+from workloads.pipeline.params import Params
 from workloads.tracking.client import DATASET_TAG, PIPELINE_MODEL_TAG, VERDICT_TAG, step_outputs
 
 

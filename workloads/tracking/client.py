@@ -38,13 +38,14 @@ PIPELINE_MODEL_TAG = "mlplat.pipeline.model"  # on a ledger: the model the run t
 # which the tenant's retraining trigger reads (workloads/pipeline/triggers.py).
 VERDICT_TAG = "mlplat.drift.verdict"
 
+# MLflow keeps a dataset digest in 36 characters; the full id is in DATASET_TAG.
+DIGEST_CHARS = 36
+
 
 def step_outputs(tags: dict[str, str]) -> dict[str, dict[str, Any]]:
     """A pipeline ledger's finished steps and their outputs, from its run's tags."""
     return {key.removeprefix(PIPELINE_STEP_TAG): json.loads(value) for key, value in tags.items()
             if key.startswith(PIPELINE_STEP_TAG)}
-# MLflow keeps a dataset digest in 36 characters; the full id is in DATASET_TAG.
-DIGEST_CHARS = 36
 
 
 class TrackingError(Exception):
