@@ -28,6 +28,19 @@ def params_id(params: Params) -> str:
     return content_id(params.model_dump(mode="json"))
 
 
+def _oldest(client: Any, experiment_id: str, pipeline_run: str) -> Any:
+    # Two first steps at once may each make one: the oldest is the run's, always.
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_TAG}` = '{pipeline_run}'",
+                               max_results=1, order_by=["attributes.start_time ASC"])
+    return found[0] if found else None
+
+
+def find(client: Any, tenant: str, pipeline_run: str) -> Any:
+    """The run's ledger (an MLflow run), or None where the run has not started."""
+    experiment = client.get_experiment_by_name(EXPERIMENT.format(tenant=tenant))
+    return _oldest(client, experiment.experiment_id, pipeline_run) if experiment else None
+
+
 class Ledger:
     def __init__(self, client: Any, run: Any) -> None:
         self.client, self.run_id = client, run.info.run_id
@@ -42,12 +55,8 @@ class Ledger:
         name = EXPERIMENT.format(tenant=params.tenant)
         experiment = client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-        # Two first steps at once may each make one: the oldest is the run's, always.
-        found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_TAG}` = '{pipeline_run}'",
-                                   max_results=1, order_by=["attributes.start_time ASC"])
         digest = params_id(params)
-        if found:
-            run = found[0]
+        if (run := _oldest(client, experiment_id, pipeline_run)) is not None:
             if run.data.tags.get(PARAMS_TAG) != digest:
                 raise PipelineInputError(f"pipeline run {pipeline_run} was started with other parameters; resume it "
                                          "with the same file or start a new run id")

@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from workloads.pipeline.ledger import EXPERIMENT
+from workloads.pipeline.ledger import EXPERIMENT, find
 from workloads.pipeline.params import Params
 from workloads.tracking.client import DATASET_TAG, PIPELINE_MODEL_TAG, VERDICT_TAG, step_outputs
 
@@ -57,10 +57,10 @@ def guard(tracking_uri: str, params: Params, run: str, min_interval_h: float, no
           ) -> dict[str, Any]:
     """{"go": bool, "held": why not, or None}: a run whose ledger exists is resumed, never
     held; a new one is held within the minimum interval of the last run's start."""
-    from workloads.tracking.client import PIPELINE_RUN_TAG, tracking_client
+    from workloads.tracking.client import tracking_client
 
     client, now = tracking_client(tracking_uri), time.time() if now is None else now
-    if _newest(client, EXPERIMENT.format(tenant=params.tenant), f"tags.`{PIPELINE_RUN_TAG}` = '{run}'") is not None:
+    if find(client, params.tenant, run) is not None:
         return {"go": True, "held": None}
     held = _held(*_last_run(client, params), min_interval_h, now)
     return {"go": held is None, "held": held}
