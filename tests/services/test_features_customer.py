@@ -25,7 +25,9 @@ from tests.services.features import PYTHON, REPO, require_features, start_redis
 from tests.services.oci import free_port
 from tests.services.tracking import require_tracking, start_moto, stop_processes, wait_http
 
-pytestmark = pytest.mark.slow
+# Feast's metrics server binds :8000, a port its start_server cannot be told; the research
+# server of test_features.py binds it too. One worker runs both files, one after the other.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tracking")]
 
 REGION = "ae-auh-dc1"
 BUCKET = "datasets"
