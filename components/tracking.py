@@ -53,6 +53,7 @@ class TrackingDatabase(pulumi.ComponentResource):
     instance: aws.rds.Instance
     admin_secret: aws.secretsmanager.Secret
     secrets: dict[str, aws.secretsmanager.Secret]  # each tenant's
+    pipeline_secrets: dict[str, aws.secretsmanager.Secret]  # each pipeline tenant's database role
 
     def __init__(self, name: str, args: TrackingDatabaseArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("mlplat:tracking:TrackingDatabase", name, None, opts)
@@ -117,6 +118,12 @@ class TrackingDatabase(pulumi.ComponentResource):
         # admin (infra/config.py), so none can take the admin's.
         self.admin_secret = user_secret("admin", args.secret_names.admin)
         self.secrets = {tenant: user_secret(tenant, secret) for tenant, secret in args.secret_names.tenants.items()}
+        self.pipeline_secrets = {
+            tenant: aws.secretsmanager.Secret(
+                f"{name}-pipelines-{tenant}", name=secret, kms_key_id=args.key_arn,
+                description=f"Tenant {tenant}'s pipeline-engine database role: made by the tracking server",
+                recovery_window_in_days=30, opts=kept)
+            for tenant, secret in args.secret_names.pipelines.items()}
         self.register_outputs({"endpoint": self.instance.address})
 
     @property

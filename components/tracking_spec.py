@@ -16,7 +16,7 @@ every credential from Secrets Manager through Pod Identity at start and follows 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from components.specs.cluster import CA_CONFIG_MAP, CA_DIR, CA_FILE, ca_config_map
@@ -78,11 +78,14 @@ class SecretNames:
 
     admin: str
     tenants: dict[str, str]  # tenant -> its user's secret
+    # tenant -> its pipeline engine's database password (workloads/tracking/databases.py)
+    pipelines: dict[str, str] = field(default_factory=dict)
 
 
-def secret_names(prefix: str, tenants: tuple[str, ...]) -> SecretNames:
+def secret_names(prefix: str, tenants: tuple[str, ...], pipelines: tuple[str, ...] = ()) -> SecretNames:
     return SecretNames(admin=f"{prefix}/tracking/admin",
-                       tenants={t: f"{prefix}/tracking/tenant/{t}" for t in tenants})
+                       tenants={t: f"{prefix}/tracking/tenant/{t}" for t in tenants},
+                       pipelines={t: f"{prefix}/pipelines/database/{t}" for t in pipelines})
 
 
 def role_name(prefix: str) -> str:
@@ -111,12 +114,14 @@ def server_statements(models_arn: str, models_key_arn: str, tracking_key_arn: st
     ]
 
 
-def tenant_statements(secret_arn: str, tracking_key_arn: str, region: str) -> list[dict[str, Any]]:
-    """A tenant's workloads read their own tracking user's secret, and no other."""
+def tenant_statements(secret_arn: str, tracking_key_arn: str, region: str,
+                      what: str = "TrackingUser") -> list[dict[str, Any]]:
+    """A tenant's workloads read their own tracking user's secret, and no other (`what`
+    names another secret under the tracking key read the same way: the Sids')."""
     return [
-        {"Sid": "ReadTrackingUser", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
+        {"Sid": f"Read{what}", "Effect": "Allow", "Action": ["secretsmanager:GetSecretValue"],
          "Resource": [secret_arn]},
-        {"Sid": "TrackingUserKey", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [tracking_key_arn],
+        {"Sid": f"{what}Key", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": [tracking_key_arn],
          "Condition": {"StringEquals": {"kms:ViaService": f"secretsmanager.{region}.amazonaws.com"}}},
     ]
 
@@ -174,6 +179,8 @@ class ServerPlan:
     # (namespace, pod labels) of platform pods that sign in as a tenant: the drift check,
     # in the serving namespace (components/drift_spec.py).
     monitors: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    # tenant -> its pipeline engine's database secret: the server makes each database and role.
+    pipeline_secret_arns: dict[str, str] = field(default_factory=dict)
     cpu: str = "1"
     cpu_limit: str = "2"  # gunicorn's workers burst on registry searches
     memory: str = "2Gi"
@@ -205,6 +212,7 @@ def deployment(plan: ServerPlan) -> dict[str, Any]:
         "MLPLAT_DB_CA_BUNDLE": CA_BUNDLE, "MLPLAT_DB_SECRET_ARN": plan.master_secret_arn,
         "MLPLAT_ADMIN_SECRET_ARN": plan.admin_secret_arn,
         "MLPLAT_TENANT_SECRET_ARNS": json.dumps(plan.tenant_secret_arns, sort_keys=True),
+        "MLPLAT_PIPELINE_SECRET_ARNS": json.dumps(plan.pipeline_secret_arns, sort_keys=True),
         "MLPLAT_ARTIFACTS": plan.artifacts, "MLPLAT_PORT": str(PORT), "MLPLAT_WORKERS": "2",
         "AWS_REGION": plan.region, "AWS_DEFAULT_REGION": plan.region,
     }

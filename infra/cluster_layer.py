@@ -29,6 +29,7 @@ from infra.descriptor import (OUTPUT, ClusterDescriptor, CustomerClusterDescript
                               from_stack_reference, parse_descriptor)
 from infra.inference import build_customer_inference, build_inference
 from infra.features import build_feature_projects
+from infra.pipelines import build_pipeline_engines
 from infra.tracking import build_tracking_server
 from infra.training import build_training
 from infra.versions import IMAGES, unpinned
@@ -116,6 +117,7 @@ def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
     services = build_cluster_services(config, descriptor, provider, storage_class)
     tracking = build_tracking_server(config, descriptor, services, provider, layer.platform_images)
     features = build_feature_projects(config, descriptor, services, provider, layer.platform_images)
+    build_pipeline_engines(config, descriptor, services, tracking, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
     inference = build_inference(config, descriptor, services, provider, layer.platform_images)
     pulumi.export("environment", config.environment)
@@ -135,6 +137,7 @@ def build_customer_cluster_layer(layer: ClusterLayerConfig, descriptor: Customer
     services = build_customer_services(config, descriptor, provider)
     tracking = build_tracking_server(config, descriptor, services, provider, layer.platform_images)
     features = build_feature_projects(config, descriptor, services, provider, layer.platform_images)
+    build_pipeline_engines(config, descriptor, services, tracking, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
     inference = build_customer_inference(config, descriptor, services, provider, layer.platform_images)
     pulumi.export("environment", config.environment)

@@ -932,6 +932,50 @@ class InferenceDriftConfig(_Model):
     min_rows: int = Field(default=DRIFT_MIN_ROWS, ge=1)
 
 
+class PipelinesConfig(_Model):
+    """The pipeline engine (docs/pipelines.md): one Apache Airflow per tenant named here, in
+    its namespace, running the golden path with that tenant's parameters
+    (workloads/pipeline/params.py; `tenant` is the key's). Its database is on the tracking
+    server's PostgreSQL, so the tracking server must run too."""
+
+    # tenant -> its golden-path parameters, as `python -m workloads.pipeline check` reads them
+    tenants: dict[str, dict[str, Any]] = {}
+    schedule: str | None = Field(default=None, pattern=r"^(@(hourly|daily|weekly|monthly)|[0-9*/,-]+( [0-9*/,-]+){4})$")
+    # The storm guard: no new run within this many hours of the last one's start.
+    min_interval_hours: float = Field(default=24, ge=0, le=8760)
+    pool: str | None = None  # the engine's and the CPU steps' pool; default as tracking's
+    train_gpus: int = Field(default=0, ge=0, le=8, alias="trainGPUs")  # the train step's GPUs (0: on CPU)
+
+    @field_validator("tenants")
+    @classmethod
+    def _params(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        from pydantic import ValidationError
+
+        from components.training_spec import SCRATCH_MOUNT
+        from components.pipelines_spec import FEATURE_CONFIG
+        from workloads.pipeline.params import Params
+
+        for tenant, params in value.items():
+            if not isinstance(params, dict):
+                raise ValueError(f"{tenant}: give the golden-path parameters as a mapping")
+            if params.get("tenant", tenant) != tenant:
+                raise ValueError(f"{tenant}.tenant: {params['tenant']!r}; a tenant's pipeline is its own (leave it "
+                                 "out)")
+            try:
+                checked = Params.model_validate({**params, "tenant": tenant})
+            except ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join((tenant, *(str(p) for p in first["loc"])))
+                raise ValueError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
+            if not checked.workdir.startswith(f"{SCRATCH_MOUNT}/"):
+                raise ValueError(f"{tenant}.workdir: {checked.workdir!r} is outside the tenant's scratch, which the "
+                                 f"steps mount at {SCRATCH_MOUNT}; use {SCRATCH_MOUNT}/<folder>")
+            if checked.features.config != FEATURE_CONFIG:
+                raise ValueError(f"{tenant}.features.config: the steps read the tenant's feature_store.yaml at "
+                                 f"{FEATURE_CONFIG}; name that path")
+        return value
+
+
 class InferenceConfig(_Model):
     """The model a stack serves with Triton (components/inference.py): GPU replicas on the
     inference pool, or ONNX Runtime on the CPU pool. The batching settings are the ones
@@ -1028,6 +1072,7 @@ class PlatformConfig(_Model):
     training: TrainingConfig = TrainingConfig()
     tracking: TrackingConfig = TrackingConfig()
     features: FeaturesConfig = FeaturesConfig()
+    pipelines: PipelinesConfig = PipelinesConfig()
     inference: InferenceConfig | None = None  # None: the stack serves no model
     # The in-VPC runner the cluster layer deploys from. None: no runner (the cluster layer is
     # applied from elsewhere inside the network, e.g. a bastion).
@@ -1282,6 +1327,23 @@ class PlatformConfig(_Model):
             resolve_inference(self)
         except InferenceConfigError as err:
             raise _KeyError(f"{PROJECT}:inference.{err.key}", str(err)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _pipeline_tenants(self) -> PlatformConfig:
+        """Each pipeline is a tenant's, with a feature project for its features steps, and
+        the tracking server (the engine's database and the steps' ledger) running."""
+        for tenant in self.pipelines.tenants:
+            key = f"{PROJECT}:pipelines.tenants.{tenant}"
+            if tenant not in {t.name for t in self.tenants}:
+                raise _KeyError(key, f"{tenant!r} is not a tenant; name one of "
+                                f"{', '.join(t.name for t in self.tenants) or '(none)'}")
+            if not self.tracking.enabled:
+                raise _KeyError(key, "the pipeline engine keeps its database on the tracking server's PostgreSQL, "
+                                "and its steps record to MLflow: set tracking.enabled: true")
+            if tenant not in self.feature_projects:
+                raise _KeyError(key, f"tenant {tenant!r} has no feature project, and the golden path starts by "
+                                "materializing its features: enable features for it (features.tenants)")
         return self
 
     @property

@@ -45,6 +45,7 @@ class TrackingDescriptor(_Descriptor):
     master_secret_arn: str = Field(min_length=1)  # RDS-managed: the database password
     admin_secret_arn: str = Field(min_length=1)
     tenant_secret_arns: dict[str, str] = {}
+    pipeline_secret_arns: dict[str, str] = {}  # tenant -> its pipeline engine's database secret
 
 
 class FeaturesDescriptor(_Descriptor):
@@ -151,6 +152,12 @@ class SecretKeyRef(_Strict):
 class CustomerCluster(_Strict):
     context: str = Field(min_length=1)  # the kubeconfig context `pulumi up` uses
     kubernetes_version: str = Field(pattern=r"^1\.[0-9]{2}$")
+    # The API server's addresses and port, as pods reach it: the pipeline engines submit their
+    # steps there, and their egress policy names it (a policy cannot name the API server).
+    api_server_cidrs: tuple[str, ...] = ()
+    api_server_port: int = Field(default=6443, ge=1, le=65535)
+
+    _networks = field_validator("api_server_cidrs")(_cidrs)
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -359,6 +366,9 @@ class PostgresService(_Strict):
     dsn_secret: SecretKeyRef
     port: int = Field(default=5432, ge=1, le=65535)  # the DSN's, for the server's egress policy
     cidrs: tuple[str, ...] = Field(min_length=1)
+    # Each pipeline tenant's engine database DSN, in a Secret of this name in its namespace
+    # (docs/onprem.md): the customer makes the database and its role.
+    pipelines_dsn_secret: SecretKeyRef | None = None
 
     _networks = field_validator("cidrs")(_cidrs)
 

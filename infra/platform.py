@@ -32,6 +32,7 @@ from infra.inference import drift_identity, request_log_identity, serving_identi
 from infra.preflight import preflight
 from infra.storage import Storage, build_keys, build_storage, export_storage, lustre_output, storage_names
 from infra.features import build_online_store, feature_identities, features_output
+from infra.pipelines import pipeline_identities
 from infra.tracking import build_tracking_database, tracking_identity, tracking_output
 from infra.training import training_identity
 from infra.versions import registry_host
@@ -65,6 +66,8 @@ class Platform:
     feature_identities: dict[str, PodIdentityRole] = field(default_factory=dict)  # tenant -> role
     request_log_identity: PodIdentityRole | None = None  # the inference request logger's
     drift_identity: PodIdentityRole | None = None  # the served model's drift check's
+    # tenant -> its pipeline engine's role and its steps' role
+    pipeline_identities: dict[str, tuple[PodIdentityRole, PodIdentityRole]] = field(default_factory=dict)
 
 
 def region_provider(config: PlatformConfig) -> aws.Provider:
@@ -113,6 +116,8 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
     serving = serving_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
     request_log = request_log_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
     drift = drift_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider, tracking)
+    pipelines = pipeline_identities(config, prefix, account_id, cluster_name, storage, keys.keys, tracking, features,
+                                    provider)
     runner = None
     if config.deploy_runner is not None:
         subnets = list(compute.network.subnets.values())
@@ -139,4 +144,4 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
         features=features_output(features)))
     return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
                     access, training, serving, runner, tracking, tracker_role, features, feature_roles,
-                    request_log_identity=request_log, drift_identity=drift)
+                    request_log_identity=request_log, drift_identity=drift, pipeline_identities=pipelines)

@@ -18,6 +18,7 @@ from components.audit import AuditTrail, AuditTrailArgs
 from components.bucket import BucketArgs, ObjectLock, RegionPinnedBucket
 from components.bucket_policy import TrailDelivery, bucket_name
 from components.features_spec import owned_prefixes
+from components.pipelines_spec import steps_role_name
 from components.inference_spec import role_name as serving_role
 from components.tenant_paths import checkpoints_prefix
 from components.tracking_spec import ARTIFACTS_PREFIX
@@ -77,6 +78,7 @@ def model_and_run_owners(config: PlatformConfig, prefix: str,
     pods, reading, the model repository; each tenant's training role and the publishers,
     reading what they export, the tenant's runs."""
     from infra.inference_plan import resolve_inference
+    from infra.pipelines import publishing_tenant
     from infra.training_plan import resolve_training
 
     def arn(role: str) -> str:
@@ -91,9 +93,15 @@ def model_and_run_owners(config: PlatformConfig, prefix: str,
         readers = (arn(serving_role(prefix, serving.settings.model_name)),)
         models += ((f"{serving.settings.repository_prefix}/", publishers + readers),)
     job = resolve_training(config)
+    if serving is not None and (publisher := publishing_tenant(config)) is not None:
+        # The tenant whose golden path publishes the served model (infra/pipelines.py).
+        repository = f"{serving.settings.repository_prefix}/"
+        publishing = arn(steps_role_name(prefix, publisher))
+        models = tuple((p, (*who, publishing) if p == repository else who) for p, who in models)
     runs = tuple(
         (checkpoints_prefix(t.name), publishers + ((arn(training_role(prefix, t.name, job.settings.name)),)
-                                                   if job is not None and job.tenant.name == t.name else ()))
+                                                   if job is not None and job.tenant.name == t.name else ())
+         + ((arn(steps_role_name(prefix, t.name)),) if t.name in config.pipelines.tenants else ()))
         for t in config.tenants)
     return {"models": models, "checkpoints": runs}
 
@@ -156,6 +164,11 @@ def build_storage(
     # Each tenant's feature store (infra/features.py) owns its prefix of the datasets bucket,
     # and the request logger its model's request logs, kept only as long as the stack says.
     owned = {"datasets": owned_prefixes(prefix, account_id, tuple(config.feature_projects))}
+    # A tenant's golden path materializes and builds datasets there too (infra/pipelines.py).
+    owned["datasets"] = tuple(
+        (p, (role, f"arn:aws:iam::{account_id}:role/{steps_role_name(prefix, tenant)}"))
+        if (tenant := p.split("/")[1]) in config.pipelines.tenants else (p, role)
+        for p, role in owned["datasets"])
     retained: dict[str, tuple[tuple[str, int], ...]] = {}
     logging = request_logging(config)
     if logging is not None:

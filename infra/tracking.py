@@ -47,7 +47,8 @@ def build_tracking_database(config: PlatformConfig, prefix: str, compute: Any, k
     return TrackingDatabase("tracking", TrackingDatabaseArgs(
         plan=plan, subnet_ids=[s.id for s in network.subnets.values()], vpc_id=network.vpc.id,
         client_security_group_id=compute.cluster.cluster_security_group_id, key_arn=keys["tracking"].arn,
-        logs_key_arn=keys["logs"].arn, secret_names=secret_names(prefix, tuple(x.name for x in config.tenants)),
+        logs_key_arn=keys["logs"].arn, secret_names=secret_names(prefix, tuple(x.name for x in config.tenants),
+                                                              tuple(config.pipelines.tenants)),
     ), opts=aws_opts)
 
 
@@ -58,6 +59,7 @@ def tracking_identity(prefix: str, account_id: str, cluster_name: pulumi.Input[s
     statements = pulumi.Output.all(
         storage.buckets["models"].bucket.arn, keys["models"].arn, keys["tracking"].arn, database.master_secret_arn,
         database.admin_secret.arn, *[s.arn for s in database.secrets.values()],
+        *[s.arn for s in database.pipeline_secrets.values()],
     ).apply(lambda a: server_statements(a[0], a[1], a[2], a[3], list(a[4:])))
     return PodIdentityRole("tracking-identity", PodIdentityRoleArgs(
         role_name=role_name(prefix), account_id=account_id, namespace=NAMESPACE,
@@ -72,8 +74,9 @@ def tracking_output(database: TrackingDatabase | None) -> pulumi.Output[dict[str
     return pulumi.Output.all(
         host=database.instance.address, master=database.master_secret_arn, admin=database.admin_secret.arn,
         tenants=pulumi.Output.all(**{tenant: s.arn for tenant, s in database.secrets.items()}),
+        pipelines=pulumi.Output.all(**{tenant: s.arn for tenant, s in database.pipeline_secrets.items()}),
     ).apply(lambda v: {"dbHost": v["host"], "masterSecretArn": v["master"], "adminSecretArn": v["admin"],
-                       "tenantSecretArns": dict(v["tenants"])})
+                       "tenantSecretArns": dict(v["tenants"]), "pipelineSecretArns": dict(v["pipelines"])})
 
 
 def customer_server_plan(config: PlatformConfig, descriptor: CustomerClusterDescriptor,
@@ -113,6 +116,7 @@ def server_plan(config: PlatformConfig, descriptor: ClusterDescriptor | Customer
         instance_types=(pool.instance_type,),
         db_host=t.db_host, master_secret_arn=t.master_secret_arn, admin_secret_arn=t.admin_secret_arn,
         tenant_secret_arns=dict(t.tenant_secret_arns),
+        pipeline_secret_arns={k: v for k, v in t.pipeline_secret_arns.items() if k in config.pipelines.tenants},
         artifacts=f"s3://{descriptor.buckets['models']}/{ARTIFACTS_PREFIX}",
         region=config.region, vpc_cidr=config.network.vpc_cidr,
         endpoint_cidrs=tuple(descriptor.endpoint_cidrs), tenants=tuple(x.name for x in config.tenants),

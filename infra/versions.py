@@ -284,6 +284,7 @@ IMAGES: dict[str, Image] = {
         Image("checks", "workloads/images/checks.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
         Image("tracking", "workloads/images/tracking.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
         Image("features", "workloads/images/features.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
+        Image("pipelines", "workloads/images/pipelines.Dockerfile", PLATFORM_IMAGE_TAG, built_here=True, base="python"),
         # Argo Rollouts' Gateway API plugin, a binary the controller loads from a file: copied
         # into the controller's pod from this image, so nothing is fetched from outside the
         # region when the controller starts.

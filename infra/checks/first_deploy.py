@@ -48,6 +48,11 @@ SKIP_AWAIT_REASONS: dict[str, str] = {
                                    "credentials are the customer's Secrets in the tenant's namespace, which can be "
                                    "made only once this layer has made the namespace (docs/onprem.md); the server "
                                    "starts when they exist" for kind in ("Deployment", "Service")},
+    # ...and each pipeline tenant's engine (components/pipelines_spec.py).
+    **{ident: "a customer's cluster: the pipeline engine's database DSN is the customer's Secret in the tenant's "
+              "namespace, which can be made only once this layer has made the namespace (docs/onprem.md); the "
+              "engine migrates and starts when it exists"
+       for ident in ("Job */airflow-migrate-*", "Deployment */airflow-*", "Service */airflow-api-server")},
 }
 # Objects whose containers name a data location only as where they write (object id ->
 # why): they start without anything there.

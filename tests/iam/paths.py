@@ -7,8 +7,8 @@ Names resolve against the stack (tests/iam/policies.py):
   a service principal (`logging.s3.amazonaws.com`), or an ARN;
 - resource: `bucket:<purpose>` or `bucket:<purpose>/<key>` (with that bucket's policy),
   `key:<data class>` (with the key's policy), `trust:<role resource name>` (assuming it,
-  against its trust policy), `secret:<admin|database|tenant>` (a tracking server secret,
-  which has no resource policy), `cache:<group|tenant>` (the feature store's replication
+  against its trust policy), `secret:<admin|database|tenant|pipelines/tenant>` (a tracking
+  server secret, or a tenant's pipeline-engine database secret: no resource policy), `cache:<group|tenant>` (the feature store's replication
   group, or a tenant's ElastiCache user: no resource policy either).
 
 Where AWS's own managed policy gives a service-linked role its permission (the FSx and Auto
@@ -289,6 +289,51 @@ PATHS: tuple[Path, ...] = (
     Path("ElastiCache takes its grant on the features key", DEPLOYER, "kms:CreateGrant", "key:features",
          ALLOWED, {"kms:ViaService": "elasticache.{region}.amazonaws.com", "kms:CallerAccount": "{account}",
                    "kms:GrantIsForAWSResource": "true"}, service_grant=True),
+    # --- The pipeline engine and its steps: the research tenant's golden path -------------
+    Path("a pipeline's features step reads its tenant's registry", "role:pipelines-research-steps", "s3:GetObject",
+         "bucket:datasets/features/research/registry.pb", ALLOWED),
+    Path("a pipeline's dataset step writes a dataset version", "role:pipelines-research-steps", "s3:PutObject",
+         "bucket:datasets/features/research/datasets/churn/0123/data.parquet", ALLOWED),
+    Path("a pipeline's train step writes its tenant's checkpoints", "role:pipelines-research-steps",
+         "s3:PutObject", "bucket:checkpoints/runs/research/golden/step-200/model.pt", ALLOWED,
+         {SSE: "aws:kms", SSE_KEY: "{key:checkpoints}"}),
+    Path("a pipeline's evaluate step reads its tenant's checkpoints", "role:pipelines-research-steps",
+         "s3:GetObject", "bucket:checkpoints/runs/research/golden/step-200/model.pt", ALLOWED),
+    Path("a pipeline's steps connect to the online store as their tenant", "role:pipelines-research-steps",
+         "elasticache:Connect", "cache:research", ALLOWED),
+    Path("a pipeline's steps sign in to MLflow as their tenant", "role:pipelines-research-steps",
+         "secretsmanager:GetSecretValue", "secret:research", ALLOWED),
+    Path("a pipeline's steps cannot write another tenant's checkpoints", "role:pipelines-research-steps",
+         "s3:PutObject", "bucket:checkpoints/runs/applied/golden/step-200/model.pt", DENIED,
+         {SSE: "aws:kms", SSE_KEY: "{key:checkpoints}"}),
+    Path("a pipeline's steps cannot read another tenant's features", "role:pipelines-research-steps",
+         "s3:GetObject", "bucket:datasets/features/applied/registry.pb", DENIED),
+    Path("a pipeline's steps cannot connect as another tenant's user", "role:pipelines-research-steps",
+         "elasticache:Connect", "cache:applied", DENIED),
+    Path("a pipeline's steps cannot read another tenant's tracking user", "role:pipelines-research-steps",
+         "secretsmanager:GetSecretValue", "secret:applied", DENIED),
+    Path("a pipeline's steps cannot read their engine's database secret", "role:pipelines-research-steps",
+         "secretsmanager:GetSecretValue", "secret:pipelines/research", DENIED),
+    # prod serves `gpt`; research's pipeline exports `research-churn` to its own runs.
+    Path("a pipeline that does not publish the served model cannot write its repository",
+         "role:pipelines-research-steps", "s3:PutObject", "bucket:models/triton/gpt/2/model.onnx", DENIED,
+         {SSE: "aws:kms", SSE_KEY: "{key:models}"}),
+    Path("the engine reads its database secret", "role:pipelines-research-engine", "secretsmanager:GetSecretValue",
+         "secret:pipelines/research", ALLOWED),
+    Path("the engine cannot read its tenant's data", "role:pipelines-research-engine", "s3:GetObject",
+         "bucket:datasets/features/research/registry.pb", DENIED),
+    Path("the engine cannot read its tenant's tracking user", "role:pipelines-research-engine",
+         "secretsmanager:GetSecretValue", "secret:research", DENIED),
+    Path("the tracking server makes the engine's database password", "role:tracking-identity",
+         "secretsmanager:PutSecretValue", "secret:pipelines/research", ALLOWED),
+    Path("EKS Pod Identity assumes the pipeline steps' role for their service account", "pods.eks.amazonaws.com",
+         "sts:AssumeRole", "trust:pipelines-research-steps", ALLOWED, pod("research", "pipeline-steps")),
+    Path("the pipeline steps' role is not for another tenant's namespace", "pods.eks.amazonaws.com",
+         "sts:AssumeRole", "trust:pipelines-research-steps", DENIED, pod("applied", "pipeline-steps")),
+    Path("the pipeline steps' role is not for the engine's pods", "pods.eks.amazonaws.com",
+         "sts:AssumeRole", "trust:pipelines-research-steps", DENIED, pod("research", "pipeline-engine")),
+    Path("EKS Pod Identity assumes the engine's role for its service account", "pods.eks.amazonaws.com",
+         "sts:AssumeRole", "trust:pipelines-research-engine", ALLOWED, pod("research", "pipeline-engine")),
     # --- Keys: abuses --------------------------------------------------------------------
     Path("a key administrator cannot decrypt with the key", "arn:aws:iam::{account}:role/key-admin", "kms:Decrypt",
          "key:datasets", DENIED, service_grant=True),

@@ -65,7 +65,8 @@ def simulation(path: Path, stack: StackPolicies, bucket_policies: dict[str, dict
         policy, owner = stack.key_policies[resource], stack.account
     elif kind == "secret":  # the tracking server's secrets: no resource policy, identity decides
         tracking = stack.outputs["clusterDescriptor"]["tracking"]
-        named = {"admin": tracking["adminSecretArn"], "database": tracking["masterSecretArn"]}
+        named = {"admin": tracking["adminSecretArn"], "database": tracking["masterSecretArn"],
+                 **{f"pipelines/{t}": arn for t, arn in tracking["pipelineSecretArns"].items()}}
         resource, policy, owner = named.get(rest) or tracking["tenantSecretArns"][rest], None, stack.account
     elif kind == "cache":  # the feature store's online store: the replication group, or a tenant's user
         features = stack.outputs["clusterDescriptor"]["features"]

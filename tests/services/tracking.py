@@ -125,6 +125,8 @@ class TrackingStack:
     postgres: Postgres
     processes: list[subprocess.Popen] = field(default_factory=list)
     log: Path | None = None
+    # tenant -> its pipeline engine's database secret, which the server fills (moto)
+    pipeline_secrets: dict[str, str] = field(default_factory=dict)
 
     def env(self, tenant: str) -> dict[str, str]:
         """What a tenant's pod has: the server, its user, and (for the checkpoints bucket)
@@ -186,6 +188,7 @@ def start_tracking_stack(folder: Path) -> TrackingStack:
             return manager.create_secret(Name=name, **given)["ARN"]
 
         made = {"admin": secret("admin"), **{t: secret(f"tenant-{t}") for t in TENANTS}}
+        pipelines = {t: secret(f"pipelines-{t}") for t in TENANTS}
 
         port = free_port()
         env = {
@@ -196,6 +199,7 @@ def start_tracking_stack(folder: Path) -> TrackingStack:
             "MLPLAT_DB_SECRET_ARN": secret("db", {"username": postgres.user, "password": postgres.password}),
             "MLPLAT_ADMIN_SECRET_ARN": made["admin"],
             "MLPLAT_TENANT_SECRET_ARNS": json.dumps({t: made[t] for t in TENANTS}),
+            "MLPLAT_PIPELINE_SECRET_ARNS": json.dumps(pipelines),
             "MLPLAT_ARTIFACTS": "s3://models/mlflow", "MLPLAT_PORT": str(port), "MLPLAT_WORKERS": "1",
             "MLPLAT_TRACKING_CONFIG_DIR": str(folder / "config"),
         }
@@ -216,7 +220,7 @@ def start_tracking_stack(folder: Path) -> TrackingStack:
                 # Every tenant's user: the entrypoint makes them one by one, in its own order.
                 if all(requests.get(f"{uri}/api/2.0/mlflow/users/get", params={"username": tenant},
                                     auth=("admin", values["admin"]), timeout=2).ok for tenant in TENANTS):
-                    return TrackingStack(uri, s3, values.pop("admin"), values, postgres, processes, log)
+                    return TrackingStack(uri, s3, values.pop("admin"), values, postgres, processes, log, pipelines)
             except manager.exceptions.ResourceNotFoundException:
                 pass
             except requests.RequestException:

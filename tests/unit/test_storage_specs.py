@@ -247,7 +247,8 @@ def test_registry_plan_maps_every_image_to_an_in_region_repository_of_its_enviro
     assert not set(repositories + charts) & {i.repository("dev") for i in IMAGES.values()}
     built = {"training": f"0.1.0-abc@sha256:{'1' * 64}", "serving": f"0.1.0-abc@sha256:{'2' * 64}",
              "checks": f"0.1.0-abc@sha256:{'3' * 64}", "tracking": f"0.1.0-abc@sha256:{'4' * 64}",
-             "features": f"0.1.0-abc@sha256:{'5' * 64}", "rollouts-gatewayapi-plugin": f"0.1.0-abc@sha256:{'6' * 64}"}
+             "features": f"0.1.0-abc@sha256:{'5' * 64}", "rollouts-gatewayapi-plugin": f"0.1.0-abc@sha256:{'6' * 64}",
+             "pipelines": f"0.1.0-abc@sha256:{'7' * 64}"}
     for name, image in IMAGES.items():
         assert image.name == name and image.tag
         uri = image_uri(name, ACCOUNT, REGION, "prod", built)

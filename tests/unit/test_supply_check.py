@@ -11,7 +11,7 @@ from infra.config import ClusterLayerConfig, ConfigError
 from infra.versions import UNBUILT, unpinned
 
 BUILT = {"training": UNBUILT, "serving": UNBUILT, "checks": UNBUILT, "tracking": UNBUILT, "features": UNBUILT,
-         "rollouts-gatewayapi-plugin": UNBUILT}
+         "rollouts-gatewayapi-plugin": UNBUILT, "pipelines": UNBUILT}
 
 
 def layer(**platform_images: str) -> ClusterLayerConfig:
@@ -31,7 +31,7 @@ def test_an_update_refuses_mirrors_without_a_digest(monkeypatch):
 def test_a_preview_names_them_by_tag_but_still_needs_the_platform_images(monkeypatch):
     monkeypatch.setattr(cluster_layer.pulumi.runtime, "is_dry_run", lambda: True)
     cluster_layer.check_supply(layer(**BUILT), "prod-cluster")  # no error
-    with pytest.raises(ConfigError, match=r"mlplat:platformImages lacks serving, checks, tracking, features, rollouts-gatewayapi-plugin: the "
+    with pytest.raises(ConfigError, match=r"mlplat:platformImages lacks serving, checks, tracking, features, pipelines, rollouts-gatewayapi-plugin: the "
                                           r"digests CI records"):
         cluster_layer.check_supply(layer(training=UNBUILT), "prod-cluster")
 

@@ -18,6 +18,8 @@ WORKDIR /opt/mlplat
 COPY workloads/__init__.py workloads/hashing.py workloads/inputs.py workloads/arguments.py workloads/
 COPY workloads/features workloads/features
 COPY workloads/tracking workloads/tracking
+# The golden path's features steps (materialize, dataset) run here as well.
+COPY workloads/pipeline workloads/pipeline
 ENV PYTHONPATH=/opt/mlplat \
     PYTHONDONTWRITEBYTECODE=1
 

@@ -51,6 +51,9 @@ ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:${LD_LIBRARY_PA
 RUN pip install --no-cache-dir nvidia-ml-py==13.615.71
 # The MLflow client and the checkpoints bucket (workloads/tracking): same pins as pyproject.
 RUN pip install --no-cache-dir mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8
+# The golden path's steps in this image (workloads/pipeline: tokens, train, evaluate,
+# register, export to ONNX for Triton, promote): same pins as pyproject.
+RUN pip install --no-cache-dir pydantic==2.14.3 PyYAML==6.0.3 pyarrow==26.0.1 onnx==1.22.0 onnxruntime==1.31.1
 
 # The platform's own code: the workloads and the instance catalog they read (pure data).
 WORKDIR /opt/mlplat
@@ -60,6 +63,8 @@ COPY workloads/train workloads/train
 COPY workloads/tracking workloads/tracking
 COPY workloads/collectives workloads/collectives
 COPY workloads/gpucheck workloads/gpucheck
+COPY workloads/pipeline workloads/pipeline
+COPY workloads/serve workloads/serve
 ENV PYTHONPATH=/opt/mlplat \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp

@@ -4,6 +4,7 @@
     python -m workloads.pipeline step <name> --params golden.yaml --run <run id>
     python -m workloads.pipeline triggers --params golden.yaml [--min-interval-h 24]
     python -m workloads.pipeline guard --params golden.yaml --run <run id> [--min-interval-h 24]
+    python -m workloads.pipeline engine migrate|api-server|scheduler|dag-processor
 
 `step` runs one step of a run as its tenant (MLPLAT_TENANT, MLFLOW_TRACKING_URI and the
 credentials its pod has), after the steps before it; a step the run's ledger holds is not
@@ -86,6 +87,12 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine(args: argparse.Namespace) -> int:
+    from workloads.pipeline.engine import main as engine
+
+    return engine([args.component])
+
+
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog=PROG, description="The golden-path pipeline's steps")
     verbs = top.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -108,6 +115,11 @@ def parser() -> argparse.ArgumentParser:
     held.add_argument("--run", required=True, help="the pipeline run's id")
     held.add_argument("--min-interval-h", **interval)
     held.set_defaults(run_verb=_guard)
+    from workloads.pipeline.engine import COMPONENTS
+
+    engine = verbs.add_parser("engine", help="one process of the tenant's Airflow, as its pods run it")
+    engine.add_argument("component", choices=list(COMPONENTS))
+    engine.set_defaults(run_verb=_engine)
     return top
 
 

@@ -10,7 +10,9 @@ whose ledger exists is resumed, never held (workloads/pipeline/triggers.py). A s
 `golden_path_triggers`, triggers a run on a new dataset version or a drift verdict, under
 the same guards and never while a run is in flight.
 
-Where a step runs is the launcher's: `local` runs it as a process of the interpreter the
+Where a step runs is the launcher's (`MLPLAT_PIPELINE_LAUNCHER`): in the tenant's engine,
+`cluster` submits it as a Job through the tenant's Kueue queue (the `train` step as a
+JobSet; workloads/pipeline/launch.py); `local` runs it as a process of the interpreter the
 step's image stands for (`MLPLAT_PIPELINE_PYTHON_<IMAGE>`, e.g. the features virtualenv), as
 `make demo` and the golden-path test do with Airflow's own `dag.test()`.
 
@@ -75,11 +77,28 @@ def launch_local(image: str, *args: str) -> str:
     return lines[-1]
 
 
+def launch(image: str, *args: str) -> str:
+    """Run `python -m workloads.pipeline <args>` where the launcher says: `cluster` (the
+    tenant's engine) submits it as a Job through Kueue (workloads/pipeline/launch.py);
+    otherwise a local process."""
+    if os.environ.get("MLPLAT_PIPELINE_LAUNCHER", "local") != "cluster":
+        return launch_local(image, *args)
+    import json
+
+    from workloads.pipeline import launch as cluster
+
+    templates = json.loads(Path(os.environ["MLPLAT_PIPELINE_TEMPLATES"]).read_text())
+    try:
+        return cluster.run(cluster.Cluster(os.environ["MLPLAT_TENANT"]), templates, image, args)
+    except cluster.LaunchError as err:
+        raise AirflowException(str(err)) from None
+
+
 def _step_task(step: str, image: str):
     @task(task_id=step)
     def run_step(_: object = None) -> str:
         context = get_current_context()
-        return launch_local(image, "step", step, "--params", _params_of(context), "--run", _run_of(context))
+        return launch(image, "step", step, "--params", _params_of(context), "--run", _run_of(context))
 
     return run_step
 
@@ -97,7 +116,7 @@ def guard() -> bool:
     import logging
 
     context = get_current_context()
-    said = json.loads(launch_local("training", "guard", "--params", _params_of(context), "--run", _run_of(context),
+    said = json.loads(launch("training", "guard", "--params", _params_of(context), "--run", _run_of(context),
                                    "--min-interval-h", _min_interval_h()))
     if said["held"]:
         logging.getLogger(__name__).info("held: %s", said["held"])
@@ -128,7 +147,7 @@ def decide() -> bool:
     if in_flight:
         logging.getLogger(__name__).info("held: %d run(s) of %s in flight", in_flight, DAG_ID)
         return False
-    said = json.loads(launch_local("training", "triggers", "--params", _params_of(context), "--min-interval-h",
+    said = json.loads(launch("training", "triggers", "--params", _params_of(context), "--min-interval-h",
                                    _min_interval_h()))
     logging.getLogger(__name__).info("triggers: %s", said)
     return bool(said["trigger"])

@@ -13,7 +13,9 @@ At start, and whenever a credential changes:
 - the database password is read from the RDS-managed Secrets Manager secret (rotated by
   RDS), and the server restarted when it rotates;
 - the auth database is created where missing;
-- every tenant's user is created, or its password set, from its secret.
+- every tenant's user is created, or its password set, from its secret;
+- each pipeline tenant's engine database and role are made, or the role's password set,
+  from that tenant's pipelines secret (workloads/tracking/databases.py).
 Nothing secret is in the pod spec or in Pulumi state.
 
 On a customer's own cluster (docs/onprem.md) there is no Secrets Manager: the credentials
@@ -264,9 +266,14 @@ def settings_from_files(env: Mapping[str, str]) -> tuple[ServerSettings, dict[st
 def main() -> int:
     """Run the server; read the secrets again every POLL_S and restart it when the
     database password or the admin password has rotated."""
+    from workloads.tracking.databases import ensure_pipeline_databases
+
     if os.environ.get(DSN_FILE_ENV):
         def read_settings() -> tuple[ServerSettings, dict[str, str]]:
             return settings_from_files(os.environ)
+
+        def pipelines() -> dict[str, str]:
+            return {}  # the customer makes each tenant's engine database (docs/onprem.md)
     else:
         import boto3
 
@@ -274,6 +281,10 @@ def main() -> int:
 
         def read_settings() -> tuple[ServerSettings, dict[str, str]]:
             return _read_settings(secrets)
+
+        def pipelines() -> dict[str, str]:
+            arns = json.loads(os.environ.get("MLPLAT_PIPELINE_SECRET_ARNS", "{}"))
+            return {tenant: _made_secret(secrets, arn, ())["password"] for tenant, arn in arns.items()}
     stopping = False
 
     def stop(*_: Any) -> None:
@@ -286,6 +297,7 @@ def main() -> int:
     process = start(settings)
     wait_ready(uri, process)
     sync_users(uri, settings.admin_password, tenants)
+    ensure_pipeline_databases(settings.database, pipelines())
     checked = time.monotonic()
     while not stopping and process.poll() is None:
         time.sleep(1)
@@ -299,6 +311,7 @@ def main() -> int:
             settings, process = fresh, start(fresh)
             wait_ready(uri, process)
         sync_users(uri, settings.admin_password, tenants)
+        ensure_pipeline_databases(settings.database, pipelines())
     if process.poll() is None:
         process.terminate()
         process.wait(timeout=60)
