@@ -40,7 +40,7 @@ MLSERVER_PINS  := mlserver==1.7.1 onnxruntime==1.31.1 uvloop==0.21.0
 # environment; its steps run in the other virtualenvs, as in the cluster they run in their images.
 PIPELINES_VENV  := .venv-pipelines
 PIPELINES_STAMP := $(PIPELINES_VENV)/.installed
-PIPELINES_PINS  := "apache-airflow[postgres]==3.3.2" kubernetes==35.0.0 boto3==1.44.8
+PIPELINES_PINS  := "apache-airflow[postgres]==3.3.2" kubernetes==36.0.0 boto3==1.44.8
 # DeepSpeed for `make smoke` only: the deepspeed framework preset's rendered command, run
 # with a real DeepSpeed on CPU (tests/frameworks/smoke_deepspeed.py).
 DEEPSPEED_VENV  := .venv-deepspeed

@@ -22,6 +22,7 @@ imports Pulumi.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,8 +36,6 @@ from components.features_spec import _pod_spec as feature_pod_spec
 from components.specs.cluster import CA_KEY
 from components.training_spec import (
     CONTAINER_SECURITY,
-    GPU_RESOURCE,
-    GPU_TOLERATION,
     QUEUE_LABEL,
     SCRATCH_MOUNT,
     instance_type_affinity,
@@ -111,8 +110,9 @@ class EnginePlan:
     vpc_cidr: str = ""
     schedule: str | None = None
     min_interval_h: float = 24.0
-    train_gpus: int = 0
-    gpu_instance_types: tuple[str, ...] = ()
+    # The tenant's own job for the train step (infra/jobs.py render: a node of its first GPU
+    # pool, its checks, fabric and tracking user); None: a tenant with no GPU pool trains on CPU.
+    train_jobset: dict[str, Any] | None = None
     step_cpu: str = "2"
     step_memory: str = "8Gi"
     customer: CustomerDatabase | None = None
@@ -206,7 +206,7 @@ def _job(plan: EnginePlan, image: str, spec: dict[str, Any], labels: dict[str, s
                      "template": {"metadata": {"labels": pod_labels}, "spec": spec}}}
 
 
-def _training_pod(plan: EnginePlan, gpus: int) -> dict[str, Any]:
+def _training_pod(plan: EnginePlan) -> dict[str, Any]:
     env = {"AWS_REGION": plan.region, "AWS_DEFAULT_REGION": plan.region, "PYTHONDONTWRITEBYTECODE": "1"}
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"sizeLimit": "8Gi"}}]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
@@ -222,21 +222,39 @@ def _training_pod(plan: EnginePlan, gpus: int) -> dict[str, Any]:
                    {"name": "ca", "mountPath": CA_DIR, "readOnly": True}]
     resources: dict[str, Any] = {"requests": {"cpu": plan.step_cpu, "memory": plan.step_memory},
                                  "limits": {"cpu": plan.step_cpu, "memory": plan.step_memory}}
-    if gpus:
-        resources["requests"][GPU_RESOURCE] = resources["limits"][GPU_RESOURCE] = str(gpus)
     spec: dict[str, Any] = {
         "securityContext": tenant_pod_security(plan.gid),
-        "affinity": instance_type_affinity(plan.gpu_instance_types if gpus else plan.instance_types),
+        "affinity": instance_type_affinity(plan.instance_types),
         "containers": [{"name": "step", "image": plan.training_image, "imagePullPolicy": "IfNotPresent",
                         "command": ["python", "-m", "workloads.pipeline"],
                         "env": [{"name": k, "value": v} for k, v in env.items()],
                         "resources": resources, "securityContext": CONTAINER_SECURITY, "volumeMounts": mounts}],
         "volumes": volumes,
     }
-    if gpus:
-        spec["tolerations"] = [GPU_TOLERATION]
     _tracking(plan, spec["containers"][0], spec)
     return spec
+
+
+def _train_jobset(plan: EnginePlan, job: dict[str, Any]) -> dict[str, Any]:
+    """The tenant's own training JobSet (the self-service path: its GPUs, checks, fabric,
+    queue and `trainer` identity), running the pipeline's train step in place of the trainer;
+    the step starts the trainer under torchrun itself. No name: the launcher gives each its own."""
+    made = copy.deepcopy(job)
+    made["metadata"].pop("name", None)
+    # Each run's JobSet names its own headless service (the step's torchrun is one node's).
+    made["spec"].get("network", {}).pop("subdomain", None)
+    for replicated in made["spec"]["replicatedJobs"]:
+        spec = replicated["template"]["spec"]["template"]["spec"]
+        main = spec["containers"][0]
+        main["command"] = ["python", "-m", "workloads.pipeline"]
+        main.pop("args", None)
+        env = {"MLPLAT_TENANT": plan.tenant, "MLPLAT_PIPELINE_PARAMS": PARAMS_FILE, "HOME": "/tmp"}
+        main["env"] = [e for e in main.get("env", []) if e["name"] not in env] + \
+            [{"name": k, "value": v} for k, v in env.items()]
+        main["volumeMounts"] = [*main.get("volumeMounts", []),
+                                {"name": "pipeline", "mountPath": CONFIG_DIR, "readOnly": True}]
+        spec["volumes"] = [*spec.get("volumes", []), {"name": "pipeline", "configMap": {"name": CONFIG_MAP}}]
+    return made
 
 
 def _features_pod(plan: EnginePlan, project: ProjectPlan) -> dict[str, Any]:
@@ -255,14 +273,18 @@ def _features_pod(plan: EnginePlan, project: ProjectPlan) -> dict[str, Any]:
 
 def step_templates(plan: EnginePlan) -> dict[str, dict[str, Any]]:
     """Per image, the Job a step of that image runs as (the launcher adds its name and its
-    arguments); `train`: the JobSet the train step runs as, on the tenant's GPUs when the
-    stack gives it any. Each is labelled with the tenant's Kueue queue."""
+    arguments); `train`: the JobSet the train step runs as: the tenant's own job on a node of
+    its GPU pool where it has one (the path `mlplat job` takes), else on the CPU pool. Each is
+    labelled with the tenant's Kueue queue."""
     from components.features_spec import ROLE_LABEL as FEATURE_STORE
 
-    templates = {"training": _job(plan, "training", _training_pod(plan, 0), {})}
+    templates = {"training": _job(plan, "training", _training_pod(plan), {})}
     if plan.features is not None:
         templates["features"] = _job(plan, "features", _features_pod(plan, plan.features), {FEATURE_STORE: "true"})
-    trainer = _job(plan, "training", _training_pod(plan, plan.train_gpus), {})
+    if plan.train_jobset is not None:
+        templates["train"] = _train_jobset(plan, plan.train_jobset)
+        return templates
+    trainer = _job(plan, "training", _training_pod(plan), {})
     templates["train"] = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"namespace": plan.tenant, "labels": trainer["metadata"]["labels"]},

@@ -8,6 +8,7 @@
     mlplat bootstrap --account ID --region REGION --environment ENV [--repository OWNER/NAME]
     mlplat deploy --stack NAME [--preview] [--config NS:KEY=VALUE]   (the real engine, as CI runs it)
     mlplat pin [--dry-run] [--only NAME] [--update NAME]   (digests of unpinned images and charts)
+    mlplat job render|submit --tenant T --name N --job FILE [--from CONFIGMAP] [--context CTX]
 
 Exit codes: 0 no mandatory violation, 1 at least one (or an error the real engine would
 raise), 2 bad input (unknown stack, invalid config, a base report that is unreadable, of
@@ -122,6 +123,18 @@ def _parser() -> argparse.ArgumentParser:
                      help="speak plain HTTP to this registry (a local test registry; repeatable)")
     pin.add_argument("--versions", type=Path, metavar="PATH", help="the plan file (default infra/versions.py)")
     pin.add_argument("--policy-configs", type=Path, metavar="DIR", help="default policies/config")
+    job = sub.add_parser(
+        "job", help="a tenant's own training job: render the platform's JobSet for it, or submit it (no stack change; "
+                    "infra/jobs.py)")
+    job.add_argument("action", choices=["render", "submit"],
+                     help="render: print the job's objects as YAML; submit: create them in the tenant's namespace")
+    job.add_argument("--tenant", required=True, help="the tenant, and its namespace")
+    job.add_argument("--name", required=True, help="the job's name (the JobSet's; unique in the namespace)")
+    job.add_argument("--job", required=True, metavar="FILE",
+                     help="the job: a YAML mapping of mlplat:training keys (model, nodes, maxSteps, pool, ...)")
+    job.add_argument("--from", dest="source", metavar="FILE",
+                     help="render from this saved training-jobs ConfigMap instead of the cluster's")
+    job.add_argument("--context", help="the kubeconfig context (default: the current one)")
     docs = sub.add_parser("docs", help="regenerate the README's component reference from the code and the previews")
     docs.add_argument("--readme", type=Path, default=Path("README.md"), help="the README to update (default README.md)")
     return parser
@@ -130,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {"bootstrap": _bootstrap, "charts": _charts, "deploy": _deploy, "diagram": _diagram, "docs": _docs,
-                "mirror": _mirror, "pin": _pin, "preview": _preview}
+                "job": _job, "mirror": _mirror, "pin": _pin, "preview": _preview}
     code = commands[args.command](args)
     if argv is None:
         # Run as the command: tearing the interpreter down (pulumi_aws's thousands of classes,
@@ -140,6 +153,29 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _job(args: argparse.Namespace) -> int:
+    import yaml
+
+    from infra.jobs import JobError, load_data, read_config_map, read_job, render, submit
+
+    try:
+        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,28}[a-z0-9])?", args.name):
+            raise JobError(f"--name {args.name!r}: 1 to 30 lowercase letters, digits and '-', starting with a letter")
+        job = read_job(args.job)
+        data = load_data(args.source) if args.source else read_config_map(args.tenant, args.context)
+        objects = render(data, args.tenant, args.name, job, where=args.job)
+        if args.action == "render":
+            print(yaml.safe_dump_all(objects, sort_keys=False), end="")
+            return EXIT_OK
+        name = submit(objects, args.tenant, args.context)
+    except JobError as err:
+        print(f"mlplat job: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"jobset {args.tenant}/{name} submitted; its queue admits it when the tenant's quota allows "
+          f"(kubectl get jobset,workloads -n {args.tenant})")
+    return EXIT_OK
 
 
 def _charts(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from infra.descriptor import (OUTPUT, ClusterDescriptor, CustomerClusterDescript
                               from_stack_reference, parse_descriptor)
 from infra.inference import build_customer_inference, build_inference
 from infra.features import build_feature_projects
+from infra.jobs import build_self_service
 from infra.pipelines import build_pipeline_engines
 from infra.tracking import build_tracking_server
 from infra.training import build_training
@@ -119,6 +120,7 @@ def build_cluster_layer(layer: ClusterLayerConfig) -> ClusterLayer:
     features = build_feature_projects(config, descriptor, services, provider, layer.platform_images)
     build_pipeline_engines(config, descriptor, services, tracking, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
+    build_self_service(config, descriptor, services, provider, layer.platform_images)
     inference = build_inference(config, descriptor, services, provider, layer.platform_images)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster_name)
@@ -139,6 +141,7 @@ def build_customer_cluster_layer(layer: ClusterLayerConfig, descriptor: Customer
     features = build_feature_projects(config, descriptor, services, provider, layer.platform_images)
     build_pipeline_engines(config, descriptor, services, tracking, provider, layer.platform_images)
     training = build_training(config, descriptor, services, provider, layer.platform_images)
+    build_self_service(config, descriptor, services, provider, layer.platform_images)
     inference = build_customer_inference(config, descriptor, services, provider, layer.platform_images)
     pulumi.export("environment", config.environment)
     pulumi.export("cluster", descriptor.cluster.context)

@@ -761,6 +761,16 @@ class TrainingConfig(_Model):
             raise ValueError(f"{value!r} is not a model preset; allowed: {', '.join(sorted(PRESETS))}")
         return value
 
+    @field_validator("name")
+    @classmethod
+    def _not_a_platform_account(cls, value: str) -> str:
+        # The job's service account is named after it, beside the platform's own in the
+        # tenant's namespace: self-service jobs', the pipeline engine's and steps', the feature store's.
+        if value in ("trainer", "pipeline-engine", "pipeline-steps", "feature-store"):
+            raise ValueError(f"{value!r} is the name of a service account the platform makes in the tenant's "
+                             "namespace; name the job differently")
+        return value
+
     @field_validator("image")
     @classmethod
     def _in_region_image(cls, value: str | None) -> str | None:
@@ -944,7 +954,6 @@ class PipelinesConfig(_Model):
     # The storm guard: no new run within this many hours of the last one's start.
     min_interval_hours: float = Field(default=24, ge=0, le=8760)
     pool: str | None = None  # the engine's and the CPU steps' pool; default as tracking's
-    train_gpus: int = Field(default=0, ge=0, le=8, alias="trainGPUs")  # the train step's GPUs (0: on CPU)
 
     @field_validator("tenants")
     @classmethod

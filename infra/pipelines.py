@@ -106,6 +106,24 @@ def with_buckets(value: Any, buckets: dict[str, str]) -> Any:
     return value
 
 
+def _train_jobset(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
+                  built: dict[str, str], tenant: str) -> dict[str, Any] | None:
+    """The train step's JobSet by the self-service path: the tenant's own one-node job."""
+    from infra.jobs import render, tenant_data
+
+    data = tenant_data(config, descriptor, built, next(t for t in config.tenants if t.name == tenant))
+    if data is None:
+        return None
+    jobset = render(data, tenant, "golden-path", {"nodes": 1})[-1]
+    main = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    gpus = int(main["resources"]["limits"].get("nvidia.com/gpu", 0))
+    nproc = config.pipelines.tenants[tenant].get("training", {}).get("nproc", 1)
+    if isinstance(nproc, int) and nproc > gpus:
+        raise ConfigError(f"pipelines.tenants.{tenant}.training.nproc: {nproc} processes, but the train step runs "
+                          f"on one node of {gpus} GPUs; use at most {gpus}")
+    return jobset
+
+
 def engine_plans(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
                  built: dict[str, str]) -> list[EnginePlan]:
     p = config.pipelines
@@ -115,12 +133,11 @@ def engine_plans(config: PlatformConfig, descriptor: ClusterDescriptor | Custome
     plans = []
     for tenant, params in p.tenants.items():
         where = f"pipelines.tenants.{tenant}"
-        gpu_types = tuple(next(t for t in config.tenants if t.name == tenant).instance_types or
-                          (x.instance_type for x in config.node_pools if x.instance.has_gpu))
-        common = dict(tenant=tenant, gid=config.tenant_group(tenant), params=with_buckets({"tenant": tenant, **params}, dict(descriptor.buckets)),
+        common = dict(tenant=tenant, gid=config.tenant_group(tenant),
+                      params=with_buckets({"tenant": tenant, **params}, dict(descriptor.buckets)),
                       instance_types=(pool.instance_type,), features=_feature_plan(config, descriptor, built, tenant),
-                      schedule=p.schedule, min_interval_h=p.min_interval_hours, train_gpus=p.train_gpus,
-                      gpu_instance_types=gpu_types)
+                      schedule=p.schedule, min_interval_h=p.min_interval_hours,
+                      train_jobset=_train_jobset(config, descriptor, built, tenant))
         if isinstance(descriptor, CustomerClusterDescriptor):
             postgres, cluster = descriptor.services.postgres, descriptor.cluster
             if postgres is None or postgres.pipelines_dsn_secret is None:

@@ -34,7 +34,7 @@ from infra.storage import Storage, build_keys, build_storage, export_storage, lu
 from infra.features import build_online_store, feature_identities, features_output
 from infra.pipelines import pipeline_identities
 from infra.tracking import build_tracking_database, tracking_identity, tracking_output
-from infra.training import training_identity
+from infra.training import trainer_identities, training_identity
 from infra.versions import registry_host
 
 
@@ -66,6 +66,7 @@ class Platform:
     feature_identities: dict[str, PodIdentityRole] = field(default_factory=dict)  # tenant -> role
     request_log_identity: PodIdentityRole | None = None  # the inference request logger's
     drift_identity: PodIdentityRole | None = None  # the served model's drift check's
+    trainer_identities: dict[str, PodIdentityRole] = field(default_factory=dict)  # tenant -> self-service jobs' role
     # tenant -> its pipeline engine's role and its steps' role
     pipeline_identities: dict[str, tuple[PodIdentityRole, PodIdentityRole]] = field(default_factory=dict)
 
@@ -116,6 +117,7 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
     serving = serving_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
     request_log = request_log_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider)
     drift = drift_identity(config, prefix, account_id, cluster_name, storage, keys.keys, provider, tracking)
+    trainers = trainer_identities(config, prefix, account_id, cluster_name, storage, keys.keys, provider, tracking)
     pipelines = pipeline_identities(config, prefix, account_id, cluster_name, storage, keys.keys, tracking, features,
                                     provider)
     runner = None
@@ -144,4 +146,5 @@ def build_cloud_layer(config: PlatformConfig) -> Platform:
         features=features_output(features)))
     return Platform(provider, account_id, keys, storage, compute.network, compute.cluster, compute.node_pools,
                     access, training, serving, runner, tracking, tracker_role, features, feature_roles,
-                    request_log_identity=request_log, drift_identity=drift, pipeline_identities=pipelines)
+                    request_log_identity=request_log, drift_identity=drift, pipeline_identities=pipelines,
+                    trainer_identities=trainers)

@@ -79,6 +79,7 @@ def model_and_run_owners(config: PlatformConfig, prefix: str,
     reading what they export, the tenant's runs."""
     from infra.inference_plan import resolve_inference
     from infra.pipelines import publishing_tenant
+    from infra.training import self_service_tenants, trainer_role_name
     from infra.training_plan import resolve_training
 
     def arn(role: str) -> str:
@@ -93,6 +94,7 @@ def model_and_run_owners(config: PlatformConfig, prefix: str,
         readers = (arn(serving_role(prefix, serving.settings.model_name)),)
         models += ((f"{serving.settings.repository_prefix}/", publishers + readers),)
     job = resolve_training(config)
+    self_service = self_service_tenants(config)  # their jobs' role (infra/jobs.py)
     if serving is not None and (publisher := publishing_tenant(config)) is not None:
         # The tenant whose golden path publishes the served model (infra/pipelines.py).
         repository = f"{serving.settings.repository_prefix}/"
@@ -101,7 +103,8 @@ def model_and_run_owners(config: PlatformConfig, prefix: str,
     runs = tuple(
         (checkpoints_prefix(t.name), publishers + ((arn(training_role(prefix, t.name, job.settings.name)),)
                                                    if job is not None and job.tenant.name == t.name else ())
-         + ((arn(steps_role_name(prefix, t.name)),) if t.name in config.pipelines.tenants else ()))
+         + ((arn(steps_role_name(prefix, t.name)),) if t.name in config.pipelines.tenants else ())
+         + ((arn(trainer_role_name(prefix, t.name)),) if t.name in self_service else ()))
         for t in config.tenants)
     return {"models": models, "checkpoints": runs}
 

@@ -75,16 +75,20 @@ def training_plan(config: PlatformConfig, job: ResolvedTraining, account_id: str
         min_busbw_gbps=job.min_busbw_gbps,
         gid=job.tenant.group,
     )
-    # The same global batch at every node count from min_nodes to nodes: a job that shrinks
-    # raises its gradient accumulation instead of changing the optimisation (or stopping).
-    global_batch = job.global_batch
-    plan = with_fabric(plan, fabric)
+    return with_settings(with_fabric(plan, fabric), s, job.global_batch, host)
+
+
+def with_settings(plan: TrainingPlan, s: Any, global_batch: int, host: str) -> TrainingPlan:
+    """What the pods launch, from the job's settings (a TrainingConfig): the platform's
+    trainer with its arguments, or the tenant's image and command. The same global batch at
+    every node count from min_nodes to nodes: a job that shrinks raises its gradient
+    accumulation instead of changing the optimisation (or stopping)."""
     if s.framework != "torchrun":
         # The tenant's image from the environment's in-region registry, as every image here.
         return replace(plan, framework=s.framework, command=tuple(s.command or ()),
                        user_image=f"{host}/{s.image}")
     p = s.parallel
-    args = training_args(s.name, plan.work_dir, model=s.model, strategy=s.strategy, precision=s.precision,
+    args = training_args(plan.name, plan.work_dir, model=s.model, strategy=s.strategy, precision=s.precision,
                          compile=s.compile, max_steps=s.max_steps, micro_batch=s.micro_batch,
                          global_batch=global_batch, checkpoint_every=s.checkpoint_every, data_path=s.data_path,
                          synthetic_tokens=SYNTHETIC_TOKENS, tp=p.tp, pp=p.pp, dp_replicate=p.dp_replicate,
@@ -217,3 +221,41 @@ def build_training(
         ),
         opts=pulumi.ResourceOptions(providers={"kubernetes": k8s_provider}),
     )
+
+
+def self_service_tenants(config: PlatformConfig) -> list[str]:
+    """The tenants that may submit their own jobs: a GPU quota and a GPU pool they may use."""
+    from infra.training_plan import _tenant_allows
+
+    pools = [p for p in config.node_pools if p.role == "gpu"]
+    return [t.name for t in config.tenants if any(_tenant_allows(t, p.instance_type) for p in pools)]
+
+
+def trainer_role_name(prefix: str, tenant: str) -> str:
+    """The IAM name of a tenant's self-service jobs' role; '_' keeps it apart from any
+    stack job's (`<prefix>-<tenant>-<job>`: a job's name has none)."""
+    return f"{prefix}-{tenant}-jobs_trainer"[:64]
+
+
+def trainer_identities(config: PlatformConfig, prefix: str, account_id: str, cluster_name: pulumi.Input[str],
+                       storage: Any, keys: dict[str, aws.kms.Key], aws_provider: aws.Provider,
+                       tracking: Any = None) -> dict[str, PodIdentityRole]:
+    """Per self-service tenant, the role of its `trainer` service account (infra/jobs.py):
+    what the stack's training role gets, for the tenant's own prefixes and tracking user."""
+    from infra.jobs import TRAINER_ACCOUNT
+
+    buckets = storage.buckets
+    roles = {}
+    for tenant in self_service_tenants(config):
+        user_secret = tracking.secrets[tenant].arn if tracking is not None else ""
+        statements = pulumi.Output.all(
+            buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn,
+            keys["datasets"].arn, keys["checkpoints"].arn, keys["tracking"].arn, user_secret,
+        ).apply(lambda a, t=tenant: s3_statements(a[0], a[1], t, read_key_arns=[a[2]], write_key_arns=[a[3]])
+                + (tenant_statements(a[5], a[4], config.region) if a[5] else []))
+        roles[tenant] = PodIdentityRole(
+            f"training-{tenant}-trainer", PodIdentityRoleArgs(
+                role_name=trainer_role_name(prefix, tenant), account_id=account_id, namespace=tenant,
+                service_account=TRAINER_ACCOUNT, cluster_name=cluster_name, statements=statements),
+            opts=pulumi.ResourceOptions(providers={"aws": aws_provider}))
+    return roles

@@ -198,6 +198,8 @@ def test_a_bad_dsn_file_is_one_line(tmp_path, make, says):
     ("MLPLAT_PIPELINE_DB_SECRET_ARN", "8080", "MLPLAT_PIPELINE_DB_SECRET_ARN not set"),
     ("MLPLAT_TENANT", "8080", "MLPLAT_TENANT not set"),
     ("", "80800", "is not a port"),
+    ("", "tenant:Bad_Name", "is not a tenant name"),
+    ("", "db-port:5432x", "MLPLAT_DB_PORT '5432x' is not a port"),
 ])
 def test_a_pod_spec_missing_a_setting_is_one_line(tmp_path, drop, port, says):
     env = {**os.environ, "PYTHONPATH": str(REPO), "MLPLAT_TENANT": "research", "MLPLAT_DB_HOST": "db",
@@ -205,6 +207,10 @@ def test_a_pod_spec_missing_a_setting_is_one_line(tmp_path, drop, port, says):
            "MLPLAT_PIPELINE_API_PORT": port, "AIRFLOW_HOME": str(tmp_path)}
     env.pop(drop, None)
     env.pop("MLPLAT_DB_DSN_FILE", None)
+    if port.startswith("tenant:"):
+        env.update({"MLPLAT_TENANT": port.removeprefix("tenant:"), "MLPLAT_PIPELINE_API_PORT": "8080"})
+    if port.startswith("db-port:"):
+        env.update({"MLPLAT_DB_PORT": port.removeprefix("db-port:"), "MLPLAT_PIPELINE_API_PORT": "8080"})
     done = _engine("api-server", env, timeout=60)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and says in lines[0], done.stderr[-2000:]

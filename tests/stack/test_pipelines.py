@@ -24,6 +24,7 @@ from infra.checks.admission import refusals
 from platform_policies.pod_security import findings
 from platform_policies.workloads import pod_templates
 from infra.config import load_stack
+from infra.jobs import TRAINER_ACCOUNT
 from infra.preview.report import kubernetes_objects
 from tests.conftest import preview
 from tests.stack.test_tenant_isolation import tenants
@@ -138,10 +139,17 @@ def test_every_step_the_engine_submits_passes_the_tenants_admission(stack):
         assert manifest["metadata"]["labels"][QUEUE_LABEL] == "default", step
         specs = launch._pod_specs(manifest)
         for spec in specs:
-            assert spec["serviceAccountName"] == STEPS_ACCOUNT and spec["automountServiceAccountToken"] is False
+            # The train step is the tenant's own job (the `mlplat job` path): its `trainer`.
+            account = TRAINER_ACCOUNT if step == "train" else STEPS_ACCOUNT
+            assert spec["serviceAccountName"] == account and spec["automountServiceAccountToken"] is False
             [container] = spec["containers"]
             assert container["args"] == list(ARGS[step][1])
+            assert container["command"] == ["python", "-m", "workloads.pipeline"]
             assert {"name": "scratch", "mountPath": "/fsx"} in container["volumeMounts"]
+    # On a node of the tenant's GPU pool, after the GPU check, as the tenant's own jobs run.
+    [trainer] = launch._pod_specs(train)
+    assert [c["name"] for c in trainer["initContainers"]] == ["gpu-check"]
+    assert int(trainer["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) == 8
     # The features step is the feature project's pod: its store config and online-store label.
     features = made["materialize"]["spec"]["template"]
     assert features["metadata"]["labels"]["mlplat.io/feature-store"] == "true"

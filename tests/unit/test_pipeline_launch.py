@@ -10,9 +10,12 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from workloads.inputs import InputError
 from workloads.pipeline import launch
-from workloads.pipeline.engine import airflow_environment, database_url
+from workloads.pipeline.engine import EngineInputError, airflow_environment, database_url
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": "research", "labels": {"q": "default"}},
        "spec": {"template": {"metadata": {"labels": {}}, "spec": {"containers": [{"name": "step"}]}}}}
@@ -142,3 +145,35 @@ def test_the_engines_keys_are_derived_from_its_password_and_shared_by_every_comp
     assert len(base64.urlsafe_b64decode(one["AIRFLOW__CORE__FERNET_KEY"])) == 32  # a Fernet key
     assert one["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://airflow-api-server.research.svc:8080/execution/"
     assert one["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+
+
+TEXT = st.text(max_size=40)
+SECRETS = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), TEXT),
+                       lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
+                       max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tenant=TEXT, port=TEXT, secret=st.one_of(SECRETS, st.fixed_dictionaries({"password": SECRETS})))
+def test_the_engines_settings_are_read_or_refused_in_one_line(tenant, port, secret):
+    env = {"MLPLAT_TENANT": tenant, "MLPLAT_PIPELINE_DB_SECRET_ARN": "arn:s", "MLPLAT_DB_HOST": "db",
+           "MLPLAT_DB_PORT": port}
+    try:
+        url, password = database_url(env, read_secret=lambda arn: secret)
+    except EngineInputError as err:
+        assert "\n" not in str(err)
+    else:
+        assert url.startswith("postgresql+psycopg2://airflow_") and password == secret["password"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dsn=st.text(max_size=200))
+def test_a_dsn_file_is_read_or_refused_in_one_line(tmp_path, dsn):
+    path = tmp_path / "dsn"
+    path.write_bytes(dsn.encode("utf-8", "surrogatepass"))
+    try:
+        url, _ = database_url({"MLPLAT_DB_DSN_FILE": str(path)})
+    except (EngineInputError, InputError) as err:
+        assert "\n" not in str(err)
+    else:
+        assert url.startswith("postgresql+psycopg2://")

@@ -12,7 +12,7 @@ ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
 # The same pins as the tests' engine (Makefile PIPELINES_PINS).
-RUN pip install --no-cache-dir "apache-airflow[postgres]==3.3.2" kubernetes==35.0.0 boto3==1.44.8
+RUN pip install --no-cache-dir "apache-airflow[postgres]==3.3.2" kubernetes==36.0.0 boto3==1.44.8
 # The RDS certificate authorities of the region, which the engine verifies its database
 # against (sslmode=verify-full), as the tracking image does.
 ARG REGION=me-central-1

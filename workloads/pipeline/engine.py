@@ -85,6 +85,13 @@ def database_url(env: Mapping[str, str], read_secret=None) -> tuple[str, str]:
         from workloads.tracking.databases import database_name
 
         try:
+            user = name = database_name(env["MLPLAT_TENANT"])
+        except ValueError as err:
+            raise EngineInputError(f"MLPLAT_TENANT: {err}") from None
+        port_text = env.get("MLPLAT_DB_PORT", "5432")
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise EngineInputError(f"MLPLAT_DB_PORT {inputs.excerpt(port_text)} is not a port (1 to 65535)")
+        try:
             value = (read_secret or _read_secret)(env["MLPLAT_PIPELINE_DB_SECRET_ARN"])
         except ValueError:
             raise EngineInputError(f"{env['MLPLAT_PIPELINE_DB_SECRET_ARN']}: its value is not JSON") from None
@@ -95,8 +102,7 @@ def database_url(env: Mapping[str, str], read_secret=None) -> tuple[str, str]:
         if not isinstance(password, str) or not password:
             raise EngineInputError(f"{env['MLPLAT_PIPELINE_DB_SECRET_ARN']}: no password yet; the tracking server "
                                    "makes it when it starts (is it running?)")
-        user = name = database_name(env["MLPLAT_TENANT"])
-        host, port, sslmode, ca = (env["MLPLAT_DB_HOST"], int(env.get("MLPLAT_DB_PORT", "5432")), "verify-full",
+        host, port, sslmode, ca = (env["MLPLAT_DB_HOST"], int(port_text), "verify-full",
                                    env.get("MLPLAT_DB_CA_BUNDLE", ""))
     query = f"sslmode={sslmode}" + (f"&sslrootcert={quote(ca, safe='/')}" if ca else "")
     return (f"postgresql+psycopg2://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/"

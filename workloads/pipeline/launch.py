@@ -61,6 +61,7 @@ def manifest(templates: Mapping[str, Any], image: str, args: tuple[str, ...]) ->
     verb = verb_of(args)
     made = template_for(templates, image, verb)
     labels = {RUN_LABEL: run_label(args), VERB_LABEL: verb}
+    made["metadata"].pop("name", None)
     made["metadata"]["generateName"] = f"gp-{verb}-"
     made["metadata"]["labels"] = {**made["metadata"].get("labels", {}), **labels}
     if made["kind"] == "JobSet":
