@@ -142,6 +142,9 @@ def prod_cluster_preview():
 SHARED_SERVERS = ("tracking",)
 
 
+# tryfirst: xdist's worker reads the groups in its own hook of the same name, and a hook
+# registered after the conftest's runs before it; without this the groups were never seen.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     group_of: dict[str, str] = {}  # file -> its group: the shared server of any of its tests
     for item in items:
