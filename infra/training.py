@@ -166,14 +166,7 @@ def training_identity(
     job = resolve_training(config)
     if job is None:
         return None
-    buckets = storage.buckets
-    user_secret = tracking.secrets[job.tenant.name].arn if tracking is not None else ""
-    tenant = job.tenant.name
-    statements = pulumi.Output.all(
-        buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn,
-        keys["datasets"].arn, keys["checkpoints"].arn, keys["tracking"].arn, user_secret,
-    ).apply(lambda a: s3_statements(a[0], a[1], tenant, read_key_arns=[a[2]], write_key_arns=[a[3]])
-            + (tenant_statements(a[5], a[4], config.region) if a[5] else []))
+    statements = _training_statements(config, storage, keys, job.tenant.name, tracking)
     s = job.settings
     # Named, and at the stack's root, as a stack made before the layers split holds it
     # once migrated (docs/layers.md).
@@ -185,6 +178,19 @@ def training_identity(
                             statements=statements),
         opts=pulumi.ResourceOptions(providers={"aws": aws_provider}),
     )
+
+
+def _training_statements(config: PlatformConfig, storage: Any, keys: dict[str, aws.kms.Key], tenant: str,
+                         tracking: Any) -> pulumi.Output[list[dict[str, Any]]]:
+    """A training role's policy: the tenant's datasets (read) and runs (read and write), and,
+    where the tracking server runs, the tenant's tracking user."""
+    buckets = storage.buckets
+    user_secret = tracking.secrets[tenant].arn if tracking is not None else ""
+    return pulumi.Output.all(
+        buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn,
+        keys["datasets"].arn, keys["checkpoints"].arn, keys["tracking"].arn, user_secret,
+    ).apply(lambda a: s3_statements(a[0], a[1], tenant, read_key_arns=[a[2]], write_key_arns=[a[3]])
+            + (tenant_statements(a[5], a[4], config.region) if a[5] else []))
 
 
 def cluster_plan(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
@@ -244,15 +250,9 @@ def trainer_identities(config: PlatformConfig, prefix: str, account_id: str, clu
     what the stack's training role gets, for the tenant's own prefixes and tracking user."""
     from infra.jobs import TRAINER_ACCOUNT
 
-    buckets = storage.buckets
     roles = {}
     for tenant in self_service_tenants(config):
-        user_secret = tracking.secrets[tenant].arn if tracking is not None else ""
-        statements = pulumi.Output.all(
-            buckets["datasets"].bucket.arn, buckets["checkpoints"].bucket.arn,
-            keys["datasets"].arn, keys["checkpoints"].arn, keys["tracking"].arn, user_secret,
-        ).apply(lambda a, t=tenant: s3_statements(a[0], a[1], t, read_key_arns=[a[2]], write_key_arns=[a[3]])
-                + (tenant_statements(a[5], a[4], config.region) if a[5] else []))
+        statements = _training_statements(config, storage, keys, tenant, tracking)
         roles[tenant] = PodIdentityRole(
             f"training-{tenant}-trainer", PodIdentityRoleArgs(
                 role_name=trainer_role_name(prefix, tenant), account_id=account_id, namespace=tenant,
