@@ -33,7 +33,7 @@ from components.addons.queues import LOCAL_QUEUE
 from components.features_spec import CONFIG_DIR as FEAST_DIR
 from components.features_spec import ProjectPlan
 from components.features_spec import _pod_spec as feature_pod_spec
-from components.specs.cluster import CA_KEY
+from components.specs.cluster import CA_KEY, ca_config_map
 from components.training_spec import (
     CONTAINER_SECURITY,
     QUEUE_LABEL,
@@ -176,6 +176,16 @@ def network_policy(plan: EnginePlan) -> dict[str, Any]:
 # --- the steps' templates -----------------------------------------------------------------
 
 
+def _with_pipeline(container: dict[str, Any], spec: dict[str, Any], env: dict[str, str]) -> None:
+    """A step's container: `env` set (replacing what the pod had of those names), and the
+    golden-path ConfigMap (its parameters) mounted."""
+    container["env"] = [e for e in container.get("env", []) if e["name"] not in env] + \
+        [{"name": k, "value": v} for k, v in env.items()]
+    container["volumeMounts"] = [*container.get("volumeMounts", []),
+                                 {"name": "pipeline", "mountPath": CONFIG_DIR, "readOnly": True}]
+    spec["volumes"] = [*spec.get("volumes", []), {"name": "pipeline", "configMap": {"name": CONFIG_MAP}}]
+
+
 def _tracking(plan: EnginePlan, container: dict[str, Any], spec: dict[str, Any]) -> None:
     """The step signs in to MLflow as its tenant: on AWS the password from its tracking
     secret with the steps' own role; on a customer's cluster from the customer's Secret."""
@@ -183,16 +193,12 @@ def _tracking(plan: EnginePlan, container: dict[str, Any], spec: dict[str, Any])
            "MLPLAT_TENANT": plan.tenant, "HOME": "/tmp", "MLPLAT_PIPELINE_PARAMS": PARAMS_FILE}
     if plan.customer is None:
         env["MLPLAT_TRACKING_SECRET_ARN"] = plan.tracking_secret_arn
-    container["env"] = [e for e in container.get("env", []) if e["name"] not in env]
-    container["env"] += [{"name": k, "value": v} for k, v in env.items()]
+    _with_pipeline(container, spec, env)
     if plan.customer is not None:
         container["env"].append({"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": {"secretKeyRef": {
             "name": TRACKING_SECRET, "key": TRACKING_SECRET_KEY}}})
-    container["volumeMounts"] = [*container.get("volumeMounts", []),
-                                 {"name": "pipeline", "mountPath": CONFIG_DIR, "readOnly": True},
-                                 {"name": "scratch", "mountPath": SCRATCH_MOUNT}]
-    spec["volumes"] = [*spec.get("volumes", []), {"name": "pipeline", "configMap": {"name": CONFIG_MAP}},
-                       {"name": "scratch", "persistentVolumeClaim": {"claimName": plan.scratch_claim}}]
+    container["volumeMounts"].append({"name": "scratch", "mountPath": SCRATCH_MOUNT})
+    spec["volumes"].append({"name": "scratch", "persistentVolumeClaim": {"claimName": plan.scratch_claim}})
     spec["serviceAccountName"] = STEPS_ACCOUNT
     spec["automountServiceAccountToken"] = False
     spec["restartPolicy"] = "Never"
@@ -248,12 +254,8 @@ def _train_jobset(plan: EnginePlan, job: dict[str, Any]) -> dict[str, Any]:
         main = spec["containers"][0]
         main["command"] = ["python", "-m", "workloads.pipeline"]
         main.pop("args", None)
-        env = {"MLPLAT_TENANT": plan.tenant, "MLPLAT_PIPELINE_PARAMS": PARAMS_FILE, "HOME": "/tmp"}
-        main["env"] = [e for e in main.get("env", []) if e["name"] not in env] + \
-            [{"name": k, "value": v} for k, v in env.items()]
-        main["volumeMounts"] = [*main.get("volumeMounts", []),
-                                {"name": "pipeline", "mountPath": CONFIG_DIR, "readOnly": True}]
-        spec["volumes"] = [*spec.get("volumes", []), {"name": "pipeline", "configMap": {"name": CONFIG_MAP}}]
+        _with_pipeline(main, spec, {"MLPLAT_TENANT": plan.tenant, "MLPLAT_PIPELINE_PARAMS": PARAMS_FILE,
+                                    "HOME": "/tmp"})
     return made
 
 
@@ -414,8 +416,7 @@ def engine_objects(plan: EnginePlan) -> list[dict[str, Any]]:
     """Fences, identities and configuration first; then the migration; then the engine."""
     first = [network_policy(plan), *service_accounts(plan), *rbac(plan), config_map(plan)]
     if plan.customer is not None:
-        first.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(plan, CA_CONFIG_MAP),
-                      "data": {CA_KEY: plan.customer.ca_bundle}})
+        first.append(ca_config_map(plan.tenant, plan.customer.ca_bundle, name=CA_CONFIG_MAP))
     return [*first, migrate_job(plan), *deployments(plan), service(plan)]
 
 

@@ -27,6 +27,7 @@ from components.pipelines_spec import (
     steps_role_name,
 )
 from components.tracking_spec import tenant_statements as tracking_statements
+from components.training_spec import GPU_RESOURCE
 from components.training_spec import s3_statements as run_statements
 from infra.config import ConfigError, PlatformConfig
 from infra.descriptor import ClusterDescriptor, CustomerClusterDescriptor
@@ -116,7 +117,7 @@ def _train_jobset(config: PlatformConfig, descriptor: ClusterDescriptor | Custom
         return None
     jobset = render(data, tenant, "golden-path", {"nodes": 1})[-1]
     main = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
-    gpus = int(main["resources"]["limits"].get("nvidia.com/gpu", 0))
+    gpus = int(main["resources"]["limits"].get(GPU_RESOURCE, 0))
     nproc = config.pipelines.tenants[tenant].get("training", {}).get("nproc", 1)
     if isinstance(nproc, int) and nproc > gpus:
         raise ConfigError(f"pipelines.tenants.{tenant}.training.nproc: {nproc} processes, but the train step runs "

@@ -95,8 +95,9 @@ def platform_config_map(facts: dict[str, str]) -> dict[str, Any]:
             "data": dict(sorted(facts.items()))}
 
 
-def ca_config_map(namespace: str, pem: str) -> dict[str, Any]:
+def ca_config_map(namespace: str, pem: str, name: str = CA_CONFIG_MAP) -> dict[str, Any]:
+    """The customer's CA in a namespace; `name`: a copy of a component's own, beside another."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": CA_CONFIG_MAP, "namespace": namespace,
+            "metadata": {"name": name, "namespace": namespace,
                          "labels": {"app.kubernetes.io/part-of": "mlplat"}},
             "data": {CA_KEY: pem}}
