@@ -29,12 +29,16 @@ def _engine_installed():
         pytest.fail(".venv-pipelines lacks Airflow: run `make setup`", pytrace=False)
 
 
-def _password(tracking: TrackingStack, tenant: str, timeout: float = 60) -> str:
-    """The tenant's engine password, once the tracking server has made it (and its database)."""
+def _secrets_manager(tracking: TrackingStack):
     import boto3
 
-    manager = boto3.client("secretsmanager", endpoint_url=tracking.s3, region_name="me-central-1",
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client("secretsmanager", endpoint_url=tracking.s3, region_name="me-central-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def _password(tracking: TrackingStack, tenant: str, timeout: float = 60) -> str:
+    """The tenant's engine password, once the tracking server has made it (and its database)."""
+    manager = _secrets_manager(tracking)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -170,58 +174,12 @@ def test_a_non_superuser_master_makes_them_and_a_rotated_password_resets_the_rol
         postgres.stop()
 
 
-# --- bad input: one line, exit 2, nothing started --------------------------------------------
-
-
-def _fifo(tmp_path: Path) -> Path:
-    path = tmp_path / "dsn"
-    os.mkfifo(path)
-    return path
-
-
-@pytest.mark.parametrize("make, says", [
-    (lambda p: _fifo(p), "is a FIFO"),
-    (lambda p: (p / "dsn").write_text("mysql://u:p@db/x") and p / "dsn", "is not postgresql://"),
-    (lambda p: (p / "dsn").write_text("postgresql://u@db:5432/x") and p / "dsn", "the DSN has no password"),
-    (lambda p: (p / "dsn").write_bytes(b"x" * (1 << 20)) and p / "dsn", "may be at most 65,536"),
-])
-def test_a_bad_dsn_file_is_one_line(tmp_path, make, says):
-    path = make(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MLPLAT_DB_DSN_FILE": str(path), "AIRFLOW_HOME": str(tmp_path)}
-    done = _engine("migrate", env, timeout=60)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
-    assert lines[0].startswith("python -m workloads.pipeline engine migrate: error: ") and says in lines[0], lines
-
-
-@pytest.mark.parametrize("drop, port, says", [
-    ("MLPLAT_PIPELINE_DB_SECRET_ARN", "8080", "MLPLAT_PIPELINE_DB_SECRET_ARN not set"),
-    ("MLPLAT_TENANT", "8080", "MLPLAT_TENANT not set"),
-    ("", "80800", "is not a port"),
-    ("", "tenant:Bad_Name", "is not a tenant name"),
-    ("", "db-port:5432x", "MLPLAT_DB_PORT '5432x' is not a port"),
-])
-def test_a_pod_spec_missing_a_setting_is_one_line(tmp_path, drop, port, says):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MLPLAT_TENANT": "research", "MLPLAT_DB_HOST": "db",
-           "MLPLAT_PIPELINE_DB_SECRET_ARN": "arn:aws:secretsmanager:me-central-1:1:secret:x",
-           "MLPLAT_PIPELINE_API_PORT": port, "AIRFLOW_HOME": str(tmp_path)}
-    env.pop(drop, None)
-    env.pop("MLPLAT_DB_DSN_FILE", None)
-    if port.startswith("tenant:"):
-        env.update({"MLPLAT_TENANT": port.removeprefix("tenant:"), "MLPLAT_PIPELINE_API_PORT": "8080"})
-    if port.startswith("db-port:"):
-        env.update({"MLPLAT_DB_PORT": port.removeprefix("db-port:"), "MLPLAT_PIPELINE_API_PORT": "8080"})
-    done = _engine("api-server", env, timeout=60)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1 and says in lines[0], done.stderr[-2000:]
+# --- a secret not made yet: one line, exit 2 ------------------------------------------------
+# (the pod's other bad settings: tests/workloads/test_verb_inputs.py)
 
 
 def test_a_secret_the_tracking_server_has_not_filled_yet_is_one_line(tracking, tmp_path):
-    import boto3
-
-    manager = boto3.client("secretsmanager", endpoint_url=tracking.s3, region_name="me-central-1",
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
-    empty = manager.create_secret(Name=f"pipelines-empty-{tmp_path.name}",
+    empty = _secrets_manager(tracking).create_secret(Name=f"pipelines-empty-{tmp_path.name}",
                                   SecretString=json.dumps({"username": "x"}))["ARN"]
     env = {**_engine_env(tracking, "research", tmp_path), "MLPLAT_PIPELINE_DB_SECRET_ARN": empty}
     done = _engine("scheduler", env, timeout=60)

@@ -436,6 +436,43 @@ def test_the_redis_password_file_is_read_bounded(hostile):
                            "itself (the customer's Secret must be in the tenant's namespace)\n"), done.stderr[-2000:]
 
 
+# --- python -m workloads.pipeline engine ------------------------------------------------------
+# The engine's pods refuse a setting their spec or a mounted Secret got wrong before Airflow
+# starts (workloads/pipeline/engine.py); its database secret, made by the tracking server, is
+# tests/services/test_pipeline_engine.py's.
+
+ENGINE = "workloads.pipeline"
+AWS_ENGINE = {"MLPLAT_DB_DSN_FILE": "", "MLPLAT_TENANT": "research", "MLPLAT_DB_HOST": "db",
+              "MLPLAT_PIPELINE_DB_SECRET_ARN": "arn:aws:secretsmanager:me-central-1:1:secret:x"}
+
+
+@pytest.mark.parametrize(("name", "text", "says"), [
+    ("fifo", None, "is a FIFO"),
+    ("zero", None, "is a character device, not a database DSN file"),
+    ("loop", None, "is a symbolic link that loops"),
+    ("dsn", "mysql://u:p@db/x", "is not postgresql://"),
+    ("dsn", "postgresql://u@db:5432/x", "the DSN has no password"),
+    ("dsn", "x" * (1 << 20), "may be at most 65,536"),
+], ids=["fifo", "dev-zero", "loop", "mysql", "no-password", "big"])
+def test_the_engines_dsn_file_is_read_bounded(hostile, name, text, says):
+    if text is not None:
+        (hostile / name).write_text(text)
+    line = refused(run(ENGINE, "engine", "migrate", env={"MLPLAT_DB_DSN_FILE": str(hostile / name)}))
+    assert line.startswith("python -m workloads.pipeline engine migrate: error: ") and says in line, line
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"MLPLAT_PIPELINE_DB_SECRET_ARN": ""}, "MLPLAT_PIPELINE_DB_SECRET_ARN not set"),
+    ({"MLPLAT_TENANT": ""}, "MLPLAT_TENANT not set"),
+    ({"MLPLAT_PIPELINE_API_PORT": "80800"}, "is not a port"),
+    ({"MLPLAT_TENANT": "Bad_Name"}, "is not a tenant name"),
+    ({"MLPLAT_DB_PORT": "5432x"}, "MLPLAT_DB_PORT '5432x' is not a port"),
+])
+def test_a_setting_missing_from_the_engines_pod_is_one_line(tmp_path, env, says):
+    line = refused(run(ENGINE, "engine", "api-server", env={**AWS_ENGINE, "AIRFLOW_HOME": str(tmp_path), **env}))
+    assert line.startswith("python -m workloads.pipeline engine api-server: error: ") and says in line, line
+
+
 # --- python -m workloads.train --------------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "says"), [
