@@ -70,31 +70,17 @@ def plan_from_data(data: dict[str, Any]) -> TrainingPlan:
 
 def tenant_data(config: Any, descriptor: Any, built: Any, tenant: Any) -> dict[str, Any] | None:
     """What the tenant's `training-jobs` ConfigMap holds; None for a tenant with no GPU pool."""
-    from infra.config import TrainingConfig
-    from infra.training import cluster_plan
-    from infra.training_plan import TrainingConfigError, _tenant_allows, resolve_training
+    from infra.training import cluster_plan, self_service_jobs
 
-    gpu_pools = [p for p in config.node_pools if p.role == "gpu"]
-    plans = {}
-    for pool in gpu_pools:
-        if not _tenant_allows(tenant, pool.instance_type):
-            continue
-        # The plan of a one-node job of the trainer's defaults: what a job changes
-        # (nodes, settings, name) is applied when it is rendered.
-        settings = TrainingConfig(name="job", tenant=tenant.name, pool=pool.name, nodes=1)
-        try:
-            job = resolve_training(config.model_copy(update={"training": settings}))
-        except TrainingConfigError:
-            continue  # a node of this pool is more than the tenant can ever be admitted
-        if job is not None:
-            plans[pool.name] = plan_data(replace(cluster_plan(config, descriptor, job, built),
-                                                 service_account=TRAINER_ACCOUNT))
+    plans = {job.pool.name: plan_data(replace(cluster_plan(config, descriptor, job, built),
+                                              service_account=TRAINER_ACCOUNT))
+             for job in self_service_jobs(config, tenant)}
     if not plans:
         return None
     cohort = [t for t in config.tenants if t.name == tenant.name or (tenant.cohort and t.cohort == tenant.cohort)]
     return {
         "tenant": tenant.name, "lustre": bool(config.storage.lustre.enabled),
-        "pools": [p.model_dump(mode="json", by_alias=True) for p in gpu_pools if p.name in plans],
+        "pools": [p.model_dump(mode="json", by_alias=True) for p in config.node_pools if p.name in plans],
         "tenants": [t.model_dump(mode="json", by_alias=True) for t in cohort],
         "plans": plans,
     }

@@ -229,12 +229,30 @@ def build_training(
     )
 
 
-def self_service_tenants(config: PlatformConfig) -> list[str]:
-    """The tenants that may submit their own jobs: a GPU quota and a GPU pool they may use."""
-    from infra.training_plan import _tenant_allows
+def self_service_jobs(config: PlatformConfig, tenant: Any) -> list[ResolvedTraining]:
+    """Per GPU pool the tenant may use, a one-node job of the trainer's defaults there (what a
+    self-service job changes is applied when it is rendered: infra/jobs.py); none where even
+    one node is more than the tenant can ever be admitted."""
+    from infra.config import TrainingConfig
+    from infra.training_plan import TrainingConfigError, _tenant_allows
 
-    pools = [p for p in config.node_pools if p.role == "gpu"]
-    return [t.name for t in config.tenants if any(_tenant_allows(t, p.instance_type) for p in pools)]
+    jobs = []
+    for pool in config.node_pools:
+        if pool.role != "gpu" or not _tenant_allows(tenant, pool.instance_type):
+            continue
+        settings = TrainingConfig(name="job", tenant=tenant.name, pool=pool.name, nodes=1)
+        try:
+            job = resolve_training(config.model_copy(update={"training": settings}))
+        except TrainingConfigError:
+            continue
+        if job is not None:
+            jobs.append(job)
+    return jobs
+
+
+def self_service_tenants(config: PlatformConfig) -> list[str]:
+    """The tenants that may submit their own jobs (the cluster layer gives each a template)."""
+    return [t.name for t in config.tenants if self_service_jobs(config, t)]
 
 
 def trainer_role_name(prefix: str, tenant: str) -> str:
