@@ -146,18 +146,13 @@ def main(argv: list[str], env: Mapping[str, str] | None = None) -> int:
               file=sys.stderr)
         return 2
     port = env.get("MLPLAT_PIPELINE_API_PORT", str(API_PORT))
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        print(f"python -m workloads.pipeline engine {argv[0]}: error: MLPLAT_PIPELINE_API_PORT "
-              f"{inputs.excerpt(port)} is not a port (1 to 65535)", file=sys.stderr)
-        return 2
     try:
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise EngineInputError(f"MLPLAT_PIPELINE_API_PORT {inputs.excerpt(port)} is not a port (1 to 65535)")
         url, password = database_url(env)
-    except (EngineInputError, inputs.InputError) as err:
+    except (EngineInputError, inputs.InputError, EngineUnavailable) as err:
         print(f"python -m workloads.pipeline engine {argv[0]}: error: {err}", file=sys.stderr)
-        return 2
-    except EngineUnavailable as err:
-        print(f"python -m workloads.pipeline engine {argv[0]}: error: {err}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(err, EngineUnavailable) else 2
     merged = {**env, **airflow_environment(env, url, password)}
     Path(merged["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     airflow = str(Path(sys.executable).with_name("airflow"))
