@@ -276,6 +276,14 @@ class StreamingAnalysis:
             resource.propertyDependencies[key].urns.extend(urns)
         return resource
 
+    def ready(self) -> None:
+        """Wait until the relay can send (gRPC loaded): its start-up, which a preview spends
+        while the program runs, and a benchmark times apart from the check."""
+        assert self._relay.stdout is not None
+        frame = read_frame(self._relay.stdout)
+        if frame is None or frame[0] != b"W":
+            raise PackError("the policy relay did not start")
+
     def finish(self, registrations: Iterable[Registration]) -> Verdict:
         registrations = list(registrations)
         self._writer.put(b"F", "\n".join(dict.fromkeys(r.urn for r in registrations)).encode())
@@ -314,6 +322,8 @@ class StreamingAnalysis:
             tag, payload = frame
             if tag == b"R":
                 responses.append(payload)
+            elif tag == b"W":
+                continue  # ready, unless ready() read it already
             elif tag == b"S":
                 return responses, payload
             else:

@@ -15,7 +15,8 @@ Frames, each a tag byte, a 4-byte big-endian length and the payload:
   to the relay   P port (connect; sent once the pack is configured)
                  A urn, a newline, an AnalyzeRequest;  X what the stack request adds to it
                  F the stack request's URNs, newline-separated: finish
-  from it        R an AnalyzeResponse, one per A in the same order;  S the AnalyzeStack answer
+  from it        W ready: gRPC is loaded, first of all (its start-up is about 0.2 s)
+                 R an AnalyzeResponse, one per A in the same order;  S the AnalyzeStack answer
                  E one line: what failed (the last frame)
 """
 
@@ -137,6 +138,9 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def serve(source: BinaryIO, sink: BinaryIO) -> None:
     import grpc
+
+    write_frame(sink, b"W", b"")
+    sink.flush()
 
     analyze = analyze_stack = None
     calls: list = []

@@ -118,7 +118,9 @@ def get(props: Mapping[str, Any], *path: str | int) -> Any:
                     return None
                 value = value[step]
             else:
-                if not isinstance(value, Mapping):
+                # `type(...) is dict` first: a plain dict is most of what rules read, and the
+                # Mapping check goes through the ABC machinery (a Python call each time).
+                if type(value) is not dict and not isinstance(value, Mapping):
                     return None
                 value = value[step]  # one lookup: `in` then `[]` would look up twice
         except KeyError:

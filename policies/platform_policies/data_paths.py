@@ -31,7 +31,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 from .common import REGIONS_PROPERTY, UNKNOWN, Settings, aws_types, get, is_aws, items, \
     resource_rule
 from .controls import CROSS_BORDER_TRANSFER
-from .decoding import known, plain
+from .decoding import known, plain, serialized
 from .kubernetes import kubernetes_object
 from .replication import REPLICATION_TYPES
 
@@ -69,7 +69,7 @@ def _strings(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, str, 
         yield path, "", TOO_DEEP
         return
     if isinstance(value, str):
-        if value[:1] in "[{":
+        if value.lstrip()[:1] in "[{":  # JSON text may open with white space
             try:
                 decoded = json.loads(value)
             except ValueError:
@@ -87,32 +87,82 @@ def _strings(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, str, 
 
 
 def regions_named(text: str) -> set[str]:
-    """The AWS regions an ARN, endpoint or endpoint service name in `text` names."""
+    """The AWS regions an ARN, endpoint or endpoint service name in `text` names (host names
+    are case-insensitive: `S3.US-EAST-1.AMAZONAWS.COM` is in us-east-1)."""
+    text = text.lower()
     found: set[str] = set()
     if "arn:" in text:
         found |= {m["region"] for m in ARN.finditer(text)}
     if "amazonaws" in text or "api.aws" in text:
-        for host in AWS_HOST.finditer(text.lower()):
+        for host in AWS_HOST.finditer(text):
             found |= {m["region"] for m in HOST_REGION.finditer(host.group(0))}
         found |= {m["region"] for m in SERVICE_NAME.finditer(text)}
     return found
 
 
-def _names_region(text: str, allowed: set[str]) -> bool:
-    """Whether a document's text may name a region off the allow-list: every region an ARN,
-    endpoint or service name carries is also a word of its own there (the walk decides which
-    of those words is a path out)."""
-    return bool(set(REGION_WORD.findall(text)) - allowed)
+def regions_of(key: str, text: str) -> set[str]:
+    """The regions an input names: by itself under a key that holds a region, or in its text."""
+    if key in REGION_KEYS and re.fullmatch(REGION, text.lower()):
+        return {text.lower()}
+    return regions_named(text)
 
 
-def _surely_home(data: Any, allowed: set[str]) -> bool:
-    """Whether plain properties name no region off the allow-list anywhere (None: cannot tell)."""
-    if data is None:
+# The quick test below. Every region the walk finds is a run of the text shaped like a region
+# (letters, a hyphen, letters, a hyphen, one digit), so it ends at a hyphen and a digit; and it
+# starts a string, or follows a character that is not a letter or digit (`:` in an ARN, `.` or
+# `-` in a host name, a quote, or a JSON escape such as \n, whose last character is a letter).
+REGION_END = re.compile(rb"-[0-9]")
+SHAPES = (re.compile(rb"[a-z]{2}-[a-z]+-[0-9]$"), re.compile(rb"[a-z]{2}-(?:gov|iso[a-z]?)-[a-z]+-[0-9]$"))
+WINDOW = 64
+TOO_LONG = re.compile(rb"[a-z]{48,}-[0-9]$")  # a region-shaped run longer than the window could hide
+LETTERS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+ALNUM = LETTERS | frozenset(b"0123456789")
+# What a string's text follows in a Struct's bytes: the key's or the string value's field tag,
+# then its length (a varint, whose bytes but the last are 0x80 and above); and a JSON escape.
+STRING_START = frozenset({0x0A, 0x1A, ord("\\")} | set(range(0x80, 0x100)))
+# What decoding turns into the letters of a region although the text does not hold them: a JSON
+# escape (\u0075 is "u"), and the two characters lower-casing makes ASCII of (KELVIN SIGN, and
+# I WITH DOT ABOVE), in UTF-8.
+DISGUISES = (b"\\u", "\u212a".encode(), "\u0130".encode())
+
+
+def _may_start_region(data: bytes, at: int) -> bool:
+    """Whether a region could start at `at`: nothing before it, a character that is not a
+    letter or digit, or one that may end a string's length or a JSON escape."""
+    return at == 0 or data[at - 1] not in ALNUM or at == 1 or data[at - 2] in STRING_START
+
+
+def _surely_home(data: bytes, allowed: set[str]) -> bool:
+    """Whether the properties' text (protobuf or JSON bytes) surely names no region off the
+    allow-list, so the walk can be spared. The test only ever errs towards walking: at each
+    hyphen and digit in the text, the region shapes ending there are checked (lower-cased),
+    and text that could hold a region in disguise is always walked."""
+    if any(disguise in data for disguise in DISGUISES):
         return False
+    for hit in REGION_END.finditer(data):
+        if hit.start() < 4 or data[hit.start() - 1] not in LETTERS:
+            continue  # no letters before the hyphen: no region ends here
+        begin = max(0, hit.end() - WINDOW)
+        window = data[begin:hit.end()].lower()
+        if TOO_LONG.search(window):
+            return False
+        for shape in SHAPES:
+            found = shape.search(window)
+            if found is not None and found.group(0).decode() not in allowed \
+                    and _may_start_region(data, begin + found.start()):
+                return False
+    return True
+
+
+def _text(props: Any) -> bytes | None:
+    """The properties' text: the Struct's bytes in the pack, JSON elsewhere (None: cannot tell)."""
+    data = serialized(props)
+    if data is not None:
+        return data
     try:
-        return not _names_region(json.dumps(data), allowed)
+        return json.dumps(plain(props)).encode() if plain(props) is not None else None
     except (RecursionError, TypeError, ValueError):
-        return False
+        return None
 
 
 def _check_data_paths(args: ResourceValidationArgs, report: ReportViolation, settings: Settings) -> None:
@@ -121,7 +171,8 @@ def _check_data_paths(args: ResourceValidationArgs, report: ReportViolation, set
         args.not_applicable("judged by no-cross-region-replication")
     allowed = set(settings["allowedRegions"])
     where = f"{kind} '{args.name}'"
-    if _surely_home(plain(args.props), allowed):
+    data = _text(args.props)
+    if data is not None and _surely_home(data, allowed):
         paths: Iterable[tuple[str, str, str]] = []  # nothing off the allow-list anywhere: no need to walk it
     else:
         paths = _strings(known(args.props), "")
@@ -131,8 +182,7 @@ def _check_data_paths(args: ResourceValidationArgs, report: ReportViolation, set
         if text is TOO_DEEP:
             report(f"{where}: {path[:200]} is nested more than {MAX_DEPTH} levels deep, too deep to judge; flatten it")
             continue
-        named = {text} if key in REGION_KEYS and re.fullmatch(REGION, text) else regions_named(text)
-        for region in sorted(named - allowed):
+        for region in sorted(regions_of(key, text) - allowed):
             report(f"{where}: {path} = {text[:200]!r} names {region}, outside the allowed regions {sorted(allowed)}: "
                    "data would cross the border there")
     if kind in LEAVES_AWS:

@@ -49,14 +49,16 @@ class _IdentityCache:
 
 
 class _Deferred:
-    """Deserialized properties, worked out the first time they are needed."""
+    """Deserialized properties, worked out the first time they are needed. `source` is the
+    Struct they come from, for a rule that searches the properties' text as a whole."""
 
-    __slots__ = ("_compute", "_value", "_lock")
+    __slots__ = ("_compute", "_value", "_lock", "source")
 
-    def __init__(self, compute: Callable[[], Any]) -> None:
+    def __init__(self, compute: Callable[[], Any], source: Any = None) -> None:
         self._compute: Callable[[], Any] | None = compute
         self._value: Any = None
         self._lock = threading.Lock()
+        self.source = source
 
     def value(self) -> Any:
         with self._lock:
@@ -141,10 +143,19 @@ class _LazyProxy(Mapping):
     def __init__(self, make: Callable[[], Any], decoded: _Deferred | None = None) -> None:
         self._deferred = _Deferred(make)
         self._decoded = decoded
+        self._bytes: bytes | None = None
 
     def plain(self) -> Any:
         """The decoded properties themselves (unknown values as the engine's sentinels)."""
         return self._decoded.value() if self._decoded is not None else None
+
+    def serialized(self) -> bytes | None:
+        """The properties' Struct as protobuf bytes, every string in it verbatim (None when
+        the Struct is not at hand); serialized once, for the several rules that search it."""
+        if self._bytes is None:
+            source = self._decoded.source if self._decoded is not None else None
+            self._bytes = source.SerializeToString() if source is not None else None
+        return self._bytes
 
     def __getitem__(self, key: Any) -> Any:
         return self._deferred.value()[key]
@@ -196,6 +207,30 @@ def _value_to_object(value: Any) -> Any:
     return None  # null_value, or unset
 
 
+def deserialized_struct(struct: Any) -> dict[str, Any]:
+    """pulumi-policy's `deserialize_properties(struct_to_dict(struct))` in one walk instead of
+    two: a map carrying Pulumi's signature key (a secret, an asset, an archive) is converted
+    and handed to the SDK's own deserializer; every other value is what struct_to_dict gives.
+    tests/policy/test_decoding.py holds the two equal over every stack's resources."""
+    return {key: _deserialized_value(value) for key, value in struct.fields.items()}
+
+
+def _deserialized_value(value: Any) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        fields = value.struct_value.fields
+        if _SIGNATURE_KEY in fields:
+            from pulumi_policy.deserialize import _deserialize_property
+
+            return _deserialize_property(_fields_to_dict(fields))
+        return {key: _deserialized_value(item) for key, item in fields.items()}
+    if kind == "list_value":
+        return [_deserialized_value(item) for item in value.list_value.values]
+    return _value_to_object(value)
+
+
+_SIGNATURE_KEY = "4dabf18193072939515e22adb298388d"  # pulumi_policy.deserialize.SPECIAL_SIG_KEY
+
 _KNOWN = _IdentityCache()
 
 
@@ -230,6 +265,13 @@ def _without_sentinels(value: Any, sentinels: frozenset[str], unknown: Any) -> A
     if isinstance(value, list):
         return [_without_sentinels(v, sentinels, unknown) for v in value]
     return value
+
+
+def serialized(props: Any) -> bytes | None:
+    """A resource's properties as the Struct's bytes, where the pack's shared copy has them:
+    for a rule that only needs to know whether some text occurs anywhere in them, searching
+    the bytes spares decoding (a CRD's schema runs to megabytes)."""
+    return props.serialized() if isinstance(props, _LazyProxy) else None
 
 
 def plain(props: Any) -> Any:
@@ -272,13 +314,17 @@ def share_decoding_across_rules() -> None:
             if sys._getframe(1).f_code.co_name in _DECODED_LATER:
                 # Even turning the Struct into a dict is deferred: for a CRD that is
                 # megabytes no rule reads.
-                return messages.get(message, None, lambda: _Deferred(lambda: convert(message)))
+                return messages.get(message, None, lambda: _Deferred(lambda: convert(message), message))
             return messages.get(message, None, lambda: convert(message))
 
     def deserialize_properties(props: Any, keep_unknowns: Any = None) -> Any:
         if keep_unknowns:  # remediation reads the decoded values itself: decode now
             return values.get(props, keep_unknowns, lambda: deserialize(_value(props), keep_unknowns))
-        return values.get(props, keep_unknowns, lambda: _Deferred(lambda: deserialize(_value(props), keep_unknowns)))
+        source = getattr(props, "source", None)
+        if source is not None and source.DESCRIPTOR.full_name == "google.protobuf.Struct":
+            return values.get(props, None, lambda: _Deferred(lambda: deserialized_struct(source), source))
+        return values.get(props, keep_unknowns, lambda: _Deferred(lambda: deserialize(_value(props), keep_unknowns),
+                                                                   getattr(props, "source", None)))
 
     def unknown_checking_proxy(props: Any) -> Any:
         # The proxies only wrap: they hold no state of their own a rule could change.

@@ -10,7 +10,7 @@ from pulumi_policy import ReportViolation, ResourceValidationArgs
 
 from .common import UNKNOWN, Settings, get, is_kubernetes, items, resource_rule
 from .controls import cis_eks, iso
-from .decoding import KnownProperties, _IdentityCache, known
+from .decoding import KnownProperties, _IdentityCache, known, serialized
 from .pod_security import CONTROLS, Finding
 from .pod_security import findings as pod_findings
 from .workloads import (
@@ -78,6 +78,12 @@ def _images(args: ResourceValidationArgs) -> list[tuple[str, ImageRef]]:
     """Images an object makes the cluster pull: its pods' containers, a Helm release's
     values, or, for an object with no pod spec, what its operator deploys from it (the GPU
     Operator's ClusterPolicy, the Network Operator's NicClusterPolicy, an EnvoyProxy)."""
+    data = serialized(args.props)
+    if data is not None and b"image" not in data and b"repository" not in data:
+        # Every image is read from an `image` or `repository` key (or a container's `image`),
+        # and keys are verbatim in the bytes: an object with neither names none. Spares
+        # decoding the many custom resources that make no pods (alert rules, monitors).
+        return []
     props = known(args.props) if not isinstance(args.props, dict) else args.props
     if isinstance(props, KnownProperties):
         return _IMAGES.get(props, args.resource_type, lambda: _find_images(args.resource_type, props))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .common import UNKNOWN, get, items
-from .decoding import KnownProperties, _IdentityCache, known
+from .decoding import KnownProperties, _IdentityCache, known, serialized
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # A helm.v4.Chart is a component: the provider registers each object it renders as its
@@ -74,6 +74,9 @@ _TEMPLATES = _IdentityCache()
 def pod_templates(props: Any) -> list[PodTemplate]:
     """Every pod spec in an object, however deep (a mapping with a `containers` list), with its
     template's annotations (a Pod's own, or the `metadata` beside the spec)."""
+    data = serialized(props)
+    if data is not None and b"containers" not in data:
+        return []  # keys are verbatim in the bytes: no `containers` key, no pod spec (and no decoding)
     props = known(props) if isinstance(props, Mapping) and not isinstance(props, dict) else props
     if isinstance(props, KnownProperties):
         return _TEMPLATES.get(props, None, lambda: _pod_templates(props))

@@ -28,9 +28,10 @@ json_format.MessageToDict = lambda message, *a, **k: converted.append(1) or to_d
 from platform_policies import decoding
 from platform_policies.decoding import share_decoding_across_rules
 share_decoding_across_rules()
-# A Struct (a resource's properties) is converted by the shim's own converter.
-struct_to_dict = decoding.struct_to_dict
-decoding.struct_to_dict = lambda message: converted.append(1) or struct_to_dict(message)
+# A Struct (a resource's properties) is converted and deserialized by the shim's own decoder,
+# in one walk: each decode counts as one conversion and one deserialization.
+deserialized_struct = decoding.deserialized_struct
+decoding.deserialized_struct = lambda message: converted.append(1) or calls.append(1) or deserialized_struct(message)
 a, b = struct_pb2.Struct(), struct_pb2.Struct()
 a.update({"bucket": "x", "tags": {"owner": "ml"}})
 b.update({"bucket": "x", "tags": {"owner": "ml"}})
@@ -150,11 +151,15 @@ def test_the_shared_analyzer_answers_as_the_sdks_does(stack, config):
     from pulumi_policy import policy as sdk
 
     from infra.preview.analyzer import StreamingAnalysis
-    from platform_policies.decoding import share_decoding_across_rules, share_request_work_across_rules, struct_to_dict
+    from pulumi_policy.deserialize import deserialize_properties
+
+    from platform_policies.decoding import deserialized_struct, share_decoding_across_rules, \
+        share_request_work_across_rules, struct_to_dict
 
     registrations = _registrations(stack)
     for reg in registrations:
         assert struct_to_dict(reg.properties) == json_format.MessageToDict(reg.properties), reg.urn
+        assert deserialized_struct(reg.properties) == deserialize_properties(struct_to_dict(reg.properties)), reg.urn
     servicer_class = sdk._PolicyAnalyzerServicer
     saved = {name: servicer_class.__dict__[name]
              for name in ("Analyze", "AnalyzeStack", "Configure", "_get_provider_resource")}
@@ -200,3 +205,26 @@ def test_the_shared_analyzer_answers_as_the_sdks_does(stack, config):
             k: [u for u in v.urns if u in linked] for k, v in requested.propertyDependencies.items()}
     if stack == "red team":  # the answers compared carry violations, not only "not applicable"
         assert sum(len(analyzer_pb2.AnalyzeResponse.FromString(a).diagnostics) for a in sdks) >= len(ATTEMPTS)
+
+
+def test_the_one_walk_decoder_hands_signed_values_to_the_sdk():
+    """Secrets, assets and archives (maps carrying Pulumi's signature key), at any depth, come
+    out of the pack's one-walk decoder as the SDK's own deserializer gives them."""
+    from google.protobuf import struct_pb2
+    from pulumi_policy.deserialize import SPECIAL_ARCHIVE_SIG, SPECIAL_ASSET_SIG, SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY, \
+        deserialize_properties
+
+    from platform_policies.decoding import deserialized_struct, struct_to_dict
+
+    secret = {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": {"password": "hunter2", "list": [1.0, True, None]}}
+    asset = {SPECIAL_SIG_KEY: SPECIAL_ASSET_SIG, "text": "hello"}
+    archive = {SPECIAL_SIG_KEY: SPECIAL_ARCHIVE_SIG, "assets": {"a.txt": asset}}
+    struct = struct_pb2.Struct()
+    struct.update({"top": secret, "nested": {"deeper": [secret, {"file": asset}]}, "code": archive, "plain": "x"})
+    ours, sdks = deserialized_struct(struct), deserialize_properties(struct_to_dict(struct))
+    assert ours["top"] == {"password": "hunter2", "list": [1.0, True, None]} == sdks["top"]
+    assert ours["nested"]["deeper"][0] == sdks["nested"]["deeper"][0] == secret["value"] and ours["plain"] == "x"
+    for found in (ours, sdks):  # assets compare by identity: their types and contents, then
+        assert type(found["code"]).__name__ == "AssetArchive" and found["code"].assets["a.txt"].text == "hello"
+        assert type(found["nested"]["deeper"][1]["file"]).__name__ == "StringAsset"
+        assert found["nested"]["deeper"][1]["file"].text == "hello"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
-from platform_policies import ALL_POLICIES
+from google.protobuf import struct_pb2
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from platform_policies import ALL_POLICIES, data_paths
 from platform_policies.edge import no_global_edge_data_paths as edge
 from platform_policies.replication import kms_keys_single_region as single_region
 from platform_policies.replication import no_cross_region_replication as replication
@@ -149,3 +152,51 @@ def test_a_path_out_cannot_hide_by_nesting():
     deep["x"] = "arn:aws:events:us-east-1:1:event-bus/b"  # near the top: found
     found = check(PATHS, "kubernetes:example.com/v1:Thing", {"spec": deep})
     assert any("us-east-1" in m for m in found) and any("too deep to judge" in m for m in found)
+
+
+def test_a_region_in_disguise_is_still_found():
+    """Host names in capitals, a region spelt with a JSON escape, JSON text led by white space:
+    each names us-east-1 all the same, and the quick test that spares the walk must not be
+    fooled by any of them."""
+    disguised = {
+        "capitals": {"endpoints": json.dumps([{"s3": "https://S3.US-EAST-1.AMAZONAWS.COM"}])},
+        "escaped": {"definition": '{"QueueUrl": "https://sqs.\\u0075s-east-1.amazonaws.com/1/q"}'},
+        "escaped, led by white space": {"definition": '\n {"Resource": "arn:aws:sqs:\\u0075s-east-1:1:q"}'},
+        "a region key in capitals": {"serviceRegion": "US-EAST-1"},
+    }
+    for case, props in disguised.items():
+        found = check(PATHS, "aws:sfn/stateMachine:StateMachine", props)
+        assert found and all(US_EAST in m for m in found), (case, found)
+
+
+# Pieces a path out is made of, in the forms that have fooled or could fool the quick test.
+PIECES = st.sampled_from([
+    "us-east-1", "US-EAST-1", "me-central-1", "us-gov-west-1", "us-isob-east-1", "\\u0075s-east-1", "\u212a",
+    "\u0130", "arn:aws:sqs:", "arn:aws:s3:::b", ":1:q", "https://s3.", "sqs.", ".amazonaws.com", ".api.aws",
+    "com.amazonaws.", ".s3", "{", "}", "[", "]", '"', ":", ",", " ", "\n", "-", "-1", "a", "z", "0", ".", "x" * 50,
+    "\\n", "\\t", '\\"', "\\\\", "_",
+])
+TEXTS = st.lists(PIECES, max_size=12).map("".join)
+PROPS = st.recursive(TEXTS, lambda inner: st.dictionaries(
+    st.sampled_from(["arn", "endpoint", "serviceRegion", "definition", "x"]), inner, max_size=3)
+    | st.lists(inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(props=PROPS)
+@example(props="arn:aws:sqs:ab-" + "x" * 60 + "-1:1:q")  # a region-shaped run longer than the window
+@example(props="us-east-1.amazonaws.com/" + "x" * 73)  # 97 characters: its length is written "a" before it
+@example(props='{"url": "\\nus-east-1.amazonaws.com"}')  # JSON text: a new line, written as a backslash and n
+def test_the_quick_test_never_spares_a_walk_that_would_find_a_region(props):
+    """Soundness of the quick test, over both forms of the text it reads (the pack's protobuf
+    bytes, JSON elsewhere): whenever it says the properties surely stay home, walking them
+    finds no region off the allow-list."""
+    allowed = {"me-central-1"}
+    found = set()
+    for _path, key, text in data_paths._strings(data_paths.known({"p": props}), ""):
+        found |= data_paths.regions_of(key, text)
+    struct = struct_pb2.Struct()
+    struct.update({"p": props})
+    for form in (struct.SerializeToString(), json.dumps({"p": props}).encode()):
+        if data_paths._surely_home(form, allowed):
+            assert found <= allowed, (form, found)

@@ -20,6 +20,7 @@ PSS = "k8s-pod-security-standards"
 # attempt -> the rule (or rules) that must refuse it, and nothing else
 ATTEMPTS: dict[str, str | tuple[str, ...]] = {
     "image_from_another_account.py": "k8s-images-from-allowed-registries",
+    "operator_image_from_another_account.py": "k8s-images-from-allowed-registries",
     # The namespace and the pod in it are two attempts in one program: each its own rule.
     "namespace_without_pod_security.py": ("k8s-namespaces-enforce-pod-security", PSS),
     "init_container_kubelet_hostpath.py": PSS,
@@ -30,6 +31,8 @@ ATTEMPTS: dict[str, str | tuple[str, ...]] = {
     "eventbridge_target_abroad.py": "no-data-paths-abroad",
     "logs_subscription_abroad.py": "no-data-paths-abroad",
     "provider_endpoint_abroad.py": "no-data-paths-abroad",
+    "endpoint_abroad_in_capitals.py": "no-data-paths-abroad",
+    "region_escaped_in_json.py": "no-data-paths-abroad",
     "key_open_to_everyone.py": "no-external-access",
     "bucket_policy_another_account.py": "no-external-access",
     "bucket_policy_not_principal.py": "no-external-access",
