@@ -8,7 +8,8 @@ written as `mlplat preview --json` writes it. Then, per run and for both layers 
 what `--against` adds to a preview:
 - reading and checking the base's report file (`read_base_report`), and the head's
   report as the CLI sees it (a JSON round trip of the in-memory report);
-- the diff (`diff_reports`);
+- the diff (`diff_reports`, the security section included: every grant of both reports read
+  and judged, infra/preview/security.py);
 - the three renderings (terminal text, Markdown comment, JSON).
 Also a worst case: the head with every string input of every resource changed.
 

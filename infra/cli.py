@@ -14,7 +14,10 @@ Exit codes: 0 no mandatory violation, 1 at least one (or an error the real engin
 raise), 2 bad input (unknown stack, invalid config, a base report that is unreadable, of
 another stack or of another report version), 3 the preview itself failed. With `--against
 ... --detailed-exitcode`, 0 means no mandatory violation and no change against the base, 4
-no mandatory violation and changes (1, 2 and 3 keep their meaning; 1 wins over 4).
+no mandatory violation and changes (1, 2 and 3 keep their meaning; 1 wins over 4). With
+`--against ... --require-approval broadening`, 5 means no mandatory violation and a change
+that broadens access (infra/preview/security.py): a security review is due (1, 2 and 3 win
+over 5; 5 wins over 4).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 # `--detailed-exitcode`: passed, and the head differs from the base. Not 2, as terraform's
 # -detailed-exitcode has it: 2 is bad input everywhere in mlplat.
 EXIT_CHANGES = 4
+# `--require-approval broadening`: passed, and the change broadens access.
+EXIT_BROADENING = 5
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     preview.add_argument("--detailed-exitcode", action="store_true",
                          help="with --against: exit 0 when nothing changes, 4 when something does (1 still means "
                               "a mandatory violation, 2 bad input)")
+    preview.add_argument("--require-approval", choices=("never", "broadening"), default="never",
+                         help="with --against: `broadening` exits 5 when the change broadens access (a grant, "
+                              "rule or binding added or widened, a Deny removed), so CI can ask for a security "
+                              "review (1 still means a mandatory violation, 2 bad input)")
     diagram = sub.add_parser("diagram", help="write the architecture picture (Mermaid) from a stack's component tree")
     diagram.add_argument("--stack", default="prod", help="stack to draw (default prod)")
     diagram.add_argument("--output", type=Path, metavar="PATH", help="write here instead of stdout")
@@ -408,8 +417,10 @@ def _preview(args: argparse.Namespace) -> int:
         print("mlplat: error: --env previews the environment's two stacks from stacks/; use --out DIR for their "
               "reports, or --stack NAME for one stack's options", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not args.against and (args.diff_markdown or args.diff_json or args.detailed_exitcode):
-        print("mlplat: error: --diff-markdown, --diff-json and --detailed-exitcode compare with a base: add "
+    if not args.against and (args.diff_markdown or args.diff_json or args.detailed_exitcode
+                             or args.require_approval != "never"):
+        print("mlplat: error: --diff-markdown, --diff-json, --detailed-exitcode and --require-approval compare with a "
+              "base: add "
               "--against BASE.json (the base commit's `mlplat preview --json` report)", file=sys.stderr)
         return EXIT_BAD_INPUT
     # Where the reports go is checked before anything runs: a directory named as a file, a
@@ -472,7 +483,7 @@ def _preview(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         raise
 
-    changed = False
+    changed = broadening = False
     for result in results:
         out = args.out
         json_path = out / f"{result.stack}.json" if out else args.json
@@ -488,17 +499,21 @@ def _preview(args: argparse.Namespace) -> int:
         if len(results) > 1:
             print(f"== {result.stack} ==")
         if bases:
-            changed = _compare(result, bases[result.stack], args) or changed
+            diff = _compare(result, bases[result.stack], args)
+            changed, broadening = changed or diff.changed, broadening or diff.security.broadening
         else:
             print(_terminal(verdict_text(result) if args.quiet else plan_text(result)))
         progress(f"{result.stack} done in {result.seconds:.1f}s")
     code = max(result.exit_code for result in results)
-    return EXIT_CHANGES if args.detailed_exitcode and code == EXIT_OK and changed else code
+    if code != EXIT_OK:
+        return code
+    if args.require_approval == "broadening" and broadening:
+        return EXIT_BROADENING
+    return EXIT_CHANGES if args.detailed_exitcode and changed else code
 
 
-def _compare(result, base: dict, args: argparse.Namespace) -> bool:
-    """Print (and write) what changes from the base's report to this preview's; whether
-    anything does."""
+def _compare(result, base: dict, args: argparse.Namespace):
+    """Print (and write) what changes from the base's report to this preview's; the diff."""
     import json
 
     from infra.preview.diff import as_read, diff_json, diff_markdown, diff_reports, diff_text
@@ -515,7 +530,7 @@ def _compare(result, base: dict, args: argparse.Namespace) -> bool:
     if data:
         data.parent.mkdir(parents=True, exist_ok=True)
         data.write_text(json.dumps(diff_json(diff), separators=(",", ":")) + "\n")
-    return diff.changed
+    return diff
 
 
 def _user_error(err: BaseException) -> str | None:

@@ -37,6 +37,7 @@ from pydantic.alias_generators import to_camel
 
 from infra.preview.markdown import md_code, md_text
 from infra.preview.report import CHART_TYPE, HELM_RELEASE, REPORT_VERSION
+from infra.preview.security import SecurityDiff, security_diff, security_json, security_markdown, security_text
 from workloads import inputs
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
@@ -457,6 +458,7 @@ class ReportDiff:
     violations_resolved: list[dict[str, Any]]
     engine_errors_new: list[str]
     engine_errors_resolved: list[str]
+    security: SecurityDiff = field(default_factory=lambda: SecurityDiff([]))  # infra/preview/security.py
 
     @property
     def flips(self) -> list[PolicyChange]:
@@ -588,6 +590,7 @@ def diff_reports(base: dict[str, Any], head: dict[str, Any]) -> ReportDiff:
         violations_resolved=[v for k, v in old_violations.items() if k not in new_violations],
         engine_errors_new=[e for e in new_errors if e not in old_error_set],
         engine_errors_resolved=[e for e in old_errors if e not in new_error_set],
+        security=security_diff(base, head),
     )
 
 
@@ -657,6 +660,7 @@ def diff_text(diff: ReportDiff) -> str:
     lines = [diff.summary()]
     if not diff.changed:
         return lines[0]
+    lines += ["", security_text(diff.security)]
     flips = diff.flips
     if flips:
         lines += ["", "Policy verdicts that flipped:"]
@@ -724,8 +728,10 @@ def diff_markdown(diff: ReportDiff, budget: int = MARKDOWN_BUDGET) -> str:
     out = [f"### {icon} {md_code(diff.stack)} ({md_text(diff.region)})", "", f"**{summary}**", ""]
     if not diff.changed:
         return "\n".join(out)
-    # The budget goes first to the flips, then to the evidence table, then to the folded
+    # What the change opens goes first, for the security reviewer (its rows are bounded);
+    # the budget then goes to the flips, then to the evidence table, then to the folded
     # sections in order (a base report may hold any number of rules and violations).
+    out += security_markdown(diff.security)
     left = budget - len("\n".join(out))
     flips = diff.flips
     if flips:
@@ -867,4 +873,5 @@ def diff_json(diff: ReportDiff) -> dict[str, Any]:
                       "flipped": p.policy in flipped} for p in diff.policies],
         "violations": {"new": diff.violations_new, "resolved": diff.violations_resolved},
         "engineErrors": {"new": diff.engine_errors_new, "resolved": diff.engine_errors_resolved},
+        "security": security_json(diff.security),
     }

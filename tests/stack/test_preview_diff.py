@@ -107,11 +107,14 @@ def test_a_residency_break_flips_the_verdict_at_the_top_of_the_comment(recorded)
     assert lines[0] == "### ❌ `dev` (me-central-1)"
     assert lines[2].startswith("**dev: 6 to add, 2 to change, 0 to remove; 1 policy verdict flipped")
     assert lines[2].endswith("verdict passed → BLOCKED**")
-    # Next, before anything folded: the flip and the resource that caused it.
-    assert lines[4] == "**Policy verdicts that flipped**"
-    assert "aws-resources-in-allowed-regions (mandatory): passed → FAILED" in lines[6]
-    assert "backups-abroad" in lines[7] and "eu-central-1" in lines[7]
-    assert lines.index(next(line for line in lines if line.startswith("<details>"))) > 7
+    # Next, the security section (what the change opens: the new bucket's TLS-only Deny, which
+    # opens nothing), then, before anything folded, the flip and the resource that caused it.
+    assert lines[4] == "**🔒 security: does not broaden access; 1 grants added, 0 removed**"
+    flips = lines.index("**Policy verdicts that flipped**")
+    assert lines.index("*IAM statements*") < flips
+    assert "aws-resources-in-allowed-regions (mandatory): passed → FAILED" in lines[flips + 2]
+    assert "backups-abroad" in lines[flips + 3] and "eu-central-1" in lines[flips + 3]
+    assert lines.index(next(line for line in lines if line.startswith("<details>"))) > flips + 3
     assert diff_text(diff).splitlines()[0] == diff.summary()
 
 

@@ -1,0 +1,120 @@
+"""What a pull request opens, told to a security reviewer: real previews of each change, diffed
+as `mlplat preview --against BASE --require-approval broadening` diffs them.
+
+The five changes of the issue each show in the security section and exit 5: a new tenant and
+a new group's RoleBinding (dev's own stack file changed, both layers previewed for real), and
+a wider bucket prefix, a new security-group ingress and a policy onto another tenant's models
+(fixture programs in tests/fixtures/security_diff, each the base with one change). A change
+that only narrows, and one that changes nothing in security, exit 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.cli import EXIT_BROADENING, EXIT_OK, main
+from infra.preview.diff import as_read, diff_markdown, diff_reports
+from infra.preview.report import write_json
+from infra.preview.security import IAM, NETPOL_RULE, RBAC_SUBJECT, SG_RULE
+from tests.conftest import preview
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "security_diff"
+
+
+def _head_of_dev(stacks_dir: Path, change) -> tuple:
+    """dev's two layers previewed with its stack file changed by `change(config)`."""
+    from infra.config import load_layer
+    from infra.preview.engine import run_preview
+
+    document = yaml.safe_load((REPO / "stacks" / "Pulumi.dev.yaml").read_text())
+    change(document["config"])
+    stacks_dir.mkdir(parents=True, exist_ok=True)
+    (stacks_dir / "Pulumi.dev.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    cloud = run_preview("dev", config=load_layer("dev", stacks_dir))
+    cluster = run_preview("dev-cluster", stack_references={"dev": cloud.stack_outputs})
+    return cloud, cluster
+
+
+def _diff(base, head):
+    return diff_reports(as_read(base.report), as_read(head.report))
+
+
+def _widening(diff, kind: str) -> list:
+    return [c for c in diff.security.changes if c.grant.kind == kind and c.broadens and c.sign == "+"]
+
+
+def test_a_new_tenant_is_its_roles_grants_and_the_groups_bound_in_its_namespace(tmp_path):
+    def add_tenant(config):
+        config["mlplat:tenants"].append({"name": "analytics", "quotas": {"cpu": 8, "memoryGi": 32, "gpu": 0},
+                                         "groups": ["mlplat:analytics-developers"]})
+
+    cloud, cluster = _head_of_dev(tmp_path / "stacks", add_tenant)
+    diff = _diff(preview("dev"), cloud)
+    assert diff.security.broadening
+    statements = _widening(diff, IAM)
+    assert statements and any("analytics" in dict(c.grant.columns)["resources"] for c in statements)
+    markdown = diff_markdown(diff)
+    assert markdown.index("BROADENS access") < markdown.index("Resources:")  # the security section comes first
+    in_cluster = _diff(preview("dev-cluster"), cluster)
+    subjects = _widening(in_cluster, RBAC_SUBJECT)
+    assert any("mlplat:analytics-developers" in dict(c.grant.columns)["subject"] for c in subjects), subjects
+    assert _widening(in_cluster, NETPOL_RULE)  # the new namespace's allowances
+
+
+def test_a_rolebinding_to_a_new_group_broadens_and_names_the_group(tmp_path):
+    def add_group(config):
+        config["mlplat:tenants"][0]["groups"].append("mlplat:contractors")
+
+    _cloud, cluster = _head_of_dev(tmp_path / "stacks", add_group)
+    diff = _diff(preview("dev-cluster"), cluster)
+    subjects = _widening(diff, RBAC_SUBJECT)
+    assert [dict(c.grant.columns)["subject"] for c in subjects] == ["Group mlplat:contractors"], subjects
+    assert "research" in subjects[0].resource  # the tenant's own RoleBinding
+    assert diff.security.broadening
+
+
+@pytest.fixture(scope="module")
+def base_report(tmp_path_factory) -> Path:
+    from infra.preview.engine import load_program, run_preview
+
+    path = tmp_path_factory.mktemp("security") / "dev.json"
+    write_json(run_preview("dev", program=load_program(FIXTURES / "base.py")), path)
+    return path
+
+
+def _against(base: Path, program: str, tmp_path: Path, capsys) -> tuple[int, dict, str]:
+    out = tmp_path / "diff.json"
+    code = main(["preview", "--stack", "dev", "--program", str(FIXTURES / program), "--against", str(base),
+                 "--require-approval", "broadening", "--diff-json", str(out), "--diff-markdown",
+                 str(tmp_path / "diff.md"), "--quiet"])
+    capsys.readouterr()
+    return code, json.loads(out.read_text())["security"], (tmp_path / "diff.md").read_text()
+
+
+@pytest.mark.parametrize(("program", "kind", "shown"), [
+    ("wider_prefix.py", IAM, "mlplat-dev-datasets-111122223333-me-central-1/*"),
+    ("new_ingress.py", SG_RULE, "10.20.0.0/16"),
+    ("cross_tenant.py", IAM, "mlplat-dev-models-111122223333-me-central-1/analytics/*"),
+])
+def test_each_broadening_change_shows_and_exits_5(base_report, tmp_path, capsys, program, kind, shown):
+    code, security, markdown = _against(base_report, program, tmp_path, capsys)
+    assert code == EXIT_BROADENING, security
+    widened = [c for c in security["changes"] if c["widens"]]
+    assert [c["kind"] for c in widened] == [kind]
+    assert shown in json.dumps(widened[0]["grant"])
+    assert "BROADENS access" in markdown and shown in markdown.split("<details>")[0]  # in the security table
+
+
+@pytest.mark.parametrize("program", ["narrower_prefix.py", "tags_only.py", "base.py"])
+def test_a_narrowing_change_or_none_in_security_exits_0(base_report, tmp_path, capsys, program):
+    code, security, _markdown = _against(base_report, program, tmp_path, capsys)
+    assert code == EXIT_OK, security
+    assert security["broadening"] is False
+    if program == "narrower_prefix.py":  # shown all the same: one statement replaced by a narrower one
+        assert [(c["sign"], c["widens"]) for c in security["changes"]] == [("+", False), ("-", False)]
+    else:
+        assert security["changes"] == []
