@@ -46,6 +46,11 @@ MASKED = "[secret]"
 # many statements, rules or subjects per resource (a real stack's largest is far below).
 DOCUMENT_LIMIT = 256 << 10
 GRANTS_PER_RESOURCE = 2_000
+# And per report, with the coverage comparisons a diff may make (prod's two layers: about 730
+# grants, a few thousand comparisons). Past either, what is left is not judged but counted as
+# widening, with a line saying so: a pull request cannot hide a grant behind a flood of them.
+GRANTS_PER_REPORT = 50_000
+COMPARISONS = 2_000_000
 MARKDOWN_BUDGET = 3_500  # characters of a stack's PR comment (half of its share, infra/preview/diff.py)
 CELL = 160  # characters of one table cell
 
@@ -83,19 +88,21 @@ class GrantChange:
 @dataclass
 class SecurityDiff:
     changes: list[GrantChange]
+    unjudged: int = 0  # grants past the limits, counted as widening: to be reviewed by hand
 
     @property
     def broadening(self) -> bool:
-        return any(c.broadens for c in self.changes)
+        return self.unjudged > 0 or any(c.broadens for c in self.changes)
 
     def summary(self) -> str:
-        if not self.changes:
+        if not self.changes and not self.unjudged:
             return "security: nothing changes in who may do what"
         widened = sum(c.broadens for c in self.changes)
         verdict = f"BROADENS access ({widened} grant{'s' if widened != 1 else ''} widened)" if widened else \
             "does not broaden access"
         added = sum(c.sign == "+" for c in self.changes)
-        return f"security: {verdict}; {added} grants added, {len(self.changes) - added} removed"
+        judged = f"; {self.unjudged} grants past the diff's limits, not judged: review by hand" if self.unjudged else ""
+        return f"security: {verdict}; {added} grants added, {len(self.changes) - added} removed{judged}"
 
 
 # --- reading grants --------------------------------------------------------------------------
@@ -526,12 +533,36 @@ def _by_scope(read: dict[str, tuple[str, list[Grant]]]) -> dict[str, list[Grant]
 
 
 def security_diff(base: dict[str, Any], head: dict[str, Any]) -> SecurityDiff:
-    """The grants added and removed from the base's report to the head's, each judged."""
+    """The grants added and removed from the base's report to the head's, each judged
+    (within GRANTS_PER_REPORT and COMPARISONS; past them, counted as widening)."""
+    unjudged = 0
+
     def read(report: dict[str, Any]) -> dict[str, tuple[str, list[Grant]]]:
-        return {r["urn"]: (_label(r), grants(r)) for r in report["resources"]}
+        nonlocal unjudged
+        found, count = {}, 0
+        for resource in report["resources"]:
+            if count >= GRANTS_PER_REPORT:
+                unjudged += 1  # a resource not read at all
+                continue
+            found[resource["urn"]] = (_label(resource), grants(resource))
+            count += len(found[resource["urn"]][1])
+        return found
 
     before, after = read(base), read(head)
     scopes_before, scopes_after = _by_scope(before), _by_scope(after)
+    left = COMPARISONS
+
+    def covered(candidates: Any, grant: Grant) -> bool | None:
+        """Whether a candidate covers `grant`; None when the comparisons ran out."""
+        nonlocal left
+        for candidate in candidates:
+            if left <= 0:
+                return None
+            left -= 1
+            if covers(candidate, grant):
+                return True
+        return False
+
     changes: list[GrantChange] = []
     for urn in dict.fromkeys([*before, *after]):
         label, old = before.get(urn, ("", []))
@@ -540,18 +571,18 @@ def security_diff(base: dict[str, Any], head: dict[str, Any]) -> SecurityDiff:
         for grant in new:
             if grant.key in old_keys:
                 continue
-            if grant.deny:
-                widened = False  # a new Deny narrows
-            else:
-                widened = not any(covers(was, grant) for was in scopes_before.get(grant.scope, ()))
-            changes.append(GrantChange("+", label_after, urn, grant, widened))
+            # A new Deny narrows; a new Allow widens unless the base had one covering it.
+            judged = False if grant.deny else covered(scopes_before.get(grant.scope, ()), grant)
+            unjudged += judged is None
+            changes.append(GrantChange("+", label_after, urn, grant, not grant.deny and judged is not True))
         for grant in old:
             if grant.key in new_keys:
                 continue
-            widened = grant.deny and not any(covers(now, grant) for now in scopes_after.get(grant.scope, ())
-                                             if now.deny)
-            changes.append(GrantChange("-", label or label_after, urn, grant, widened))
-    return SecurityDiff(changes)
+            # A Deny removed or narrowed widens, unless a Deny of the head covers it.
+            judged = covered((g for g in scopes_after.get(grant.scope, ()) if g.deny), grant) if grant.deny else False
+            unjudged += judged is None
+            changes.append(GrantChange("-", label or label_after, urn, grant, grant.deny and judged is not True))
+    return SecurityDiff(changes, unjudged)
 
 
 # --- renderings ------------------------------------------------------------------------------
@@ -600,7 +631,7 @@ def security_markdown(diff: SecurityDiff, budget: int = MARKDOWN_BUDGET) -> list
 
 
 def security_json(diff: SecurityDiff) -> dict[str, Any]:
-    return {"broadening": diff.broadening, "summary": diff.summary(),
+    return {"broadening": diff.broadening, "summary": diff.summary(), "unjudged": diff.unjudged,
             "changes": [{"sign": c.sign, "resource": c.resource, "urn": c.urn, "kind": c.grant.kind,
                          "where": c.grant.where, "scope": c.grant.scope, "grant": dict(c.grant.columns),
                          "widens": c.broadens} for c in diff.changes]}

@@ -153,3 +153,17 @@ def test_any_inputs_a_base_report_holds_are_read_without_crashing(resource_type,
     resource = {"urn": "urn:x", "type": resource_type, "name": "x", "inputs": inputs}
     grants(resource)
     security_diff({"resources": [resource]}, {"resources": []})
+
+
+def test_a_flood_of_grants_is_not_judged_but_counted_as_widening():
+    """A base or head with more grants than the diff reads, or more comparisons than it makes,
+    does not hang it or hide a grant in the flood: what is left unjudged counts as widening."""
+    import time
+
+    flood = [_allow(resource=f"{BUCKET}/research/{i}/*") for i in range(1_900)]
+    roles = [("aws:iam/rolePolicy:RolePolicy", f"p{n}", {"role": "reader", "policy": _policy(*flood)})
+             for n in range(30)]  # 57,000 statements on one role
+    started = time.perf_counter()
+    diff = security_diff(_report(*roles), _report(*roles, _role_policy(_allow(resource=f"{BUCKET}/analytics/*"))))
+    assert time.perf_counter() - started < 30
+    assert diff.broadening and diff.unjudged > 0 and "review by hand" in diff.summary()
