@@ -199,7 +199,7 @@ def _attachment(scope: str, where: str, what: str, to: str) -> Grant:
 
 def _aws_grants(type_: str, inputs: dict[str, Any], scope: str) -> Iterator[Grant]:
     for path, value in _policy_inputs(inputs):
-        if value == MASKED and "olicy" in path:
+        if value == MASKED and path.lower().endswith("policy"):  # a policy held as a secret: unreadable
             yield Grant(IAM, scope, path, (("effect", "?"), ("principal", "?"), ("actions", MASKED),
                                            ("resources", "?"), ("conditions", "?")), json.dumps([path, MASKED]))
             continue
@@ -235,7 +235,7 @@ def _aws_grants(type_: str, inputs: dict[str, Any], scope: str) -> Iterator[Gran
 def _port(value: Any) -> int | None:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a port of 1e400 in a hostile base
         return None
 
 
