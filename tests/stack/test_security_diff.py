@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.cli import EXIT_BROADENING, EXIT_OK, main
+from infra.cli import EXIT_BAD_INPUT, EXIT_BROADENING, EXIT_OK, EXIT_VIOLATIONS, main
 from infra.preview.diff import as_read, diff_markdown, diff_reports
 from infra.preview.report import write_json
 from infra.preview.security import IAM, NETPOL_RULE, RBAC_SUBJECT, SG_RULE
@@ -118,3 +118,11 @@ def test_a_narrowing_change_or_none_in_security_exits_0(base_report, tmp_path, c
         assert [(c["sign"], c["widens"]) for c in security["changes"]] == [("+", False), ("-", False)]
     else:
         assert security["changes"] == []
+
+
+def test_a_block_wins_over_broadening_and_the_flag_needs_a_base(base_report, tmp_path, capsys):
+    code, security, _markdown = _against(base_report, "broadens_and_blocked.py", tmp_path, capsys)
+    assert code == EXIT_VIOLATIONS and security["broadening"] is True
+    assert main(["preview", "--stack", "dev", "--require-approval", "broadening", "--quiet"]) == EXIT_BAD_INPUT
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "--require-approval" in said[0] and "--against" in said[0]
