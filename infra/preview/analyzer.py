@@ -209,7 +209,8 @@ class StreamingAnalysis:
     program's process only the serialized bytes. The thread that registers a resource
     serializes it and queues the frames; a writer thread (relay.FrameWriter) configures the
     pack (which waits for it to start), hands the relay the pack's port, then writes the
-    queue to the relay.
+    queue to the relay. A reader thread takes the answers as the relay forwards them, so
+    they are decoded while the pack works on the rest.
     """
 
     def __init__(self, pack: PolicyPackProcess, providers: Mapping[str, Registration],
@@ -228,6 +229,14 @@ class StreamingAnalysis:
                                        stderr=self._relay_stderr)
         assert self._relay.stdin is not None
         self._writer = FrameWriter(self._relay.stdin, self._configure_then_connect)
+        # What the relay says, read as it says it (answers arrive while the pack works on the
+        # rest, and are decoded here meanwhile): W, then R per resource, then S or E.
+        self._started = threading.Event()
+        self._answers: list[Any] = []
+        self._stack_answer: Any = None
+        self._relay_error: str | None = None
+        self._reader = threading.Thread(target=self._read_relay, daemon=True)
+        self._reader.start()
 
     def submit(self, reg: Registration) -> None:
         request = reg.urn.encode() + b"\n" + self._analyze_request(reg).SerializeToString()
@@ -276,12 +285,31 @@ class StreamingAnalysis:
             resource.propertyDependencies[key].urns.extend(urns)
         return resource
 
+    def _read_relay(self) -> None:
+        assert self._relay.stdout is not None
+        try:
+            while (frame := read_frame(self._relay.stdout)) is not None:
+                tag, payload = frame
+                if tag == b"W":
+                    self._started.set()
+                elif tag == b"R":
+                    self._answers.append(analyzer_pb2.AnalyzeResponse.FromString(payload))
+                elif tag == b"S":
+                    self._stack_answer = analyzer_pb2.AnalyzeResponse.FromString(payload)
+                    return
+                else:
+                    self._relay_error = payload.decode(errors="replace")
+                    return
+        except (OSError, ValueError):  # the stream closed under us (close())
+            return
+        finally:
+            self._started.set()  # whatever happened, no one waits for it
+
     def ready(self) -> None:
         """Wait until the relay can send (gRPC loaded): its start-up, which a preview spends
         while the program runs, and a benchmark times apart from the check."""
-        assert self._relay.stdout is not None
-        frame = read_frame(self._relay.stdout)
-        if frame is None or frame[0] != b"W":
+        self._started.wait()
+        if not self._reader.is_alive() and self._stack_answer is None and self._relay_error is None:
             raise PackError("the policy relay did not start")
 
     def finish(self, registrations: Iterable[Registration]) -> Verdict:
@@ -301,7 +329,7 @@ class StreamingAnalysis:
         responses, stack_answer = answers
         resource_policies = [p.name for p in policies if not p.stack_policy]
         for reg, answer in zip(self._sent, responses):
-            self._collect(verdict, reg.urn, analyzer_pb2.AnalyzeResponse.FromString(answer), resource_policies)
+            self._collect(verdict, reg.urn, answer, resource_policies)
         stack_policies = [p.name for p in policies if p.stack_policy]
         stack_urns: dict[str, list[str]] = {}
         for policy in policies:
@@ -310,25 +338,17 @@ class StreamingAnalysis:
                 # them if it declares none), unless it declared itself inapplicable.
                 verdict.checked.setdefault(policy.name, set())
                 stack_urns[policy.name] = [r.urn for r in registrations if not policy.scope or r.type in policy.scope]
-        self._collect(verdict, "", analyzer_pb2.AnalyzeResponse.FromString(stack_answer), stack_policies,
-                      stack_urns=stack_urns)
+        self._collect(verdict, "", stack_answer, stack_policies, stack_urns=stack_urns)
         return verdict
 
-    def _relay_answers(self) -> tuple[list[bytes], bytes] | None:
-        """Every Analyze answer, in the order sent, and the AnalyzeStack answer."""
-        assert self._relay.stdout is not None
-        responses: list[bytes] = []
-        while (frame := read_frame(self._relay.stdout)) is not None:
-            tag, payload = frame
-            if tag == b"R":
-                responses.append(payload)
-            elif tag == b"W":
-                continue  # ready, unless ready() read it already
-            elif tag == b"S":
-                return responses, payload
-            else:
-                self._error = PackError(payload.decode(errors="replace"))
-                return None
+    def _relay_answers(self) -> tuple[list[Any], Any] | None:
+        """Every Analyze answer, in the order sent, and the AnalyzeStack answer (decoded)."""
+        self._reader.join()
+        if self._stack_answer is not None:
+            return self._answers, self._stack_answer
+        if self._relay_error is not None:
+            self._error = PackError(self._relay_error)
+            return None
         self._relay.wait()
         self._relay_stderr.seek(0)
         stderr = self._relay_stderr.read().decode(errors="replace")
@@ -338,6 +358,7 @@ class StreamingAnalysis:
     def close(self) -> None:
         self._relay.kill()
         self._relay.wait()
+        self._reader.join(timeout=10)  # the relay's end closes its stream: the reader stops
         self._writer.close()  # ends the writer, if finish() never ran
         self._writer.join()
         for stream in (self._relay.stdout, self._relay_stderr):

@@ -16,7 +16,8 @@ Frames, each a tag byte, a 4-byte big-endian length and the payload:
                  A urn, a newline, an AnalyzeRequest;  X what the stack request adds to it
                  F the stack request's URNs, newline-separated: finish
   from it        W ready: gRPC is loaded, first of all (its start-up is about 0.2 s)
-                 R an AnalyzeResponse, one per A in the same order;  S the AnalyzeStack answer
+                 R an AnalyzeResponse, one per A in the same order, each as soon as it is in
+                 S the AnalyzeStack answer (the stack request goes out at F)
                  E one line: what failed (the last frame)
 """
 
@@ -143,10 +144,35 @@ def serve(source: BinaryIO, sink: BinaryIO) -> None:
     sink.flush()
 
     analyze = analyze_stack = None
-    calls: list = []
+    answers: queue.SimpleQueue = queue.SimpleQueue()  # the Analyze calls, in the order sent; None ends
     resources: dict[str, bytes] = {}
     last_urn = ""
     in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+    writing = threading.Lock()  # one frame at a time: answers, and the last frame
+
+    def said(err: BaseException) -> bytes:
+        if isinstance(err, grpc.RpcError):
+            return f"the policy pack failed: {err.code().name}: {err.details()}".encode()
+        return f"the policy relay failed: {type(err).__name__}: {err}".encode()
+
+    failed: list[bytes] = []
+
+    def forward() -> None:
+        """Each answer to the preview as soon as it and those sent before it are in, so the
+        preview reads them while the pack works on the rest."""
+        while (call := answers.get()) is not None:
+            try:
+                answer = call.result()
+            except Exception as err:  # the first failure is the relay's last word
+                failed.append(said(err))
+                return
+            with writing:
+                write_frame(sink, b"R", answer)
+                if answers.empty():
+                    sink.flush()
+
+    forwarder = threading.Thread(target=forward, daemon=True)
+    forwarder.start()
     try:
         while (frame := read_frame(source)) is not None:
             tag, payload = frame
@@ -160,23 +186,28 @@ def serve(source: BinaryIO, sink: BinaryIO) -> None:
                 in_flight.acquire()
                 call = analyze.future(request)
                 call.add_done_callback(lambda _done: in_flight.release())
-                calls.append(call)
+                answers.put(call)
                 resources[last_urn.decode()] = request
             elif tag == b"X":
                 resources[last_urn.decode()] += payload
             elif tag == b"F":
-                for call in calls:
-                    write_frame(sink, b"R", call.result())
                 order = payload.decode().split("\n") if payload else []
                 stack = b"".join(_field(1, resources[urn]) for urn in order)
-                write_frame(sink, b"S", analyze_stack(stack))
-                sink.flush()
+                # Sent at once: it travels, and waits its turn at the pack, while the last
+                # Analyze calls are answered.
+                stack_call = analyze_stack.future(stack)
+                answers.put(None)
+                forwarder.join()
+                last = (b"E", failed[0]) if failed else (b"S", stack_call.result())
+                with writing:
+                    write_frame(sink, *last)
+                    sink.flush()
                 return
-    except grpc.RpcError as err:
-        write_frame(sink, b"E", f"the policy pack failed: {err.code().name}: {err.details()}".encode())
     except Exception as err:  # anything else ends the relay with one line the preview reports
-        write_frame(sink, b"E", f"the policy relay failed: {type(err).__name__}: {err}".encode())
-    sink.flush()
+        with writing:
+            write_frame(sink, b"E", failed[0] if failed else said(err))
+    with writing:
+        sink.flush()
 
 
 if __name__ == "__main__":
