@@ -779,6 +779,21 @@ def role_name(prefix: str, tenant: str, job: str) -> str:
     return f"{prefix}-{tenant}-{job}"[:64]
 
 
+# The tenant's other roles are `<prefix>-<tenant>-<suffix>` too (features_spec, pipelines_spec,
+# drift_spec): a job named after one of them would get that role's name, and with it the
+# role. tests/unit/test_role_names.py builds each from its own module.
+OTHER_TENANT_ROLES = {"features": "feature-store role", "pipeline-engine": "pipeline engine's role",
+                      "pipeline-steps": "pipeline steps' role"}
+DRIFT_ROLE_PREFIX = "drift-"
+
+
+def role_collision(job: str) -> str | None:
+    """Which of the tenant's other roles a job of this name would share its IAM name with."""
+    if job.startswith(DRIFT_ROLE_PREFIX):
+        return f"drift check's role for model {job.removeprefix(DRIFT_ROLE_PREFIX)!r}"
+    return OTHER_TENANT_ROLES.get(job)
+
+
 def s3_statements(datasets_arn: str, checkpoints_arn: str, tenant: str,
                   read_key_arns: list[str], write_key_arns: list[str]) -> list[dict[str, Any]]:
     """Read the tenant's datasets; read and write the tenant's checkpoints; use their keys.

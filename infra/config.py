@@ -744,6 +744,17 @@ class TrainingConfig(_Model):
     # node's network line rate in GB/s (300 for p5, NVIDIA's gate for two p5 nodes).
     min_bus_bandwidth_gbps: float | None = Field(default=None, gt=0, alias="minBusBandwidthGBps")
 
+    @field_validator("name")
+    @classmethod
+    def _own_role(cls, value: str) -> str:
+        from components.training_spec import role_collision
+
+        clash = role_collision(value)
+        if clash:
+            raise ValueError(f"{value!r} would give the job the IAM name of the tenant's {clash} "
+                             "(<prefix>-<tenant>-<name>); pick another name")
+        return value
+
     @field_validator("framework", mode="before")
     @classmethod
     def _known_framework(cls, value: Any) -> Any:
