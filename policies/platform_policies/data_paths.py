@@ -35,14 +35,20 @@ from .decoding import known, plain, serialized
 from .kubernetes import kubernetes_object
 from .replication import REPLICATION_TYPES
 
-REGION = r"[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-[0-9]"
+# A region's name: an area of two to four letters, a qualifier where the partition has one
+# (us-gov-west-1, us-isob-east-1, eusc-de-east-1 in the European Sovereign Cloud), a
+# direction, a number.
+REGION = r"[a-z]{2,4}(?:-[a-z]{2,4})?-[a-z]+-[0-9]"
 # An ARN with a region field (arn:partition:service:region:...); global ARNs leave it empty.
 ARN = re.compile(rf"arn:aws[a-z-]*:[a-z0-9-]+:(?P<region>{REGION}):")
 # An AWS endpoint host (s3.us-east-1.amazonaws.com, s3-us-west-2.amazonaws.com,
-# logs.eu-west-1.api.aws, ....amazonaws.com.cn), and the region label within it.
-AWS_HOST = re.compile(r"[a-z0-9][a-z0-9.-]*\.(?:amazonaws\.com(?:\.cn)?|api\.aws)\b")
+# logs.eu-west-1.api.aws, ....amazonaws.com.cn, the European Sovereign Cloud's
+# ....amazonaws.eu, Lambda function URLs' ....on.aws, the isolated partitions' domains, App
+# Runner's and Elastic Beanstalk's), and the region label within it.
+AWS_DOMAINS = ("amazonaws.com", "amazonaws.com.cn", "amazonaws.eu", "api.aws", "on.aws", "c2s.ic.gov",
+               "sc2s.sgov.gov", "cloud.adc-e.uk", "csp.hci.ic.gov", "awsapprunner.com", "elasticbeanstalk.com")
+AWS_HOST = re.compile(r"[a-z0-9][a-z0-9.-]*\.(?:" + "|".join(re.escape(d) for d in AWS_DOMAINS) + r")\b")
 HOST_REGION = re.compile(rf"(?:^|[.-])(?P<region>{REGION})(?=\.)")
-REGION_WORD = re.compile(rf"\b{REGION}\b")
 SERVICE_NAME = re.compile(rf"\bcom\.amazonaws\.(?:vpce\.)?(?P<region>{REGION})\.")
 # Inputs that hold a region name by itself.
 REGION_KEYS = frozenset({"serviceRegion", "stsRegion", "destinationRegion", "sourceRegion", "targetRegion",
@@ -93,7 +99,7 @@ def regions_named(text: str) -> set[str]:
     found: set[str] = set()
     if "arn:" in text:
         found |= {m["region"] for m in ARN.finditer(text)}
-    if "amazonaws" in text or "api.aws" in text:
+    if "amazonaws" in text or any(domain in text for domain in AWS_DOMAINS):  # service names: com.amazonaws.
         for host in AWS_HOST.finditer(text):
             found |= {m["region"] for m in HOST_REGION.finditer(host.group(0))}
         found |= {m["region"] for m in SERVICE_NAME.finditer(text)}
@@ -108,11 +114,13 @@ def regions_of(key: str, text: str) -> set[str]:
 
 
 # The quick test below. Every region the walk finds is a run of the text shaped like a region
-# (letters, a hyphen, letters, a hyphen, one digit), so it ends at a hyphen and a digit; and it
-# starts a string, or follows a character that is not a letter or digit (`:` in an ARN, `.` or
-# `-` in a host name, a quote, or a JSON escape such as \n, whose last character is a letter).
+# (letters, a hyphen, letters, a hyphen, one digit), so it ends at a hyphen and a digit, and
+# what follows is no letter or digit (`:` in an ARN, `.` in a host or service name, or the end
+# of its string: in a Struct's bytes the next field's tag, in JSON a quote); and it starts a
+# string, or follows a character that is not a letter or digit (`:` in an ARN, `.` or `-` in a
+# host name, a quote, or a JSON escape such as \n, whose last character is a letter).
 REGION_END = re.compile(rb"-[0-9]")
-SHAPES = (re.compile(rb"[a-z]{2}-[a-z]+-[0-9]$"), re.compile(rb"[a-z]{2}-(?:gov|iso[a-z]?)-[a-z]+-[0-9]$"))
+SHAPES = (re.compile(rb"[a-z]{2,4}-[a-z]+-[0-9]$"), re.compile(rb"[a-z]{2,4}-[a-z]{2,4}-[a-z]+-[0-9]$"))
 WINDOW = 64
 TOO_LONG = re.compile(rb"[a-z]{48,}-[0-9]$")  # a region-shaped run longer than the window could hide
 LETTERS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -124,6 +132,8 @@ STRING_START = frozenset({0x0A, 0x1A, ord("\\")} | set(range(0x80, 0x100)))
 # escape (\u0075 is "u"), and the two characters lower-casing makes ASCII of (KELVIN SIGN, and
 # I WITH DOT ABOVE), in UTF-8.
 DISGUISES = (b"\\u", "\u212a".encode(), "\u0130".encode())
+MARKERS = (b"arn:", b"amazonaws", *(domain.encode() for domain in AWS_DOMAINS))
+REGION_KEY_BYTES = tuple(key.encode() for key in REGION_KEYS)
 
 
 def _may_start_region(data: bytes, at: int) -> bool:
@@ -139,9 +149,16 @@ def _surely_home(data: bytes, allowed: set[str]) -> bool:
     and text that could hold a region in disguise is always walked."""
     if any(disguise in data for disguise in DISGUISES):
         return False
+    # The walk finds a region only in text holding an ARN, an AWS domain or a service name, or
+    # under a key that holds a region: text with none of them names none.
+    lowered = data.lower()
+    if not any(marker in lowered for marker in MARKERS) and not any(key in data for key in REGION_KEY_BYTES):
+        return True
     for hit in REGION_END.finditer(data):
         if hit.start() < 4 or data[hit.start() - 1] not in LETTERS:
             continue  # no letters before the hyphen: no region ends here
+        if hit.end() < len(data) and data[hit.end()] in ALNUM:
+            continue  # a region ends before `:` or `.`, or ends its string: not before a letter or digit
         begin = max(0, hit.end() - WINDOW)
         window = data[begin:hit.end()].lower()
         if TOO_LONG.search(window):
@@ -171,13 +188,17 @@ def _check_data_paths(args: ResourceValidationArgs, report: ReportViolation, set
         args.not_applicable("judged by no-cross-region-replication")
     allowed = set(settings["allowedRegions"])
     where = f"{kind} '{args.name}'"
+    # Only an AWS resource's (or the AWS provider's) own `region` input is left to the region
+    # rule: a `region` nested under an empty key has the same path, and a Kubernetes
+    # object's is no resource's region.
+    own_region = get(args.props, "region") if is_aws(kind) else None
     data = _text(args.props)
     if data is not None and _surely_home(data, allowed):
         paths: Iterable[tuple[str, str, str]] = []  # nothing off the allow-list anywhere: no need to walk it
     else:
         paths = _strings(known(args.props), "")
     for path, key, text in paths:
-        if path == "region":
+        if path == "region" and own_region is not None and text == own_region:
             continue  # the resource's (or provider's) own region: aws-resources-in-allowed-regions judges it
         if text is TOO_DEEP:
             report(f"{where}: {path[:200]} is nested more than {MAX_DEPTH} levels deep, too deep to judge; flatten it")

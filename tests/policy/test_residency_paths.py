@@ -163,10 +163,18 @@ def test_a_region_in_disguise_is_still_found():
         "escaped": {"definition": '{"QueueUrl": "https://sqs.\\u0075s-east-1.amazonaws.com/1/q"}'},
         "escaped, led by white space": {"definition": '\n {"Resource": "arn:aws:sqs:\\u0075s-east-1:1:q"}'},
         "a region key in capitals": {"serviceRegion": "US-EAST-1"},
+        "the European Sovereign Cloud": {"endpoint": "arn:aws-eusc:sqs:eusc-de-east-1:1:q"},
+        "a host under on.aws": {"url": "https://abc.lambda-url.us-east-1.on.aws/"},
+        "a region under an empty key": {"": {"region": "us-east-1"}},
     }
     for case, props in disguised.items():
         found = check(PATHS, "aws:sfn/stateMachine:StateMachine", props)
-        assert found and all(US_EAST in m for m in found), (case, found)
+        assert found and all(US_EAST in m or "eusc-de-east-1" in m for m in found), (case, found)
+    # A Kubernetes object's top-level `region` is no resource's own region: judged here.
+    assert check(PATHS, "kubernetes:example.com/v1:Exporter", {"region": "us-east-1"})
+    # An AWS resource's own region is the region rule's, even when an empty key repeats it.
+    assert check(PATHS, "aws:sqs/queue:Queue", {"region": US_EAST, "": {"region": US_EAST}}) == []
+    assert check(PATHS, "aws:sqs/queue:Queue", {"region": "me-central-1", "": {"region": US_EAST}})
 
 
 # Pieces a path out is made of, in the forms that have fooled or could fool the quick test.
@@ -174,7 +182,7 @@ PIECES = st.sampled_from([
     "us-east-1", "US-EAST-1", "me-central-1", "us-gov-west-1", "us-isob-east-1", "\\u0075s-east-1", "\u212a",
     "\u0130", "arn:aws:sqs:", "arn:aws:s3:::b", ":1:q", "https://s3.", "sqs.", ".amazonaws.com", ".api.aws",
     "com.amazonaws.", ".s3", "{", "}", "[", "]", '"', ":", ",", " ", "\n", "-", "-1", "a", "z", "0", ".", "x" * 50,
-    "\\n", "\\t", '\\"', "\\\\", "_",
+    "\\n", "\\t", '\\"', "\\\\", "_", "eusc-de-east-1", "arn:aws-eusc:sqs:", ".amazonaws.eu", ".on.aws", "-de",
 ])
 TEXTS = st.lists(PIECES, max_size=12).map("".join)
 PROPS = st.recursive(TEXTS, lambda inner: st.dictionaries(

@@ -33,6 +33,8 @@ ATTEMPTS: dict[str, str | tuple[str, ...]] = {
     "provider_endpoint_abroad.py": "no-data-paths-abroad",
     "endpoint_abroad_in_capitals.py": "no-data-paths-abroad",
     "region_escaped_in_json.py": "no-data-paths-abroad",
+    "sovereign_cloud_queue.py": "no-data-paths-abroad",
+    "lambda_url_abroad.py": "no-data-paths-abroad",
     "key_open_to_everyone.py": "no-external-access",
     "bucket_policy_another_account.py": "no-external-access",
     "bucket_policy_not_principal.py": "no-external-access",
