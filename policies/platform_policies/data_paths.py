@@ -160,7 +160,7 @@ def _surely_home(data: bytes, allowed: set[str]) -> bool:
         if hit.end() < len(data) and data[hit.end()] in ALNUM:
             continue  # a region ends before `:` or `.`, or ends its string: not before a letter or digit
         begin = max(0, hit.end() - WINDOW)
-        window = data[begin:hit.end()].lower()
+        window = lowered[begin:hit.end()]  # lower-casing ASCII keeps every byte where it was
         if TOO_LONG.search(window):
             return False
         for shape in SHAPES:
@@ -176,8 +176,9 @@ def _text(props: Any) -> bytes | None:
     data = serialized(props)
     if data is not None:
         return data
+    decoded = plain(props)
     try:
-        return json.dumps(plain(props)).encode() if plain(props) is not None else None
+        return json.dumps(decoded).encode() if decoded is not None else None
     except (RecursionError, TypeError, ValueError):
         return None
 
