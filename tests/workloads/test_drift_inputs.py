@@ -15,9 +15,6 @@ import decimal
 import io
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, reject, settings
 from hypothesis import strategies as st
 
+from tests.workloads import processes
 from workloads.monitor.cli import main
 from workloads.monitor.drift import DriftInputError, NotJudged, Verdict, exact_integers, judge, kind_of, plan
 
@@ -90,28 +88,11 @@ def drift(tmp_path: Path, reference: pa.Table, current: pa.Table, *args: str) ->
     return done
 
 
-# The CLI, then its peak memory: VmHWM is this process's own high-water mark from exec on
-# (ru_maxrss keeps that of the forked pytest process it started as).
-_MEASURED = """
-import sys
-from workloads.monitor.cli import main
-code = main(sys.argv[2:])
-with open("/proc/self/status") as status, open(sys.argv[1], "w") as out:
-    out.write(next(line for line in status if line.startswith("VmHWM:")).split()[1])
-sys.exit(code)
-"""
-
-
 def subprocess_cli(*args: str) -> tuple[Done, float]:
-    """The CLI in its own process: (what it did, its peak memory in MiB). A run past 60 s
-    fails the test (a refusal must take under 10)."""
-    with tempfile.NamedTemporaryFile("r") as peak:
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", _MEASURED, peak.name, "drift", *args], cwd=REPO,
-                              capture_output=True, text=True, timeout=60)
-        seconds = time.perf_counter() - started
-        kib = peak.read().strip()
-    return Done(done.returncode, done.stdout, done.stderr, seconds, None), int(kib or 0) / 1024
+    """The CLI in its own process through its entry point, as the drift job runs it: (what
+    it did, its peak memory in MiB)."""
+    ran = processes.run("workloads.monitor", "drift", *args)
+    return Done(ran.code, ran.out, ran.err, ran.seconds, None), ran.rss / (1 << 20)
 
 
 def normal(seed: int, rows: int = ROWS, shift: float = 0.0) -> pa.Array:
