@@ -26,6 +26,9 @@ TRACKING_PINS  := mlflow[auth]==3.17.2 psycopg[binary]==3.3.2 boto3==1.44.8 moto
 FEATURES_VENV  := .venv-features
 FEATURES_STAMP := $(FEATURES_VENV)/.installed
 FEATURES_PINS  := feast[redis,aws]==0.66.0 s3fs==2026.9.0 mlflow-skinny==3.17.2
+# Hypothesis, for the online reader's equivalence with Feast (tests/services/feature_reader_check.py),
+# which runs beside Feast; not in the image.
+FEATURES_TEST_PINS := hypothesis==6.170.17
 # MLServer (Apache-2.0), a KServe v2 gRPC server, for the serving benchmark's measurement
 # through a real server (bench/serve_server.py), and its smoke run in `make test` (tests/bench).
 # uvloop stays below 0.22:
@@ -75,7 +78,7 @@ $(TRACKING_STAMP):
 	@touch $@
 $(FEATURES_STAMP):
 	@test -x $(FEATURES_VENV)/bin/python || $(PYTHON) -m venv $(FEATURES_VENV)
-	$(FEATURES_VENV)/bin/pip install --quiet --disable-pip-version-check $(FEATURES_PINS)
+	$(FEATURES_VENV)/bin/pip install --quiet --disable-pip-version-check $(FEATURES_PINS) $(FEATURES_TEST_PINS)
 	@touch $@
 $(MLSERVER_STAMP):
 	@test -x $(MLSERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLSERVER_VENV)

@@ -1,0 +1,334 @@
+"""The online reader: what `FeatureStore.get_online_features(...).to_dict()` returns, read in
+the caller's process for the request path (serving's pre- and post-processing), in one
+pipelined round trip to Redis.
+
+Feast's own read resolves the request, then builds a response protobuf entity by entity and
+converts it back; at 10 and 100 entities that work is most of its time (issue 39). The
+reader resolves a feature list once into a plan (the views grouped by the join keys that
+make their Redis key, and the hash fields each group asks for) and on each call only
+encodes the keys, sends one HMGET per distinct entity and key group, and decodes. What
+decides a result is Feast's own code, called as Feast calls it: the request's resolution
+(`_get_online_request_context`), the key encoding (`_redis_key`), the field hashes
+(`_mmh3`) and the value decoding (`feast_value_type_to_python_type`). Feast is pinned
+(the Makefile's FEATURES_PINS); tests/services/test_feature_reader.py checks the results
+equal `get_online_features` over every value type Feast supports, so an upgrade that
+changes any of these fails there.
+
+Two rules to know:
+- Feast 0.66 does not drop a value older than its view's TTL when it reads online (the
+  TTL bounds what materialization copies; `key_ttl_seconds` lets Redis expire keys). The
+  reader returns what Feast returns: an expired Redis key is missing in both.
+- Entity keys are checked strictly, where Feast coerces: 1.5 or True for an integer key,
+  or 7 for a string key, would read another entity's row; here it is an EntityKeyError
+  naming the key.
+
+The registry is refreshed by a background thread (every `refresh_seconds`, default the
+config's `cache_ttl_seconds`); a call never waits for S3. The Redis client is the online
+store's own, so the IAM token (or the customer's password file), the ACL user and TLS are
+exactly the feature server's."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
+
+from feast import FeatureStore
+from feast.errors import FeastObjectNotFoundException, FeatureNameCollisionError
+from feast.infra.online_stores.helpers import _mmh3, _redis_key
+from feast.infra.online_stores.redis import RedisOnlineStore, _versioned_fv_name
+from feast.protos.feast.types.EntityKey_pb2 import EntityKey as EntityKeyProto
+from feast.protos.feast.types.Value_pb2 import Value as ValueProto
+from feast.type_map import feast_value_type_to_python_type, python_values_to_proto_values
+from feast.value_type import ValueType
+from google.protobuf.timestamp_pb2 import Timestamp
+
+log = logging.getLogger(__name__)
+
+MAX_ENTITIES = 10_000  # per call: a request path reads tens, a batch job uses the offline store
+INT_RANGE = {ValueType.INT32: (-(1 << 31), (1 << 31) - 1), ValueType.INT64: (-(1 << 63), (1 << 63) - 1)}
+KEY_TYPES = (ValueType.INT32, ValueType.INT64, ValueType.STRING, ValueType.BYTES)
+
+
+class ReaderError(ValueError):
+    """A request the reader refuses; the message names the view, feature or key."""
+
+
+class UnknownFeatureView(ReaderError):
+    def __init__(self, view: str, project: str) -> None:
+        super().__init__(f"feature view {view!r} is not in project {project!r}")
+        self.view = view
+
+
+class UnknownFeature(ReaderError):
+    def __init__(self, view: str, feature: str) -> None:
+        super().__init__(f"feature view {view!r} has no feature {feature!r}")
+        self.view, self.feature = view, feature
+
+
+class EntityKeyError(ReaderError):
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"entity key {key!r}: {problem}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class _View:
+    name: str  # as the response names it (the projection's)
+    features: tuple[str, ...]
+    types: tuple[ValueType, ...]
+    start: int  # where its fields begin in its group's HMGET reply
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The views one Redis key reads: those with the same join keys."""
+    join_keys: tuple[str, ...]  # sorted, as Feast's key encoding sorts them
+    fields: tuple[bytes | str, ...]  # each view's feature hashes, then its `_ts:` field
+    views: tuple[_View, ...]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    groups: tuple[_Group, ...]
+    key_types: Mapping[str, ValueType]  # join key -> its entity's type
+    result_keys: frozenset[str]  # the join keys Feast echoes when a row names them
+    columns: tuple[tuple[str, int, int, int], ...]  # each feature in Feast's order: (name, group, view, index)
+
+
+class FeatureReader:
+    """`read(features, entity_rows)` returns what `store.get_online_features(features,
+    entity_rows).to_dict()` returns. Thread-safe; `close()` stops the refresh thread."""
+
+    def __init__(self, store: FeatureStore, refresh_seconds: float | None = None) -> None:
+        online = store._get_provider().online_store
+        if not isinstance(online, RedisOnlineStore):
+            raise ReaderError(f"the online store is {type(online).__name__}; the reader reads Feast's Redis store")
+        self.store, self.project = store, store.project
+        self._client = online._get_client(store.config.online_store)
+        self._version = store.config.entity_key_serialization_version
+        self._plans: dict[tuple[tuple[str, ...], bool], _Plan] = {}
+        self._lock = threading.Lock()
+        ttl = store.config.registry.cache_ttl_seconds
+        self.refresh_seconds = refresh_seconds if refresh_seconds is not None else (ttl or 60)
+        self.refreshed = time.monotonic()  # when the registry was last read
+        self.refresh_failures = 0
+        self._stop = threading.Event()
+        self._registry = store.registry._get_registry_proto(self.project, allow_cache=True)
+        self._thread = threading.Thread(target=self._refresh_loop, name="feature-reader-registry", daemon=True)
+        self._thread.start()
+
+    # --- the registry, off the request path -----------------------------------------------
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self.refresh_seconds):
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Read the registry again; when it changed, re-plan every feature list in use (a
+        list whose view is gone is dropped, and its next read raises)."""
+        try:
+            self.store.registry.refresh(self.project)
+            proto = self.store.registry._get_registry_proto(self.project, allow_cache=True)
+        except Exception as err:  # S3 unreachable: keep serving the registry we have
+            self.refresh_failures += 1
+            log.warning("feature registry refresh failed, serving the last one read: %s", err)
+            return
+        self.refreshed = time.monotonic()
+        if proto == self._registry:
+            return
+        plans = {}
+        for key in list(self._plans):
+            try:
+                plans[key] = self._resolve(*key)
+            except ReaderError:
+                pass
+        with self._lock:
+            self._registry, self._plans = proto, plans
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FeatureReader:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    # --- planning a feature list ----------------------------------------------------------
+
+    def _plan(self, features: Sequence[str], full_feature_names: bool) -> _Plan:
+        key = (tuple(features), full_feature_names)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._resolve(*key)
+            with self._lock:
+                self._plans[key] = plan
+        return plan
+
+    def _resolve(self, features: tuple[str, ...], full_feature_names: bool) -> _Plan:
+        from feast import utils
+
+        for ref in features:
+            if not isinstance(ref, str) or ref.count(":") != 1 or "@" in ref:
+                raise ReaderError(f"feature {ref!r}: expected '<feature view>:<feature>'")
+        registry = self.store.registry
+        for ref in features:  # Feast's own messages for these name neither the view nor the feature
+            view, feature = ref.split(":")
+            try:
+                known = registry.get_any_feature_view(view, self.project, allow_cache=True)
+            except FeastObjectNotFoundException:
+                raise UnknownFeatureView(view, self.project) from None
+            if feature not in {f.name for f in known.features}:
+                raise UnknownFeature(view, feature)
+        try:
+            (_refs, odfvs, entity_names, key_types, join_keys_set, grouped, _names, request_data,
+             entityless) = utils._get_online_request_context(registry, self.project, list(features),
+                                                             full_feature_names)
+        except FeatureNameCollisionError as err:
+            raise ReaderError(f"{err} (read with full_feature_names=True)") from None
+        if odfvs or request_data:
+            raise ReaderError(f"on-demand feature views ({', '.join(v.name for v in odfvs)}) are Feast's to "
+                              "compute: read them with get_online_features")
+        if entityless:
+            raise ReaderError("feature views without entities are not read here: use get_online_features")
+        groups: dict[tuple[str, ...], list[tuple[Any, list[str]]]] = {}
+        for table, wanted in grouped:
+            keys = tuple(sorted(entity_names[e] for e in table.entities))
+            groups.setdefault(keys, []).append((table, wanted))
+        planned, at, columns = [], {}, []
+        for g, (keys, tables) in enumerate(groups.items()):
+            for key in keys:
+                if key_types.get(key) not in KEY_TYPES:
+                    raise EntityKeyError(key, f"its type {key_types.get(key)} is not read here (int32, int64, "
+                                              "string and bytes are)")
+            fields: list[bytes | str] = []
+            views = []
+            for v, (table, wanted) in enumerate(tables):
+                name = _versioned_fv_name(table, self.store.config)
+                types = {f.name: f.dtype.to_value_type() for f in table.features}
+                views.append(_View(table.projection.name_to_use(), tuple(wanted), tuple(types[f] for f in wanted),
+                                   len(fields)))
+                fields += [_mmh3(f"{name}:{f}") for f in wanted] + [f"_ts:{name}"]
+                at[id(table)] = (g, v)
+            planned.append(_Group(keys, tuple(fields), tuple(views)))
+        for table, wanted in grouped:
+            g, v = at[id(table)]
+            view = planned[g].views[v]
+            columns += [(f"{view.name}__{f}" if full_feature_names else f, g, v, k) for k, f in enumerate(wanted)]
+        return _Plan(tuple(planned), dict(key_types), frozenset(join_keys_set), tuple(columns))
+
+    # --- the read ---------------------------------------------------------------------------
+
+    def read(self, features: Sequence[str], entity_rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]],
+             full_feature_names: bool = False, include_event_timestamps: bool = False) -> dict[str, list[Any]]:
+        plan = self._plan(features, full_feature_names)
+        columns, rows = _columns(entity_rows)
+        keyed = {}  # join key -> its values as Feast's protos
+        echoed = []  # the join keys of the request Feast puts in its response, in the request's order
+        for name, values in columns.items():  # names that are no join key are not Feast's to read
+            if name in plan.result_keys:
+                echoed.append(name)
+            if name in plan.key_types:
+                keyed[name] = _key_values(name, values, plan.key_types[name])
+        out: dict[str, list[Any]] = {}
+        for k in echoed:  # as Feast echoes them: through its protos and back, with no event time
+            protos = keyed[k] if k in keyed else python_values_to_proto_values(columns[k], ValueType.UNKNOWN)
+            out[k] = [feast_value_type_to_python_type(v) for v in protos]
+            if include_event_timestamps:
+                out[f"{k}__ts"] = [0] * rows
+        # Each group's distinct entities, one HMGET each, all in one pipeline.
+        rows_of: list[list[int]] = []  # per group: each row's index among its distinct keys
+        pipe = self._client.pipeline(transaction=False)
+        for group in plan.groups:
+            missing = [k for k in group.join_keys if k not in keyed]
+            if missing:
+                raise EntityKeyError(missing[0], "missing from the entity rows")
+            distinct: dict[bytes, int] = {}
+            index = []
+            for r in range(rows):
+                entity = EntityKeyProto(join_keys=group.join_keys, entity_values=[keyed[k][r] for k in group.join_keys])
+                redis_key = _redis_key(self.project, entity, self._version)
+                i = distinct.get(redis_key)
+                if i is None:
+                    i = distinct[redis_key] = len(distinct)
+                    pipe.hmget(redis_key, group.fields)
+                index.append(i)
+            rows_of.append(index)
+        replies = pipe.execute() if rows else []
+        decoded: list[list[tuple[list[Any], int]]] = []  # per group, per view: per distinct entity
+        at = 0
+        for group, index in zip(plan.groups, rows_of):
+            count = max(index, default=-1) + 1
+            mine, at = replies[at:at + count], at + count
+            decoded.append([[_decode(reply, view, include_event_timestamps) for reply in mine]
+                            for view in group.views])
+        for name, g, v, k in plan.columns:
+            entities = decoded[g][v]
+            out[name] = [entities[i][0][k] for i in rows_of[g]]
+            if include_event_timestamps:
+                out[f"{name}__ts"] = [entities[i][1] for i in rows_of[g]]
+        return out
+
+
+def _columns(entity_rows: Any) -> tuple[dict[str, list[Any]], int]:
+    """The entity rows as columns (Feast takes both spellings), and how many rows."""
+    if isinstance(entity_rows, Mapping):
+        columns = {str(k): list(v) for k, v in entity_rows.items()}
+    else:
+        rows = list(entity_rows)
+        if not rows:
+            raise ReaderError("no entity rows")
+        columns = {k: [] for k in rows[0]}
+        for row in rows:
+            if row.keys() != columns.keys():
+                raise ReaderError(f"entity rows name different keys: {sorted(columns)} and {sorted(row)}")
+            for k, value in row.items():
+                columns[k].append(value)
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) != 1:
+        raise ReaderError(f"entity keys have different numbers of values: {sorted(lengths)}")
+    (count,) = lengths
+    if not 0 < count <= MAX_ENTITIES:
+        raise ReaderError(f"{count:,} entity rows: read 1 to {MAX_ENTITIES:,} per call")
+    return columns, count
+
+
+def _key_values(key: str, values: list[Any], value_type: ValueType) -> list[ValueProto]:
+    """An entity key's values as Feast's protos, each checked to be of the key's type."""
+    import numpy as np
+
+    for value in values:
+        if value_type in INT_RANGE:
+            low, high = INT_RANGE[value_type]
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+                raise EntityKeyError(key, f"{value!r} is not a {value_type.name.lower()}")
+        elif value_type == ValueType.STRING and not isinstance(value, str):
+            raise EntityKeyError(key, f"{value!r} is not a string")
+        elif value_type == ValueType.BYTES and not isinstance(value, bytes):
+            raise EntityKeyError(key, f"{value!r} is not bytes")
+    return python_values_to_proto_values(values, value_type)
+
+
+_EMPTY = ValueProto()
+
+
+def _decode(reply: list[bytes | None], view: _View, timestamps: bool) -> tuple[list[Any], int]:
+    """One entity's values for one view, and its event time in seconds as Feast reports it."""
+    end = view.start + len(view.features)
+    values = [feast_value_type_to_python_type(ValueProto.FromString(raw) if raw else _EMPTY, kind)
+              for raw, kind in zip(reply[view.start:end], view.types)]
+    if not timestamps:
+        return values, 0
+    stamp = Timestamp()
+    if reply[end]:
+        stamp.ParseFromString(reply[end])
+    # Feast goes through a datetime (seconds + nanos as a float) and back; so does this.
+    moment = datetime.fromtimestamp(stamp.seconds + stamp.nanos / 1_000_000_000.0, tz=timezone.utc)
+    back = Timestamp()
+    back.FromDatetime(moment)
+    return values, back.seconds
