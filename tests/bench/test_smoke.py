@@ -163,11 +163,15 @@ def check_tracking(record: dict, _: Path) -> None:
 
 def check_features(record: dict, _: Path) -> None:
     assert MACHINE <= set(record)
-    assert record["entities_online"] == 200 and record["requests_per_size"] == 10
-    assert set(record["results"]) == {"1", "10", "100"}
-    for size, row in record["results"].items():
-        for path in ("direct", "sdk", "server"):
-            assert row[path]["requests"] == 10 and row[path]["requests_per_s"] > 0, (size, path)
+    assert record["entities_online"] == 200 and record["requests_per_size"] == 20
+    assert [row["entities"] for row in record["rows"]] == [1, 10, 100]
+    for row in record["rows"]:
+        for path, samples in (("baseline", 20), ("reader", 20), ("sdk", 10), ("server_requests", 10),
+                              ("server_http_client", 10)):
+            assert row[path]["requests"] == samples and 0 < row[path]["p50_ms"] <= row[path]["p99_ms"], (row, path)
+        assert row["reader"]["requests_per_s"] > 0 and row["reader"]["open_loop"]["requests"] == 10
+        assert row["reader_p99_ratio"] == round(row["reader"]["p99_ms"] / row["baseline"]["p99_ms"], 2)
+    assert record["spikes"]["during_token_renewal"]["requests"] == 20
 
 
 def check_drift(record: dict, _: Path) -> None:

@@ -77,3 +77,35 @@ def test_a_view_applied_elsewhere_is_read_after_a_refresh_and_a_removed_one_is_r
 def test_feast_key_layout_is_the_one_the_reader_was_checked_against(checks):
     """A Feast upgrade that moves keys or fields fails here (and the pin must match)."""
     verdict(checks, "guard")
+
+
+# --- python -m workloads.features read: bad input is one line and exit 2 --------------------
+
+def read(stack: FeatureStack, config, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(PYTHON), "-m", "workloads.features", "read", "--config", str(config), *args], cwd=REPO,
+                          env=stack.env(TENANT), capture_output=True, text=True, timeout=120)
+
+
+def refused(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]
+    return lines[0]
+
+
+def test_cli_reads_and_refuses_in_one_line(stack, checks):
+    # `checks` first: the project is applied by then.
+    config = stack.config(TENANT)
+    done = read(stack, config, "--features", "typed_a:a_int64,merchant_stats:m_double", "--entities",
+                '{"customer_id": [1, 2], "merchant_id": ["m", "n"]}')
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"customer_id": [1, 2], "merchant_id": ["m", "n"], "a_int64": [None, None],
+                                       "m_double": [None, None]}
+    assert "feature view 'nope'" in refused(read(stack, config, "--features", "nope:x", "--entities",
+                                                 '{"customer_id": [1]}'))
+    assert "entity key 'customer_id': '1' is not an int64" in refused(
+        read(stack, config, "--features", "typed_a:a_int64", "--entities", '{"customer_id": ["1"]}'))
+    other = stack.config(TENANT, project=project_name("analytics"))
+    assert "is not tenant 'research'" in refused(read(stack, other, "--features", "typed_a:a_int64", "--entities",
+                                                      '{"customer_id": [1]}'))
+    assert "--entities: not JSON" in refused(read(stack, config, "--features", "typed_a:a_int64", "--entities", "[1"))

@@ -4,6 +4,7 @@ verbs as the platform's pods and a tenant's pipelines run them.
     apply        register the definitions of a repository (a folder of Python files)
     materialize  copy new offline rows into the online store (the CronJob's verb)
     serve        the HTTP feature server with Prometheus metrics (the Deployment's verb)
+    read         read features online through the in-process reader (workloads/features/reader.py)
     dataset      build a training dataset point-in-time correct and register it
 
 Every verb checks the config and the definitions first (workloads/features/repo.py); bad
@@ -93,6 +94,33 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_ENTITIES_TEXT = 1 << 20  # --entities is JSON on the command line: a megabyte is far past any request
+
+
+def read(args: argparse.Namespace) -> int:
+    """What the request path reads, for a person: the same reader, its result as JSON."""
+    if len(args.entities) > MAX_ENTITIES_TEXT:
+        raise FeatureInputError(f"--entities: {len(args.entities):,} characters; give at most {MAX_ENTITIES_TEXT:,}")
+    try:
+        entities = json.loads(args.entities)
+    except (ValueError, RecursionError) as err:
+        raise FeatureInputError(f"--entities: not JSON ({str(err)[:80]}); e.g. '{{\"customer_id\": [1, 2]}}'") from None
+    if not isinstance(entities, dict) or not entities or not all(isinstance(v, list) for v in entities.values()):
+        raise FeatureInputError("--entities: expected an object of join keys to lists of values, e.g. "
+                                "'{\"customer_id\": [1, 2]}'")
+    features = [f.strip() for f in args.features.split(",") if f.strip()]
+    _, store = _store(args)
+    from workloads.features.reader import FeatureReader, ReaderError
+
+    try:
+        with FeatureReader(store) as reader:
+            result = reader.read(features, entities, full_feature_names=args.full_feature_names)
+    except ReaderError as err:
+        raise FeatureInputError(str(err)) from None
+    print(json.dumps(result, default=str))
+    return 0
+
+
 def dataset(args: argparse.Namespace) -> int:
     from workloads.features.dataset import build, read_entities, register
 
@@ -130,6 +158,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="0.0.0.0")  # noqa: S104 - the pod's address; the Service is in-cluster only
     s.add_argument("--port", type=whole(1, 65535), default=6566, help="1 to 65535")
     s.add_argument("--workers", type=whole(1, MAX_WORKERS), default=2, help="server processes, 1 to 64")
+    r = verb("read", read, "read features online, as the request path does")
+    r.add_argument("--features", required=True, help="comma-separated <feature view>:<feature>")
+    r.add_argument("--entities", required=True, help='JSON: join keys to values, e.g. {"customer_id": [1, 2]}')
+    r.add_argument("--full-feature-names", action="store_true", help="name columns <view>__<feature>")
     d = verb("dataset", dataset, "build and register a training dataset")
     d.add_argument("--entities", required=True, help="Parquet of entity keys and event_timestamp (local or s3://)")
     d.add_argument("--features", required=True, help="comma-separated <feature view>:<feature>")

@@ -29,6 +29,7 @@ exactly the feature server's."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import struct
 import threading
@@ -50,6 +51,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 log = logging.getLogger(__name__)
 
 MAX_ENTITIES = 10_000  # per call: a request path reads tens, a batch job uses the offline store
+MAX_PLANS = 1_000  # feature lists planned and kept; a service asks for a handful
 INT_RANGE = {ValueType.INT32: (-(1 << 31), (1 << 31) - 1), ValueType.INT64: (-(1 << 63), (1 << 63) - 1)}
 KEY_TYPES = (ValueType.INT32, ValueType.INT64, ValueType.STRING, ValueType.BYTES)
 
@@ -172,6 +174,8 @@ class FeatureReader:
         if plan is None:
             plan = self._resolve(*key)
             with self._lock:
+                if len(self._plans) >= MAX_PLANS:  # a caller making up feature lists: bounded memory
+                    self._plans.clear()
                 self._plans[key] = plan
         return plan
 
@@ -245,31 +249,36 @@ class FeatureReader:
                                                               python_values_to_proto_values(values, ValueType.UNKNOWN)]
                 if include_event_timestamps:
                     out[f"{name}__ts"] = [0] * rows
-        # Each group's distinct entities, one HMGET each, all in one pipeline.
-        rows_of: list[list[int]] = []  # per group: each row's index among its distinct keys
+        # Each group's distinct entities, one HMGET each, all in one round trip.
+        keys_of: list[list[bytes]] = []  # per group: its distinct keys, in first-seen order
+        rows_of: list[list[int]] = []  # per group: each row's index among them
         project = self._project_bytes
-        pipe = self._client.pipeline(transaction=False)
         for group in plan.groups:
             missing = [k for k in group.join_keys if k not in keyed]
             if missing:
                 raise EntityKeyError(missing[0], "missing from the entity rows")
-            distinct: dict[bytes, int] = {}
-            index = []
-            encoders = [(keyed[k], _ENCODERS[plan.key_types[k]]) for k in group.join_keys]
-            for r in range(rows):
-                redis_key = b"".join([group.head, *[encode(values[r]) for values, encode in encoders], project])
-                i = distinct.get(redis_key)
-                if i is None:
-                    i = distinct[redis_key] = len(distinct)
-                    pipe.hmget(redis_key, group.fields)
-                index.append(i)
-            rows_of.append(index)
-        replies = pipe.execute() if rows else []
+            if len(group.join_keys) == 1:
+                encode, head = _ENCODERS[plan.key_types[group.join_keys[0]]], group.head
+                keys = [head + encode(value) + project for value in keyed[group.join_keys[0]]]
+            else:
+                encoders = [(keyed[k], _ENCODERS[plan.key_types[k]]) for k in group.join_keys]
+                keys = [b"".join([group.head, *[encode(values[r]) for values, encode in encoders], project])
+                        for r in range(rows)]
+            distinct = dict(zip(dict.fromkeys(keys), itertools.count()))
+            keys_of.append(list(distinct))
+            rows_of.append([distinct[k] for k in keys])
+        if len(keys_of) == 1 and len(keys_of[0]) == 1:  # one command needs no pipeline
+            replies = [self._client.hmget(keys_of[0][0], plan.groups[0].fields)]
+        else:
+            pipe = self._client.pipeline(transaction=False)
+            for group, keys in zip(plan.groups, keys_of):
+                for key in keys:
+                    pipe.hmget(key, group.fields)
+            replies = pipe.execute()
         decoded: list[list[tuple[list[Any], int]]] = []  # per group, per view: per distinct entity
         at = 0
-        for group, index in zip(plan.groups, rows_of):
-            count = max(index, default=-1) + 1
-            mine, at = replies[at:at + count], at + count
+        for group, keys in zip(plan.groups, keys_of):
+            mine, at = replies[at:at + len(keys)], at + len(keys)
             decoded.append([[_decode(reply, view, include_event_timestamps) for reply in mine]
                             for view in group.views])
         for name, g, v, k in plan.columns:
@@ -282,7 +291,7 @@ class FeatureReader:
 
 def _columns(entity_rows: Any) -> tuple[dict[str, list[Any]], int]:
     """The entity rows as columns (Feast takes both spellings), and how many rows."""
-    if isinstance(entity_rows, Mapping):
+    if isinstance(entity_rows, dict) or isinstance(entity_rows, Mapping):  # dict first: the ABC check is slow
         columns = {str(k): list(v) for k, v in entity_rows.items()}
     else:
         rows = list(entity_rows)
@@ -312,7 +321,7 @@ def _key_values(key: str, values: list[Any], value_type: ValueType) -> list[Any]
         low, high = INT_RANGE[value_type]
         for value in values:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-                raise EntityKeyError(key, f"{value!r} is not a {value_type.name.lower()}")
+                raise EntityKeyError(key, f"{value!r} is not an {value_type.name.lower()}")
         return [int(v) for v in values]
     kind = str if value_type == ValueType.STRING else bytes
     for value in values:
