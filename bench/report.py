@@ -233,7 +233,8 @@ def table(plots: Path = PLOTS) -> str:
                  f"median {lineage['median_ms']:.0f} ms, p95 {lineage['p95_ms']:.0f} ms", "< 1 s"]]
         sections.append((rows, "", data["machine"] + f", {data['date']}"))
     if (data := load("features")) is not None:
-        rows = [[f"online reader (in process) vs direct Redis read, {r['entities']} entities/request, real Redis "
+        rows = [[f"online reader (in process) vs direct Redis read, {r['entities']} "
+                 f"entit{'y' if r['entities'] == 1 else 'ies'} per request, real Redis "
                  "(TLS, ACL user)",
                  f"p99 {r['reader']['p99_ms']:.2f} vs {r['baseline']['p99_ms']:.2f} ms = {r['reader_p99_ratio']:.2f}x "
                  f"(p50 {r['reader']['p50_ms']:.2f} vs {r['baseline']['p50_ms']:.2f}); Feast SDK p99 "
