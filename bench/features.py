@@ -20,7 +20,7 @@ at half the baseline's closed-loop rate (latency from when each request was due,
 one delays those queued behind it and counts against them). Spikes: the reader while its
 registry is refreshed every 50 ms, and while every 100th call renews its IAM token on a
 new TLS connection. Redis (and the feature server) run on core 0, the clients on core 1.
-The goal (issue 39): the reader's p99 within 2x the baseline's at every size.
+The goal: the reader's p99 within 2x the baseline's at every size.
 
 Run: `python bench/features.py` (the driver runs in the project's environment and the load
 in `.venv-features`, which holds Feast). The record goes to bench/results/features.json.

@@ -3,7 +3,7 @@ the caller's process for the request path (serving's pre- and post-processing), 
 pipelined round trip to Redis.
 
 Feast's own read resolves the request, then builds a response protobuf entity by entity and
-converts it back; at 10 and 100 entities that work is most of its time (issue 39). The
+converts it back; at 10 and 100 entities that work is most of its time. The
 reader resolves a feature list once into a plan (the views grouped by the join keys that
 make their Redis key, and the hash fields each group asks for) and on each call only
 encodes the keys, sends one HMGET per distinct entity and key group, and decodes. What
