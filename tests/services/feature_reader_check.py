@@ -227,6 +227,12 @@ def refusals(reader: online.FeatureReader) -> None:
     refused(online.EntityKeyError, ["pair_stats:p_int64"], {"customer_id": [1]}, "merchant_id")
     refused(online.ReaderError, ["typed_a:a_int64"], {"customer_id": [1, 2], "merchant_id": ["m"]}, "numbers")
     refused(online.ReaderError, ["typed_a:a_int64"], [], "no entity rows")
+    refused(online.ReaderError, [], ids, "non-empty list")
+    refused(online.ReaderError, "typed_a:a_int64", ids, "non-empty list")
+    refused(online.ReaderError, ["typed_a:a_int64"], {"customer_id": 5}, "customer_id", "list of values")
+    refused(online.ReaderError, ["typed_a:a_int64"], ["customer_id"], "mapping")
+    refused(online.ReaderError, ["typed_a:a_int64"], 5, "int")
+    refused(online.ReaderError, ["typed_a:a_int64", "typed_a:a_int64"], ids, "a_int64")
     refused(online.ReaderError, ["typed_a:a_int64"], {"customer_id": list(range(online.MAX_ENTITIES + 1))},
             "10,001")
 

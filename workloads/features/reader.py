@@ -169,7 +169,9 @@ class FeatureReader:
     # --- planning a feature list ----------------------------------------------------------
 
     def _plan(self, features: Sequence[str], full_feature_names: bool) -> _Plan:
-        key = (tuple(features), full_feature_names)
+        if isinstance(features, (str, bytes)) or not isinstance(features, Sequence) or not features:
+            raise ReaderError(f"features {features!r}: expected a non-empty list of '<feature view>:<feature>'")
+        key = (tuple(features), bool(full_feature_names))
         plan = self._plans.get(key)
         if plan is None:
             plan = self._resolve(*key)
@@ -292,11 +294,20 @@ class FeatureReader:
 def _columns(entity_rows: Any) -> tuple[dict[str, list[Any]], int]:
     """The entity rows as columns (Feast takes both spellings), and how many rows."""
     if isinstance(entity_rows, dict) or isinstance(entity_rows, Mapping):  # dict first: the ABC check is slow
-        columns = {str(k): list(v) for k, v in entity_rows.items()}
+        columns = {}
+        for k, v in entity_rows.items():
+            if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, _ndarray())):
+                raise ReaderError(f"entity key {k!r}: expected a list of values, got {type(v).__name__}")
+            columns[str(k)] = list(v)
     else:
+        if not isinstance(entity_rows, Sequence) or isinstance(entity_rows, (str, bytes)):
+            raise ReaderError(f"entity rows: expected a list of rows or a mapping of key to values, got "
+                              f"{type(entity_rows).__name__}")
         rows = list(entity_rows)
         if not rows:
             raise ReaderError("no entity rows")
+        if not all(isinstance(row, Mapping) for row in rows):
+            raise ReaderError("entity rows: each row must be a mapping of join key to value")
         columns = {k: [] for k in rows[0]}
         for row in rows:
             if row.keys() != columns.keys():
@@ -310,6 +321,12 @@ def _columns(entity_rows: Any) -> tuple[dict[str, list[Any]], int]:
     if not 0 < count <= MAX_ENTITIES:
         raise ReaderError(f"{count:,} entity rows: read 1 to {MAX_ENTITIES:,} per call")
     return columns, count
+
+
+def _ndarray() -> type:
+    import numpy as np
+
+    return np.ndarray
 
 
 def _key_values(key: str, values: list[Any], value_type: ValueType) -> list[Any]:
