@@ -26,7 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import yaml
-from feast import Entity, FeatureStore, FeatureView, Field, FileSource, ValueType
+from feast import Entity, FeatureService, FeatureStore, FeatureView, Field, FileSource, ValueType
 from feast.infra.online_stores.helpers import _redis_key
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey
 from feast.repo_config import RepoConfig
@@ -233,6 +233,11 @@ def refusals(reader: online.FeatureReader) -> None:
     refused(online.ReaderError, ["typed_a:a_int64"], ["customer_id"], "mapping")
     refused(online.ReaderError, ["typed_a:a_int64"], 5, "int")
     refused(online.ReaderError, ["typed_a:a_int64", "typed_a:a_int64"], ids, "a_int64")
+    refused(online.ReaderError, [["typed_a:a_int64"]], ids, "non-empty list")
+    # A key no requested view uses is echoed with its type inferred, as Feast does; one it cannot infer:
+    refused(online.EntityKeyError, ["typed_a:a_int64"], {"customer_id": [1, 2], "merchant_id": [7, "m"]},
+            "merchant_id")
+    refused(online.EntityKeyError, ["merchant_stats:m_double"], {"merchant_id": ["\ud800"]}, "merchant_id", "UTF-8")
     refused(online.ReaderError, ["typed_a:a_int64"], {"customer_id": list(range(online.MAX_ENTITIES + 1))},
             "10,001")
 
@@ -259,6 +264,47 @@ def registry(config: str, reader: online.FeatureReader) -> None:
         raise AssertionError("a removed view was still read")
     except online.UnknownFeatureView as err:
         assert "late_view" in str(err)
+    # The same, applied and removed through the reader's own store: Feast changes its cached
+    # registry in place then, which the reader must still see as a change.
+    reader.store.apply([late])
+    reader.refresh()
+    assert reader.read(["late_view:late_int64"], {"customer_id": [1]})["late_int64"] == [None]
+    reader.store.delete_feature_view("late_view")
+    reader.refresh()
+    try:
+        reader.read(["late_view:late_int64"], {"customer_id": [1]})
+        raise AssertionError("a view removed through the reader's own store was still read")
+    except online.UnknownFeatureView:
+        pass
+    # A refresh that lands while a read plans its list: the plan of the older registry is used
+    # for that read alone, never kept.
+    other.apply([late])
+    reader.refresh()
+    planning = reader._resolve
+
+    def refreshed_meanwhile(*key):
+        plan = planning(*key)
+        other.delete_feature_view("late_view")
+        reader.refresh()
+        return plan
+
+    reader._resolve = refreshed_meanwhile
+    try:
+        reader.read(["late_view:late_int64"], {"customer_id": [1]})
+    finally:
+        reader._resolve = planning
+    try:
+        reader.read(["late_view:late_int64"], {"customer_id": [1]})
+        raise AssertionError("a plan made before a refresh was kept after it")
+    except online.UnknownFeatureView:
+        pass
+    # A feature service is read as Feast reads it: its views' projections, in its order.
+    service = FeatureService(name="reader_service", features=[VIEWS[1][[feature_name("b", TYPES[HALF])]], VIEWS[2]])
+    reader.store.apply([service])
+    rows = {"customer_id": [1, 2], "merchant_id": ["m", "n"]}
+    expected = reader.store.get_online_features(reader.store.get_feature_service("reader_service"), rows).to_dict()
+    got = reader.read(reader.store.get_feature_service("reader_service"), rows)
+    assert same(got, expected), (got, expected)
 
 
 # --- the upgrade guard: Feast's key layout, as the reader and every running reader rely on ---

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
-from feast import FeatureStore
+from feast import FeatureService, FeatureStore
 from feast.errors import FeastObjectNotFoundException, FeatureNameCollisionError
 from feast.infra.online_stores.helpers import _mmh3, _redis_key
 from feast.infra.online_stores.redis import RedisOnlineStore, _versioned_fv_name
@@ -124,7 +124,8 @@ class FeatureReader:
         self.refreshed = time.monotonic()  # when the registry was last read
         self.refresh_failures = 0
         self._stop = threading.Event()
-        self._registry = store.registry._get_registry_proto(self.project, allow_cache=True)
+        self._registry = _copy(store.registry._get_registry_proto(self.project, allow_cache=True))
+        self._generation = 0  # counts the registries planned against; a plan of an older one is not kept
         self._thread = threading.Thread(target=self._refresh_loop, name="feature-reader-registry", daemon=True)
         self._thread.start()
 
@@ -145,16 +146,22 @@ class FeatureReader:
             log.warning("feature registry refresh failed, serving the last one read: %s", err)
             return
         self.refreshed = time.monotonic()
+        # Compared with a copy: Feast changes its cached registry in place when this store
+        # itself applies or deletes, so the object it returns always equals itself.
         if proto == self._registry:
             return
+        with self._lock:
+            self._generation += 1
         plans = {}
         for key in list(self._plans):
             try:
                 plans[key] = self._resolve(*key)
             except ReaderError:
                 pass
+            except Exception as err:  # noqa: BLE001 - the thread must live: that list is planned again when read
+                log.warning("feature list %s could not be planned again: %s", key[0], err)
         with self._lock:
-            self._registry, self._plans = proto, plans
+            self._registry, self._plans = _copy(proto), plans
 
     def close(self) -> None:
         self._stop.set()
@@ -168,27 +175,37 @@ class FeatureReader:
 
     # --- planning a feature list ----------------------------------------------------------
 
-    def _plan(self, features: Sequence[str], full_feature_names: bool) -> _Plan:
-        if isinstance(features, (str, bytes)) or not isinstance(features, Sequence) or not features:
+    def _plan(self, features: Sequence[str] | FeatureService, full_feature_names: bool) -> _Plan:
+        if isinstance(features, FeatureService):
+            key: tuple = (features, bool(full_feature_names))
+        elif isinstance(features, (str, bytes)) or not isinstance(features, Sequence) or not features \
+                or not all(isinstance(f, str) for f in features):
             raise ReaderError(f"features {features!r}: expected a non-empty list of '<feature view>:<feature>'")
-        key = (tuple(features), bool(full_feature_names))
+        else:
+            key = (tuple(features), bool(full_feature_names))
         plan = self._plans.get(key)
         if plan is None:
+            generation = self._generation
             plan = self._resolve(*key)
             with self._lock:
                 if len(self._plans) >= MAX_PLANS:  # a caller making up feature lists: bounded memory
                     self._plans.clear()
-                self._plans[key] = plan
+                if generation == self._generation:  # else a refresh came between: plan again next time
+                    self._plans[key] = plan
         return plan
 
-    def _resolve(self, features: tuple[str, ...], full_feature_names: bool) -> _Plan:
+    def _resolve(self, features: tuple[str, ...] | FeatureService, full_feature_names: bool) -> _Plan:
         from feast import utils
 
-        for ref in features:
+        if isinstance(features, FeatureService):  # a service names its views' projections itself
+            refs = [f"{p.name}:{f.name}" for p in features.feature_view_projections for f in p.features]
+        else:
+            refs = list(features)
+        for ref in refs:
             if not isinstance(ref, str) or ref.count(":") != 1 or "@" in ref:
                 raise ReaderError(f"feature {ref!r}: expected '<feature view>:<feature>'")
         registry = self.store.registry
-        for ref in features:  # Feast's own messages for these name neither the view nor the feature
+        for ref in refs:  # Feast's own messages for these name neither the view nor the feature
             view, feature = ref.split(":")
             try:
                 known = registry.get_any_feature_view(view, self.project, allow_cache=True)
@@ -198,8 +215,9 @@ class FeatureReader:
                 raise UnknownFeature(view, feature)
         try:
             (_refs, odfvs, entity_names, key_types, join_keys_set, grouped, _names, request_data,
-             entityless) = utils._get_online_request_context(registry, self.project, list(features),
-                                                             full_feature_names)
+             entityless) = utils._get_online_request_context(
+                registry, self.project, features if isinstance(features, FeatureService) else list(features),
+                full_feature_names)
         except FeatureNameCollisionError as err:
             raise ReaderError(f"{err} (read with full_feature_names=True)") from None
         if odfvs or request_data:
@@ -237,8 +255,9 @@ class FeatureReader:
 
     # --- the read ---------------------------------------------------------------------------
 
-    def read(self, features: Sequence[str], entity_rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]],
-             full_feature_names: bool = False, include_event_timestamps: bool = False) -> dict[str, list[Any]]:
+    def read(self, features: Sequence[str] | FeatureService,
+             entity_rows: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]], full_feature_names: bool = False,
+             include_event_timestamps: bool = False) -> dict[str, list[Any]]:
         plan = self._plan(features, full_feature_names)
         columns, rows = _columns(entity_rows)
         keyed = {}  # join key -> its values, checked, as Python values
@@ -247,8 +266,7 @@ class FeatureReader:
             if name in plan.key_types:
                 keyed[name] = _key_values(name, values, plan.key_types[name])
             if name in plan.result_keys:  # echoed as Feast echoes them, with no event time
-                out[name] = keyed[name] if name in keyed else [feast_value_type_to_python_type(v) for v in
-                                                              python_values_to_proto_values(values, ValueType.UNKNOWN)]
+                out[name] = keyed[name] if name in keyed else _echoed(name, values)
                 if include_event_timestamps:
                     out[f"{name}__ts"] = [0] * rows
         # Each group's distinct entities, one HMGET each, all in one round trip.
@@ -259,13 +277,16 @@ class FeatureReader:
             missing = [k for k in group.join_keys if k not in keyed]
             if missing:
                 raise EntityKeyError(missing[0], "missing from the entity rows")
-            if len(group.join_keys) == 1:
-                encode, head = _ENCODERS[plan.key_types[group.join_keys[0]]], group.head
-                keys = [head + encode(value) + project for value in keyed[group.join_keys[0]]]
-            else:
-                encoders = [(keyed[k], _ENCODERS[plan.key_types[k]]) for k in group.join_keys]
-                keys = [b"".join([group.head, *[encode(values[r]) for values, encode in encoders], project])
-                        for r in range(rows)]
+            try:
+                if len(group.join_keys) == 1:
+                    encode, head = _ENCODERS[plan.key_types[group.join_keys[0]]], group.head
+                    keys = [head + encode(value) + project for value in keyed[group.join_keys[0]]]
+                else:
+                    encoders = [(keyed[k], _ENCODERS[plan.key_types[k]]) for k in group.join_keys]
+                    keys = [b"".join([group.head, *[encode(values[r]) for values, encode in encoders], project])
+                            for r in range(rows)]
+            except UnicodeEncodeError as err:  # a lone surrogate: no UTF-8 for it, so no key
+                raise EntityKeyError(", ".join(group.join_keys), f"{err.object!r} is not UTF-8 text") from None
             distinct = dict(zip(dict.fromkeys(keys), itertools.count()))
             keys_of.append(list(distinct))
             rows_of.append([distinct[k] for k in keys])
@@ -321,6 +342,21 @@ def _columns(entity_rows: Any) -> tuple[dict[str, list[Any]], int]:
     if not 0 < count <= MAX_ENTITIES:
         raise ReaderError(f"{count:,} entity rows: read 1 to {MAX_ENTITIES:,} per call")
     return columns, count
+
+
+def _copy(proto: Any) -> Any:
+    copied = type(proto)()
+    copied.CopyFrom(proto)
+    return copied
+
+
+def _echoed(key: str, values: list[Any]) -> list[Any]:
+    """A join key the request names but no requested view uses, as Feast echoes it: its
+    type inferred from the values."""
+    try:
+        return [feast_value_type_to_python_type(v) for v in python_values_to_proto_values(values, ValueType.UNKNOWN)]
+    except (TypeError, ValueError) as err:
+        raise EntityKeyError(key, f"its values are not of one type Feast can read ({str(err)[:100]})") from None
 
 
 def _ndarray() -> type:
