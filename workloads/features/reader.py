@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 from feast import FeatureService, FeatureStore
 from feast.errors import FeastObjectNotFoundException, FeatureNameCollisionError
 from feast.infra.online_stores.helpers import _mmh3, _redis_key
@@ -317,7 +318,7 @@ def _columns(entity_rows: Any) -> tuple[dict[str, list[Any]], int]:
     if isinstance(entity_rows, dict) or isinstance(entity_rows, Mapping):  # dict first: the ABC check is slow
         columns = {}
         for k, v in entity_rows.items():
-            if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, _ndarray())):
+            if isinstance(v, (str, bytes)) or not isinstance(v, (Sequence, np.ndarray)):
                 raise ReaderError(f"entity key {k!r}: expected a list of values, got {type(v).__name__}")
             columns[str(k)] = list(v)
     else:
@@ -359,18 +360,10 @@ def _echoed(key: str, values: list[Any]) -> list[Any]:
         raise EntityKeyError(key, f"its values are not of one type Feast can read ({str(err)[:100]})") from None
 
 
-def _ndarray() -> type:
-    import numpy as np
-
-    return np.ndarray
-
-
 def _key_values(key: str, values: list[Any], value_type: ValueType) -> list[Any]:
     """An entity key's values, each checked to be of the key's type, as Feast echoes them
     (a NumPy integer as a Python int)."""
     if value_type in INT_RANGE:
-        import numpy as np
-
         low, high = INT_RANGE[value_type]
         for value in values:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
