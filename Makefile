@@ -49,8 +49,9 @@ PIPELINES_PINS  := "apache-airflow[postgres]==3.3.2" kubernetes==36.0.0 boto3==1
 DEEPSPEED_VENV  := .venv-deepspeed
 DEEPSPEED_STAMP := $(DEEPSPEED_VENV)/.installed
 DEEPSPEED_PINS  := torch==2.13.0 deepspeed==0.19.8
-# The IAM policy evaluator the request-path table runs on (tests/iam), from npm.
-IAM_STAMP     := tests/iam/node_modules/.installed
+# The IAM policy evaluator the request paths run on (tests/iam, and the preview diff's paths
+# opened and closed: infra/checks/iam), from npm.
+IAM_STAMP     := infra/checks/iam/node_modules/.installed
 
 .PHONY: setup setup-core services preview test fuzz check verify bench smoke mutate demo up clean
 
@@ -88,9 +89,9 @@ $(PIPELINES_STAMP):
 	@test -x $(PIPELINES_VENV)/bin/python || $(PYTHON) -m venv $(PIPELINES_VENV)
 	$(PIPELINES_VENV)/bin/pip install --quiet --disable-pip-version-check $(PIPELINES_PINS)
 	@touch $@
-$(IAM_STAMP): tests/iam/package-lock.json
+$(IAM_STAMP): infra/checks/iam/package-lock.json
 	@command -v npm >/dev/null || { echo "make setup needs Node.js 20 and npm for the IAM evaluator: install them (Debian/Ubuntu: sudo apt-get install nodejs npm)"; exit 1; }
-	npm ci --prefix tests/iam --no-audit --no-fund --loglevel=error
+	npm ci --prefix infra/checks/iam --no-audit --no-fund --loglevel=error
 	@touch $@
 
 # The services tests start real servers: registries (Debian's docker-registry, the CNCF

@@ -84,9 +84,15 @@ def preview_rows(data: dict[str, Any], plots: Path = PLOTS) -> tuple[list[list[s
 def preview_diff_rows(data: dict[str, Any]) -> list[list[str]]:
     """`mlplat preview --against` on two prod previews: what the diff adds to a preview."""
     rows = []
-    for key, what in (("realistic", data.get("change", "a change")), ("worst", "every string input changed")):
-        result = data[key]
-        layers = ", ".join(f"{stack} {row['total_s']:.2f} s ({row['changes']} changes)"
+    for key, what in (("realistic", data.get("change", "a change")), ("worst", "every string input changed"),
+                      ("role_widened", "research's trainer widened to the datasets bucket, request paths decided "
+                                       "by the real IAM evaluator")):
+        result = data.get(key)
+        if result is None:
+            continue
+        layers = ", ".join(f"{stack} {row['total_s']:.2f} s ({row['changes']} changes"
+                           + (f", {row['paths_decided']} paths decided in {row['paths_s']:.2f} s, "
+                              f"{row['paths_opened']} opened" if row.get("paths_decided") else "") + ")"
                            for stack, row in result["stacks"].items())
         rows.append([f"preview diff (--against), prod both layers, {what}; read, diff and render, in process",
                      f"{result['both_layers_s']:.2f} s ({layers})", f"< {data['target_s']:.0f} s"])

@@ -228,6 +228,9 @@ class _Report(_Shape):
     policies: Annotated[list[_PolicyRow], FailFast()]
     engine_errors: _Strings
     summary: _Summary
+    # The stack's outputs, which the request paths resolve against (infra/checks/iam/stack.py
+    # reads any part of the wrong type as empty); absent from reports made before they were kept.
+    outputs: dict[str, Any] | None = None
 
 
 def shape_problem(data: dict[str, Any]) -> str | None:

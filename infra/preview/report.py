@@ -138,6 +138,9 @@ def to_json(result: PreviewResult) -> dict[str, Any]:
             for v in result.verdict.violations
         ],
         "engineErrors": result.engine_errors,
+        # What the request paths of a diff resolve against (bucket and key names, tenants,
+        # secrets), secrets masked.
+        "outputs": result.stack_outputs,
         "charts": chart_summaries(result),
         "advisories": result.verdict.advisories,
         "policies": policy_evidence(result.verdict),

@@ -16,6 +16,10 @@ never shown as strings:
   namespaces, host paths and ports, added capabilities, root, the service account and its
   token.
 
+Below the grants, the requests the change opens and closes: the project's IAM path table
+and each tenant's paths, decided on both sides by the real evaluator
+(infra/preview/request_paths.py). A path opened broadens access.
+
 A grant the head adds broadens access unless the base already had one, where the grant
 applies (the same role, bucket, security group, Kubernetes object), that covers it: an IAM
 statement whose principals, action and resource patterns take in the new one's with no more
@@ -37,6 +41,7 @@ from functools import lru_cache
 from typing import Any
 
 from infra.preview.markdown import md_code, md_text
+from infra.preview.request_paths import PathsDiff, path_diff
 
 IAM, ATTACHMENT, SG_RULE = "IAM statement", "attachment", "security-group rule"
 RBAC_RULE, RBAC_SUBJECT, NETPOL_RULE, POD = "RBAC rule", "RBAC subject", "NetworkPolicy rule", "pod setting"
@@ -89,17 +94,21 @@ class GrantChange:
 class SecurityDiff:
     changes: list[GrantChange]
     unjudged: int = 0  # grants past the limits, counted as widening: to be reviewed by hand
+    paths: PathsDiff = field(default_factory=PathsDiff)
 
     @property
     def broadening(self) -> bool:
-        return self.unjudged > 0 or any(c.broadens for c in self.changes)
+        return self.unjudged > 0 or any(c.broadens for c in self.changes) or bool(self.paths.opened) \
+            or self.paths.unjudged > 0
 
     def summary(self) -> str:
-        if not self.changes and not self.unjudged:
+        opened, widened = len(self.paths.opened), sum(c.broadens for c in self.changes)
+        if not self.changes and not self.unjudged and not opened and not self.paths.unjudged:
             return "security: nothing changes in who may do what"
-        widened = sum(c.broadens for c in self.changes)
-        verdict = f"BROADENS access ({widened} grant{'s' if widened != 1 else ''} widened)" if widened else \
-            "does not broaden access"
+        why = ([f"opens {opened} request path{'s' if opened != 1 else ''}"] if opened else []) + \
+            ([f"{widened} grant{'s' if widened != 1 else ''} widened"] if widened else []) + \
+            ([f"{self.paths.unjudged} changed request paths not decided"] if self.paths.unjudged else [])
+        verdict = f"BROADENS access ({', '.join(why)})" if why else "does not broaden access"
         added = sum(c.sign == "+" for c in self.changes)
         judged = f"; {self.unjudged} grants past the diff's limits, not judged: review by hand" if self.unjudged else ""
         return f"security: {verdict}; {added} grants added, {len(self.changes) - added} removed{judged}"
@@ -582,7 +591,7 @@ def security_diff(base: dict[str, Any], head: dict[str, Any]) -> SecurityDiff:
             judged = covered((g for g in scopes_after.get(grant.scope, ()) if g.deny), grant) if grant.deny else False
             unjudged += judged is None
             changes.append(GrantChange("-", label or label_after, urn, grant, grant.deny and judged is not True))
-    return SecurityDiff(changes, unjudged)
+    return SecurityDiff(changes, unjudged, path_diff(base, head))
 
 
 # --- renderings ------------------------------------------------------------------------------
@@ -596,15 +605,49 @@ def security_text(diff: SecurityDiff, limit: int = 40) -> str:
         lines.append(f"  {change.sign} {change.resource} [{change.grant.kind}, {change.grant.where}]{mark}: {cells}")
     if len(diff.changes) > limit:
         lines.append(f"  … {len(diff.changes) - limit} more in the JSON diff")
+    if diff.paths.resolved or diff.paths.note:
+        lines.append(diff.paths.summary())
+        for flip in (diff.paths.opened + diff.paths.closed)[:limit]:
+            lines.append(f"  {'opens' if flip.opened else 'closes'}: {flip.line()} ({flip.before} -> {flip.after})")
+        if len(diff.paths.flips) > limit:
+            lines.append(f"  … {len(diff.paths.flips) - limit} more in the JSON diff")
     return "\n".join(lines)
 
 
+def _bounded_table(table: list[str], rows: Iterator[str], left: int) -> tuple[list[str], int, int]:
+    """`table`'s heading and as many of `rows` as fit in `left` characters: (the lines, with
+    a blank line after; how many rows; the characters left)."""
+    shown: list[str] = []
+    for row in rows:
+        cost = len(row) + 1 + (0 if shown else sum(len(line) + 1 for line in table))
+        if cost > left:
+            break
+        shown.append(row)
+        left -= cost
+    return ([*table, *shown, ""] if shown else []), len(shown), left
+
+
 def security_markdown(diff: SecurityDiff, budget: int = MARKDOWN_BUDGET) -> list[str]:
-    """The section that heads a stack's diff: the verdict, then one table per kind of grant,
-    the widening ones first, within about `budget` characters (the JSON diff has every one)."""
+    """The section that heads a stack's diff: the verdict, the request paths opened and
+    closed, then one table per kind of grant, the widening ones first, within about `budget`
+    characters (the JSON diff has every one)."""
     icon = "⚠️" if diff.broadening else "🔒"
     out = [f"**{icon} {md_text(diff.summary())}**", ""]
     left, shown = budget - len(out[0]), 0
+    # The requests opened come first: they are what the grants below add up to.
+    flips = diff.paths.opened + diff.paths.closed
+    if diff.paths.resolved or diff.paths.note:
+        out += [f"*{md_text(diff.paths.summary())}*", ""]
+        left -= len(out[-2])
+    if flips:
+        rows = (f"| {'opens' if flip.opened else 'closes'} | {md_code(principal[:CELL])} | {md_code(request[:CELL])} "
+                f"| {flip.before} | {flip.after} |"
+                for flip in flips for principal, _, request in [flip.line().partition(" → ")])
+        lines, count, left = _bounded_table(["| | principal | request | before | after |", "|---|---|---|---|---|"],
+                                            rows, left)
+        out += lines
+        if len(flips) > count:
+            out += [f"… {len(flips) - count} more request paths in the JSON diff (`--diff-json`)", ""]
     ordered = sorted(diff.changes, key=lambda c: not c.broadens)
     for kind in KINDS:
         entries = [c for c in ordered if c.grant.kind == kind]
@@ -613,25 +656,26 @@ def security_markdown(diff: SecurityDiff, budget: int = MARKDOWN_BUDGET) -> list
         headings = [h for h, _ in entries[0].grant.columns]
         table = [f"*{kind}s*", "", "| | resource | " + " | ".join(headings) + " | widens |",
                  "|---|---|" + "---|" * len(headings) + "---|"]
-        rows = []
-        for change in entries:
-            cells = " | ".join(md_code(value[:CELL]) for _, value in change.grant.columns)
-            row = f"| {change.sign} | {md_code(change.resource[:CELL])} | {cells} | {'yes' if change.broadens else ''} |"
-            cost = len(row) + 1 + (0 if rows else sum(len(line) + 1 for line in table))
-            if cost > left:
-                break
-            rows.append(row)
-            left -= cost
-        if rows:
-            out += [*table, *rows, ""]
-            shown += len(rows)
+        rows = (f"| {c.sign} | {md_code(c.resource[:CELL])} | "
+                + " | ".join(md_code(value[:CELL]) for _, value in c.grant.columns)
+                + f" | {'yes' if c.broadens else ''} |" for c in entries)
+        lines, count, left = _bounded_table(table, rows, left)
+        out += lines
+        shown += count
     if len(diff.changes) > shown:
         out += [f"… {len(diff.changes) - shown} more grant changes in the JSON diff (`--diff-json`)", ""]
     return out
 
 
 def security_json(diff: SecurityDiff) -> dict[str, Any]:
+    paths = diff.paths
     return {"broadening": diff.broadening, "summary": diff.summary(), "unjudged": diff.unjudged,
             "changes": [{"sign": c.sign, "resource": c.resource, "urn": c.urn, "kind": c.grant.kind,
                          "where": c.grant.where, "scope": c.grant.scope, "grant": dict(c.grant.columns),
-                         "widens": c.broadens} for c in diff.changes]}
+                         "widens": c.broadens} for c in diff.changes],
+            "paths": {"summary": paths.summary(), "resolved": paths.resolved, "compared": paths.compared,
+                      "unjudged": paths.unjudged, "note": paths.note, "seconds": round(paths.seconds, 3),
+                      "flips": [{"change": "opens" if f.opened else "closes", "path": f.path.name,
+                                 "principal": f.path.principal, "action": f.path.action,
+                                 "resource": f.path.resource, "before": f.before, "after": f.after}
+                                for f in paths.flips]}}

@@ -1,98 +1,33 @@
-"""The IAM path table (tests/iam/paths.py) against the policies prod's cloud layer writes,
-decided by a real IAM evaluator: every path the platform relies on Allowed, every abuse
-Denied. The run prints how many of each and how long the table took."""
+"""The IAM path table (infra/checks/iam/paths.py) against the policies prod's cloud layer
+writes, decided by a real IAM evaluator: every path the platform relies on Allowed, every
+abuse Denied, and every tenant role's request on another tenant's data Denied. The run
+prints how many of each and how long the table took."""
 
 from __future__ import annotations
 
 import copy
 import json
-import re
 import time
 from typing import Any
 
 import pytest
 
 from components import bucket_policy as bucket_policy_module
+from infra.checks.iam.paths import ALLOWED, DENIED, PATHS, Path, tenant_paths
+from infra.checks.iam.requests import simulation
+from infra.checks.iam.stack import StackPolicies, from_report
+from infra.preview.diff import as_read
 from infra.preview.fixtures import ACCOUNT_ID
 from tests.conftest import preview
 from tests.iam.evaluator import simulate
-from tests.iam.paths import ALLOWED, PATHS, Path
-from tests.iam.policies import StackPolicies, stack_policies
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def prod() -> StackPolicies:
-    return stack_policies(preview("prod"), ACCOUNT_ID)
-
-
-def _fill(value: Any, stack: StackPolicies) -> Any:
-    """`{account}`, `{region}`, `{trail}`, `{bucket:<purpose>}`, `{key:<class>}` in a path."""
-    if isinstance(value, list):
-        return [_fill(v, stack) for v in value]
-
-    def one(match: re.Match) -> str:
-        name = match.group(1)
-        kind, _, arg = name.partition(":")
-        if kind == "bucket":
-            return stack.buckets[arg]
-        if kind == "key":
-            return stack.keys[arg]
-        return {"account": stack.account, "region": stack.region, "trail": stack.outputs["auditTrail"]}[name]
-
-    return re.sub(r"\{([a-z]+(?::[a-z-]+)?)\}", one, value)
-
-
-def simulation(path: Path, stack: StackPolicies, bucket_policies: dict[str, dict] | None = None) -> dict[str, Any]:
-    """The evaluator's input for one path: the request, the principal's identity policies
-    and the resource's policy, all as the stack writes them."""
-    bucket_policies = stack.bucket_policies if bucket_policies is None else bucket_policies
-    principal = _fill(path.principal, stack)
-    identity: list[dict] = []
-    if principal.startswith("role:"):
-        role = stack.roles[principal.removeprefix("role:")]
-        principal = f"arn:aws:iam::{stack.account}:role/{role}"
-        identity = stack.identity.get(role, [])
-    kind, _, rest = path.resource.partition(":")
-    if kind == "bucket":
-        purpose, _, key = rest.partition("/")
-        bucket = stack.buckets[purpose]
-        resource, policy, owner = f"arn:aws:s3:::{bucket}" + (f"/{_fill(key, stack)}" if key else ""), \
-            bucket_policies[bucket], stack.account
-    elif kind == "key":
-        resource = stack.keys[rest]
-        policy, owner = stack.key_policies[resource], stack.account
-    elif kind == "secret":  # the tracking server's secrets: no resource policy, identity decides
-        tracking = stack.outputs["clusterDescriptor"]["tracking"]
-        named = {"admin": tracking["adminSecretArn"], "database": tracking["masterSecretArn"],
-                 **{f"pipelines/{t}": arn for t, arn in tracking["pipelineSecretArns"].items()}}
-        resource, policy, owner = named.get(rest) or tracking["tenantSecretArns"][rest], None, stack.account
-    elif kind == "cache":  # the feature store's online store: the replication group, or a tenant's user
-        features = stack.outputs["clusterDescriptor"]["features"]
-        base = f"arn:aws:elasticache:{stack.region}:{stack.account}"
-        resource = (f"{base}:replicationgroup:{features['replicationGroupId']}" if rest == "group"
-                    else f"{base}:user:{features['users'][rest]}")
-        policy, owner = None, stack.account
-    else:  # trust: assuming a role
-        role = stack.roles[rest]
-        resource, policy, owner = f"arn:aws:iam::{stack.account}:role/{role}", stack.trust[role], stack.account
-    if path.service_grant:
-        identity = [{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": path.action,
-                                                              "Resource": resource}]}]
-    context = {"aws:SecureTransport": "true", **{k: _fill(v, stack) for k, v in path.context.items()}}
-    if principal.startswith("arn:aws:iam::"):
-        # What AWS sets on every request an IAM role makes.
-        context = {"aws:PrincipalArn": principal, "aws:PrincipalAccount": principal.split(":")[4],
-                   "aws:PrincipalType": "AssumedRole", **context}
-    return {
-        "request": {"principal": principal, "action": path.action, "resource": {"resource": resource,
-                                                                                  "accountId": owner},
-                    "contextVariables": context},
-        "identityPolicies": [{"name": f"policy-{i}", "policy": p} for i, p in enumerate(identity)],
-        "serviceControlPolicies": [], "resourceControlPolicies": [],
-        "resourcePolicy": policy,
-    }
+    """prod's policies as its JSON report holds them: what a preview diff reads."""
+    return from_report(as_read(preview("prod").report))
 
 
 def decide(paths: tuple[Path, ...], stack: StackPolicies, **kwargs: Any) -> dict[str, str]:
@@ -149,3 +84,19 @@ def test_the_bucket_keeps_shared_prefixes_to_their_owners_whatever_an_identity_p
     assert len(around) == 3 and all(p.expect != ALLOWED for p in around)
     assert set(decide(around, prod, bucket_policies=broken).values()) == {ALLOWED}
     assert ALLOWED not in decide(around, prod).values()
+
+
+def test_no_tenant_role_reaches_another_tenants_data(prod):
+    """Every role of each tenant (named mlplat-prod-<tenant>-...) asked for each other
+    tenant's datasets, feature store, runs, tracking user and online-store user: all Denied.
+    The same requests of its own tenant are asked too, so the generated set is not empty of
+    Allowed answers by construction."""
+    roles = prod.tenant_roles()
+    assert set(roles) == {"research", "applied", "serving"} and all(roles.values()), roles
+    generated = tenant_paths(roles)
+    decided = decide(generated, prod)
+    crossing = [p for p in generated if p.expect == DENIED]
+    assert len(crossing) >= 100
+    assert [p.name for p in crossing if decided[p.name] == ALLOWED] == []
+    own = [p.name for p in generated if not p.expect and decided[p.name] == ALLOWED]
+    assert any("features/research/registry.pb" in name for name in own), own

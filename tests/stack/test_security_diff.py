@@ -47,18 +47,26 @@ def _widening(diff, kind: str) -> list:
     return [c for c in diff.security.changes if c.grant.kind == kind and c.broadens and c.sign == "+"]
 
 
-def test_a_new_tenant_is_its_roles_grants_and_the_groups_bound_in_its_namespace(tmp_path):
-    def add_tenant(config):
-        config["mlplat:tenants"].append({"name": "analytics", "quotas": {"cpu": 8, "memoryGi": 32, "gpu": 0},
-                                         "groups": ["mlplat:analytics-developers"]})
+def _add_analytics(config):
+    config["mlplat:tenants"].append({"name": "analytics", "quotas": {"cpu": 8, "memoryGi": 32, "gpu": 0},
+                                     "groups": ["mlplat:analytics-developers"]})
 
-    cloud, cluster = _head_of_dev(tmp_path / "stacks", add_tenant)
+
+def test_a_new_tenant_is_its_roles_grants_and_the_groups_bound_in_its_namespace(tmp_path):
+    cloud, cluster = _head_of_dev(tmp_path / "stacks", _add_analytics)
     diff = _diff(preview("dev"), cloud)
     assert diff.security.broadening
     statements = _widening(diff, IAM)
     assert statements and any("analytics" in dict(c.grant.columns)["resources"] for c in statements)
+    # The requests it opens: its own roles on its own data, decided by the real evaluator;
+    # none of research's, and none of its roles on research's data.
+    opened = [f.line() for f in diff.security.paths.opened]
+    assert "features-analytics-identity → s3:GetObject datasets/features/analytics/registry.pb" in opened, opened
+    assert not [line for line in opened if "research" in line], opened
+    assert diff.security.paths.closed == [] and diff.security.paths.unjudged == 0
     markdown = diff_markdown(diff)
     assert markdown.index("BROADENS access") < markdown.index("Resources:")  # the security section comes first
+    assert markdown.index("features-analytics-identity") < markdown.index("Resources:")
     in_cluster = _diff(preview("dev-cluster"), cluster)
     subjects = _widening(in_cluster, RBAC_SUBJECT)
     assert any("mlplat:analytics-developers" in dict(c.grant.columns)["subject"] for c in subjects), subjects
@@ -75,6 +83,23 @@ def test_a_rolebinding_to_a_new_group_broadens_and_names_the_group(tmp_path):
     assert [dict(c.grant.columns)["subject"] for c in subjects] == ["Group mlplat:contractors"], subjects
     assert "research" in subjects[0].resource  # the tenant's own RoleBinding
     assert diff.security.broadening
+
+
+def test_a_policy_onto_another_tenants_data_opens_that_path_on_the_real_program(tmp_path):
+    """dev with two tenants, then the same with one policy more (research's trainer on
+    analytics' datasets): the paths it opens are named, and nothing else flips."""
+    from infra.config import load_layer
+    from infra.preview.engine import load_program, run_preview
+
+    base, _cluster = _head_of_dev(tmp_path / "stacks", _add_analytics)
+    head = run_preview("dev", config=load_layer("dev", tmp_path / "stacks"),
+                       program=load_program(FIXTURES / "dev_cross_tenant.py"))
+    paths = _diff(base, head).security.paths
+    assert [f.line() for f in paths.flips] == [
+        "training-research-trainer → s3:GetObject datasets/analytics/tokens/shard-0001.bin"], paths.summary()
+    assert paths.flips[0].before == "ImplicitlyDenied" and paths.flips[0].after == "Allowed"
+    # The trainer's other requests were decided again on both sides, and still Denied.
+    assert paths.compared > 10 and paths.unjudged == 0
 
 
 @pytest.fixture(scope="module")

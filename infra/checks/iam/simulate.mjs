@@ -1,5 +1,5 @@
-// The IAM evaluator for tests/iam: @cloud-copilot/iam-simulate, run over every request
-// path at once. Reads a JSON array of {id, simulation} on stdin; writes a JSON array of
+// The IAM evaluator for request paths (tests/iam, the preview diff):
+// @cloud-copilot/iam-simulate, run over every request path at once. Reads a JSON array of {id, simulation} on stdin; writes a JSON array of
 // {id, result, errors} on stdout, `result` being Allowed, ExplicitlyDenied or
 // ImplicitlyDenied as the simulator decides.
 //

@@ -1,8 +1,10 @@
 """Every request path the platform relies on, and the abuses it must refuse: the one table
 of what AWS must decide with the policies prod's cloud layer writes. Reviewed like code;
-tests/iam/test_paths.py runs it through the real evaluator.
+tests/iam/test_paths.py runs it through the real evaluator, and a preview diff runs it on
+both sides of a change (infra/preview/request_paths.py), with each tenant's generated paths
+(`tenant_paths`).
 
-Names resolve against the stack (tests/iam/policies.py):
+Names resolve against the stack (infra/checks/iam/stack.py):
 - principal: `role:<resource name>` (a role the stack creates, with its inline policies),
   a service principal (`logging.s3.amazonaws.com`), or an ARN;
 - resource: `bucket:<purpose>` or `bucket:<purpose>/<key>` (with that bucket's policy),
@@ -49,7 +51,7 @@ class Path:
     principal: str
     action: str
     resource: str
-    expect: str  # ALLOWED or DENIED (explicitly or implicitly)
+    expect: str  # ALLOWED or DENIED (explicitly or implicitly); "" for no expectation (compared only)
     context: Mapping[str, Any] = field(default_factory=dict)  # on top of TLS (aws:SecureTransport true)
     service_grant: bool = False
 
@@ -418,3 +420,37 @@ PATHS: tuple[Path, ...] = (
     Path("a user of the account cannot assume a pod's role", "arn:aws:iam::{account}:role/developer", "sts:AssumeRole",
          "trust:training-gpt2-smoke-identity", DENIED, service_grant=True),
 )
+
+
+# What each tenant's roles are asked, of their own tenant's data and of every other's:
+# (what, action, resource with {tenant}, context). Another tenant's must all be Denied
+# (tests/iam/test_paths.py); a tenant's own are compared between two previews only, as
+# roles differ in what they may do with their tenant's data.
+TENANT_REQUESTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    ("reads", "s3:GetObject", "bucket:datasets/{tenant}/tokens/shard-0001.bin", {}),
+    ("lists", "s3:ListBucket", "bucket:datasets", {"s3:prefix": "{tenant}/"}),
+    ("reads", "s3:GetObject", "bucket:datasets/features/{tenant}/registry.pb", {}),
+    ("writes", "s3:PutObject", "bucket:datasets/features/{tenant}/sources/customers.parquet", {}),
+    ("reads", "s3:GetObject", "bucket:checkpoints/runs/{tenant}/0123abcd/step-100/model.pt", {}),
+    ("writes", "s3:PutObject", "bucket:checkpoints/runs/{tenant}/0123abcd/step-100/model.pt", {}),
+    ("reads", "secretsmanager:GetSecretValue", "secret:{tenant}", {}),
+    ("connects as", "elasticache:Connect", "cache:{tenant}", {}),
+)
+
+
+def tenant_paths(tenant_roles: Mapping[str, Mapping[str, str]]) -> tuple[Path, ...]:
+    """Every tenant role's requests on every tenant's data: `tenant_roles` is
+    {tenant: {role resource name: IAM role name}} (infra/checks/iam/stack.py finds them)."""
+    tenants = sorted(tenant_roles)
+    found = []
+    for owner in tenants:
+        for resource_name, role in sorted(tenant_roles[owner].items()):
+            for target in tenants:
+                for verb, action, resource, context in TENANT_REQUESTS:
+                    where = resource.format(tenant=target)
+                    shown = where.split(":", 1)[1]
+                    found.append(Path(
+                        f"{role} ({owner}) {verb} {target}'s {shown} ({action})", f"role:{resource_name}", action,
+                        where, "" if target == owner else DENIED,
+                        {k: v.format(tenant=target) for k, v in context.items()}))
+    return tuple(found)

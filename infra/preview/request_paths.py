@@ -1,0 +1,167 @@
+"""The requests a change opens and closes: the project's IAM path table and every tenant's
+generated paths (infra/checks/iam/paths.py), decided by the real evaluator on the base's
+policies and on the head's.
+
+A path is decided only where its input differs between the two sides (the request, the
+principal's identity policies, the resource's policy): the same input gets the same answer,
+so a change that touches no policy runs no evaluator at all. A path whose role, bucket or
+secret exists on one side only is Denied on the other (nothing there to allow it). Both
+sides go to one Node process.
+
+Where paths cannot be decided (no evaluator, a policy that is not a document), the diff
+says why and counts the change as unjudged, which the broadening verdict treats as widening.
+A base report from before reports carried the stack's outputs is said once and not judged."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.checks.iam.evaluator import EvaluatorError, simulate
+from infra.checks.iam.paths import ALLOWED, PATHS, TENANT_REQUESTS, Path, tenant_paths
+from infra.checks.iam.requests import NotInStack, simulation
+from infra.checks.iam.stack import NoCloudLayer, NotReadable, StackPolicies, from_report
+
+MAX_DECIDED = 5_000  # paths decided in one diff (both sides); past it, the rest are unjudged
+# Tenant paths generated per side (roles x tenants x requests; prod's: 216). A report that
+# names more (a hostile base) has them unjudged, not generated.
+MAX_GENERATED = 20_000
+EVALUATOR_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class PathFlip:
+    path: Path
+    before: str  # Allowed, ExplicitlyDenied, ImplicitlyDenied, or "absent" (not in that stack)
+    after: str
+
+    @property
+    def opened(self) -> bool:
+        return self.after == ALLOWED
+
+    def line(self) -> str:
+        principal = self.path.principal.removeprefix("role:")
+        return f"{principal} → {self.path.action} {self.path.resource.split(':', 1)[-1]}"
+
+
+@dataclass
+class PathsDiff:
+    flips: list[PathFlip] = field(default_factory=list)
+    compared: int = 0  # paths whose input differs between the sides, decided on both
+    resolved: int = 0  # paths that resolve on either side
+    note: str = ""  # why paths were not (all) decided
+    unjudged: int = 0  # changed paths left undecided: widening until reviewed
+    seconds: float = 0.0
+
+    def say(self, note: str) -> None:
+        self.note = f"{self.note}; {note}" if self.note else note
+
+    @property
+    def opened(self) -> list[PathFlip]:
+        return [f for f in self.flips if f.opened]
+
+    @property
+    def closed(self) -> list[PathFlip]:
+        return [f for f in self.flips if not f.opened]
+
+    def summary(self) -> str:
+        if self.note and not self.compared:
+            return f"request paths: {self.note}"
+        said = (f"request paths: {len(self.opened)} opened, {len(self.closed)} closed "
+                f"({self.compared} of {self.resolved} changed and decided on both sides)")
+        return f"{said}; {self.note}" if self.note else said
+
+
+def _side(report: dict[str, Any]) -> StackPolicies | None:
+    try:
+        return from_report(report)
+    except NoCloudLayer:
+        return None
+
+
+def _input(path: Path, stack: StackPolicies | None) -> dict[str, Any] | None:
+    if stack is None:
+        return None
+    try:
+        return simulation(path, stack)
+    except NotInStack:
+        return None
+
+
+def _generated(stack: StackPolicies, diff: PathsDiff) -> tuple[Path, ...]:
+    roles = stack.tenant_roles()
+    count = sum(len(r) for r in roles.values()) * len(roles) * len(TENANT_REQUESTS)
+    if count > MAX_GENERATED:
+        diff.unjudged += 1
+        diff.say(f"{len(roles)} tenants' paths ({count}) past the diff's limit of {MAX_GENERATED}, not decided")
+        return ()
+    return tenant_paths(roles)
+
+
+def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
+    started = time.perf_counter()
+    diff = PathsDiff()
+    if "outputs" not in base and "outputs" in head:
+        diff.note = "the base report carries no stack outputs (made before they were kept): paths not compared"
+        return diff
+    try:
+        before, after = _side(base), _side(head)
+    except NotReadable as err:
+        diff.note, diff.unjudged = f"not decided: {err}", 1
+        return diff
+    if before is None and after is None:
+        return diff  # a cluster layer, or a program with no cloud layer's outputs: no paths
+    # One path per request: the table's name where a tenant's generated path asks the same.
+    paths: dict[tuple[Any, ...], Path] = {}
+    for side in (None, before, after):
+        more = PATHS if side is None else _generated(side, diff)
+        for path in more:
+            paths.setdefault((path.principal, path.action, path.resource, tuple(sorted(path.context.items())),
+                              path.service_grant), path)
+    requests: list[tuple[str, dict[str, Any]]] = []
+    changed: list[tuple[int, Path, bool, bool]] = []
+    over = 0
+    for index, path in enumerate(paths.values()):
+        old, new = _input(path, before), _input(path, after)
+        if old is None and new is None:
+            continue
+        diff.resolved += 1
+        if old == new:  # the same input: the same answer
+            continue
+        if len(requests) + (old is not None) + (new is not None) > MAX_DECIDED:
+            over += 1
+            continue
+        if old is not None:
+            requests.append((f"base {index}", old))
+        if new is not None:
+            requests.append((f"head {index}", new))
+        changed.append((index, path, old is not None, new is not None))
+    diff.unjudged += over
+    if over:
+        diff.say(f"{over} changed paths past the diff's limit of {MAX_DECIDED}, not decided")
+    if not requests:
+        diff.seconds = time.perf_counter() - started
+        return diff
+    try:
+        answers = simulate(requests, timeout=EVALUATOR_SECONDS)
+    except EvaluatorError as err:
+        diff.unjudged += len(changed)
+        diff.say(f"{len(changed)} changed paths not decided: {err}")
+        diff.seconds = time.perf_counter() - started
+        return diff
+    refused = []
+    for index, path, on_base, on_head in changed:
+        old = answers[f"base {index}"] if on_base else {"result": "absent"}
+        new = answers[f"head {index}"] if on_head else {"result": "absent"}
+        if "Error" in (old["result"], new["result"]):
+            diff.unjudged += 1
+            refused.append(path.name)
+            continue
+        diff.compared += 1
+        if (old["result"] == ALLOWED) != (new["result"] == ALLOWED):
+            diff.flips.append(PathFlip(path, old["result"], new["result"]))
+    if refused:
+        diff.say(f"the evaluator refused {len(refused)} changed paths (first: {refused[0]}), not decided")
+    diff.seconds = time.perf_counter() - started
+    return diff
