@@ -88,6 +88,12 @@ def test_a_type_change_is_a_change_even_where_python_calls_the_values_equal():
     assert changed_paths({"n": 1}, {"n": 1}) == []
     # One number type on Pulumi's wire; key order is no change either.
     assert changed_paths({"n": 1, "m": [1]}, {"m": [1.0], "n": 1}) == []
+    # A value that is one shared object on one side and two equal ones on the other is no
+    # change (the fast comparison writes them differently), a true that became 1 deep down is.
+    shared = {"a": [True, "x" * 40]}
+    assert changed_paths({"x": shared, "y": shared}, {"x": {"a": [True, "x" * 40]}, "y": {"a": [True, "x" * 40]}}) == []
+    assert changed_paths({"x": {"y": [shared]}}, {"x": {"y": [{"a": [1, "x" * 40]}]}}) == [
+        PathChange("x.y[0].a[0]", True, 1)]
 
 
 def test_a_report_against_itself_has_no_changes():
