@@ -14,6 +14,7 @@ A base report from before reports carried the stack's outputs is said once and n
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,8 @@ MAX_DECIDED = 5_000  # paths decided in one diff (both sides); past it, the rest
 # Tenant paths generated per side (roles x tenants x requests; prod's: 216). A report that
 # names more (a hostile base) has them unjudged, not generated.
 MAX_GENERATED = 20_000
+# Bytes of evaluator input (each request carries its principal's and resource's policies).
+MAX_PAYLOAD = 32 << 20
 EVALUATOR_SECONDS = 60
 
 
@@ -35,14 +38,14 @@ class PathFlip:
     path: Path
     before: str  # Allowed, ExplicitlyDenied, ImplicitlyDenied, or "absent" (not in that stack)
     after: str
+    principal: str  # as shown: a role's resource name, else the principal as the request names it
 
     @property
     def opened(self) -> bool:
         return self.after == ALLOWED
 
     def line(self) -> str:
-        principal = self.path.principal.removeprefix("role:")
-        return f"{principal} → {self.path.action} {self.path.resource.split(':', 1)[-1]}"
+        return f"{self.principal} → {self.path.action} {self.path.resource.split(':', 1)[-1]}"
 
 
 @dataclass
@@ -69,7 +72,7 @@ class PathsDiff:
         if self.note and not self.compared:
             return f"request paths: {self.note}"
         said = (f"request paths: {len(self.opened)} opened, {len(self.closed)} closed "
-                f"({self.compared} of {self.resolved} changed and decided on both sides)")
+                f"({self.compared} of the stack's {self.resolved} changed and were decided)")
         return f"{said}; {self.note}" if self.note else said
 
 
@@ -99,6 +102,13 @@ def _generated(stack: StackPolicies, diff: PathsDiff) -> tuple[Path, ...]:
     return tenant_paths(roles)
 
 
+def _gone(path: Path, head: StackPolicies, tenants: set[str]) -> bool:
+    """The path's principal is a role the head no longer has, or the tenant whose data it
+    asks for is gone (`tenants`: the head's): nothing there is allowed."""
+    return (path.principal.startswith("role:") and path.principal[5:] not in head.roles) or \
+        bool(path.tenant and path.tenant not in tenants)
+
+
 def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
     started = time.perf_counter()
     diff = PathsDiff()
@@ -112,6 +122,15 @@ def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
         return diff
     if before is None and after is None:
         return diff  # a cluster layer, or a program with no cloud layer's outputs: no paths
+    if before is not None and after is None:
+        diff.say("the head holds no cloud layer's outputs (buckets, keys) where the base did: paths not decided")
+        diff.unjudged += 1
+        return diff
+    if before is not None and after is not None and before.unread != after.unread:
+        changed_unread = sorted(before.unread ^ after.unread)
+        diff.unjudged += len(changed_unread)
+        diff.say(f"{len(changed_unread)} grants this diff does not resolve into paths changed (first: "
+                 f"{changed_unread[0][:120]}): review them in the grants below")
     # One path per request: the table's name where a tenant's generated path asks the same.
     paths: dict[tuple[Any, ...], Path] = {}
     for side in (None, before, after):
@@ -122,6 +141,9 @@ def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
     requests: list[tuple[str, dict[str, Any]]] = []
     changed: list[tuple[int, Path, bool, bool]] = []
     over = 0
+    lost = 0
+    payload = 0
+    head_tenants = set(after.tenant_roles()) if after is not None else set()
     for index, path in enumerate(paths.values()):
         old, new = _input(path, before), _input(path, after)
         if old is None and new is None:
@@ -129,20 +151,31 @@ def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
         diff.resolved += 1
         if old == new:  # the same input: the same answer
             continue
-        if len(requests) + (old is not None) + (new is not None) > MAX_DECIDED:
+        if old is not None and new is None and not _gone(path, after, head_tenants):
+            # What the path names went missing from the head's outputs while its principal is
+            # still there: the head's own outputs must not switch a path off.
+            lost += 1
+            continue
+        size = sum(len(json.dumps(sim)) for sim in (old, new) if sim is not None)
+        if len(requests) + (old is not None) + (new is not None) > MAX_DECIDED or payload + size > MAX_PAYLOAD:
             over += 1
             continue
+        payload += size
         if old is not None:
             requests.append((f"base {index}", old))
         if new is not None:
             requests.append((f"head {index}", new))
         changed.append((index, path, old is not None, new is not None))
-    diff.unjudged += over
+    diff.unjudged += over + lost
+    if lost:
+        diff.say(f"{lost} paths resolve on the base but not on the head, whose principal is still there "
+                 "(a bucket, key, secret or user gone from its outputs): not decided")
     if over:
         diff.say(f"{over} changed paths past the diff's limit of {MAX_DECIDED}, not decided")
     if not requests:
         diff.seconds = time.perf_counter() - started
         return diff
+    requests_by_id = dict(requests)
     try:
         answers = simulate(requests, timeout=EVALUATOR_SECONDS)
     except EvaluatorError as err:
@@ -160,7 +193,9 @@ def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
             continue
         diff.compared += 1
         if (old["result"] == ALLOWED) != (new["result"] == ALLOWED):
-            diff.flips.append(PathFlip(path, old["result"], new["result"]))
+            shown = path.principal[5:] if path.principal.startswith("role:") else \
+                requests_by_id[f"head {index}" if on_head else f"base {index}"]["request"]["principal"]
+            diff.flips.append(PathFlip(path, old["result"], new["result"], shown))
     if refused:
         diff.say(f"the evaluator refused {len(refused)} changed paths (first: {refused[0]}), not decided")
     diff.seconds = time.perf_counter() - started

@@ -472,8 +472,12 @@ def _iam_covers(wide: dict[str, Any], narrow: dict[str, Any]) -> bool:
     if not _within_patterns(narrow["resource"], wide["resource"]):
         return False
     for op, keys in wide["condition"].items():  # every condition of the wide one binds the narrow one too
+        # A negated operator (StringNotEquals, ArnNotLike, NotIpAddress...) matches more the
+        # fewer values it lists: there the narrow one must list at least the wide one's.
+        negated = "not" in op.rsplit(":", 1)[-1].lower()
         for key, values in keys.items():
-            if not set(narrow["condition"].get(op, {}).get(key, ["\0absent"])) <= set(values):
+            theirs = narrow["condition"].get(op, {}).get(key)
+            if theirs is None or not (set(values) <= set(theirs) if negated else set(theirs) <= set(values)):
                 return False
     return True
 

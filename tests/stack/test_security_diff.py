@@ -63,7 +63,11 @@ def test_a_new_tenant_is_its_roles_grants_and_the_groups_bound_in_its_namespace(
     opened = [f.line() for f in diff.security.paths.opened]
     assert "features-analytics-identity → s3:GetObject datasets/features/analytics/registry.pb" in opened, opened
     assert not [line for line in opened if "research" in line], opened
-    assert diff.security.paths.closed == [] and diff.security.paths.unjudged == 0
+    # What it closes: the account's other principals on its runs and feature store, which
+    # nothing kept out of analytics/ before its owner-only Denies.
+    closed = {(f.principal, f.path.tenant, f.after) for f in diff.security.paths.closed}
+    assert closed == {("arn:aws:iam::111122223333:role/developer", "analytics", "ExplicitlyDenied")}, closed
+    assert diff.security.paths.unjudged == 0, diff.security.paths.note
     markdown = diff_markdown(diff)
     assert markdown.index("BROADENS access") < markdown.index("Resources:")  # the security section comes first
     assert markdown.index("features-analytics-identity") < markdown.index("Resources:")

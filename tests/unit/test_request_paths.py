@@ -41,6 +41,21 @@ def _reader(tenant: str, *resources: str) -> list[dict]:
                  {"Effect": "Allow", "Action": "s3:GetObject", "Resource": list(resources)})}}]
 
 
+def _owner_only(tenant: str, *more: str) -> dict:
+    """A tenant's feature store is its reader's alone, whatever another principal's policy says."""
+    return {"Sid": f"OnlyOwnerFeatures{tenant}", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+            "Resource": f"arn:aws:s3:::{DATASETS}/features/{tenant}/*",
+            "Condition": {"ArnNotEquals": {"aws:PrincipalArn": [f"arn:aws:iam::{ACCOUNT}:role/mlplat-t-{tenant}-reader",
+                                                                *more]}}}
+
+
+def _with_bucket_policy(report: dict, *statements: dict) -> dict:
+    report["resources"][0]["inputs"]["policy"] = json.dumps(
+        {"Version": "2012-10-17", "Statement": [*json.loads(report["resources"][0]["inputs"]["policy"])["Statement"][:1],
+                                                *statements]})
+    return report
+
+
 def _secret(tenant: str) -> str:
     return f"arn:aws:secretsmanager:me-central-1:{ACCOUNT}:secret:mlplat-t/tracking/{tenant}-abc123"
 
@@ -50,7 +65,8 @@ def _report(a: tuple[str, ...] = (f"arn:aws:s3:::{DATASETS}/a/*",),
     """A cloud layer of two tenants, a and b, each with a reader role on its own prefix."""
     tls = _policy({"Sid": "TlsOnly", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
                    "Resource": [f"arn:aws:s3:::{DATASETS}", f"arn:aws:s3:::{DATASETS}/*"],
-                   "Condition": {"Bool": {"aws:SecureTransport": "false"}}})
+                   "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+                  *(_owner_only(t) for t in "ab"))
     return {
         "stack": "t", "region": "me-central-1",
         "resources": [
@@ -84,14 +100,15 @@ def test_a_role_widened_to_the_bucket_opens_the_other_tenants_data_and_broadens(
     head = _report(a=(f"arn:aws:s3:::{DATASETS}/*",))
     diff = path_diff(_report(), head)
     opened = [f.line() for f in diff.opened]
+    # Its own feature store, and b's datasets; not b's feature store, which b's owner-only
+    # Deny in the bucket policy keeps to b's reader.
     assert opened == ["a-reader → s3:GetObject datasets/features/a/registry.pb",  # its own: compared only
-                      "a-reader → s3:GetObject datasets/b/tokens/shard-0001.bin",
-                      "a-reader → s3:GetObject datasets/features/b/registry.pb"], opened
-    assert [f.path.expect for f in diff.opened] == ["", DENIED, DENIED]
+                      "a-reader → s3:GetObject datasets/b/tokens/shard-0001.bin"], opened
+    assert [f.path.expect for f in diff.opened] == ["", DENIED]
     assert {f.before for f in diff.opened} == {"ImplicitlyDenied"}
     assert diff.closed == [] and diff.unjudged == 0
     security = security_diff(_report(), head)
-    assert security.broadening and "opens 3 request paths" in security.summary()
+    assert security.broadening and "opens 2 request paths" in security.summary()
     shown = "\n".join(security_markdown(security))
     assert "`a-reader`" in shown and "`s3:GetObject datasets/b/tokens/shard-0001.bin`" in shown
     assert security_json(security)["paths"]["flips"][0]["change"] == "opens"
@@ -192,3 +209,67 @@ def test_a_report_naming_thousands_of_tenants_is_bounded_and_unjudged():
     diff = path_diff(_report(), head)
     assert time.perf_counter() - started < 30
     assert diff.unjudged >= 1 and "past the diff's limit of 20000" in diff.note
+
+
+DEVELOPER = f"arn:aws:iam::{ACCOUNT}:role/developer"
+
+
+def test_an_account_role_let_past_a_tenants_owner_only_deny_opens_its_feature_store():
+    """The exception list of an owner-only Deny grows by one role: the grants call it covered
+    no more, and the account role's request on the tenant's feature store opens."""
+    head = _with_bucket_policy(_report(), _owner_only("a", DEVELOPER), _owner_only("b"))
+    diff = path_diff(_report(), head)
+    opened = [(f.principal, f.line().split(" → ")[1]) for f in diff.opened]
+    assert (DEVELOPER, "s3:GetObject datasets/features/a/registry.pb") in opened, opened
+    assert not [o for o in opened if "/b/" in o[1]], opened
+    assert security_diff(_report(), head).broadening
+
+
+def test_a_second_policy_resource_on_a_bucket_is_unjudged():
+    head = _report()
+    head["resources"].insert(0, {**head["resources"][0], "urn": "urn:bucket-policy-2", "name": "datasets-open",
+                                 "inputs": {"bucket": DATASETS, "policy": _policy(
+                                     {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                                      "Resource": f"arn:aws:s3:::{DATASETS}/*"})}})
+    diff = path_diff(_report(), head)
+    assert diff.unjudged == 1 and "more than one policy resource" in diff.note
+    assert security_diff(_report(), head).broadening
+
+
+@pytest.mark.parametrize("change", ["bucket renamed", "keys emptied"])
+def test_the_heads_outputs_cannot_switch_paths_off(change):
+    """A widened role, hidden behind outputs that no longer name what the paths ask for."""
+    head = _report(a=(f"arn:aws:s3:::{DATASETS}/*",))
+    if change == "bucket renamed":
+        head["outputs"]["buckets"]["datasets"] += "-x"
+    else:
+        head["outputs"]["keys"] = []
+    diff = path_diff(_report(), head)
+    assert diff.unjudged > 0 and diff.closed == [], diff.summary()
+    assert security_diff(_report(), head).broadening
+
+
+def test_a_grant_this_reader_does_not_resolve_is_unjudged_when_it_changes():
+    head = _report()
+    role = head["resources"][2]
+    role["inputs"] = {**role["inputs"], "inlinePolicies": [{"name": "more", "policy": _policy(
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{DATASETS}/b/*"})}]}
+    diff = path_diff(_report(), head)
+    assert diff.unjudged == 1 and "aws:iam/role:Role a-reader" in diff.note
+    assert path_diff(head, copy.deepcopy(head)).unjudged == 0  # the same on both sides: nothing to review
+
+
+@pytest.mark.parametrize("policy", ["[" * 100_000, '{"Version": ' + "9" * 5_000 + "}", "{" + " " * (200 << 10) + "}"])
+def test_a_hostile_policy_document_is_unjudged_not_a_crash(policy):
+    head = _report()
+    head["resources"][0]["inputs"]["policy"] = policy
+    diff = path_diff(_report(), head)
+    assert diff.unjudged == 1 and "datasets:" in diff.note
+
+
+def test_a_role_name_past_iams_limit_is_no_tenants_and_costs_nothing():
+    head = _report()
+    head["resources"][2]["inputs"]["name"] = "mlplat-t-" + "-" * 400_000
+    started = time.perf_counter()
+    assert from_report(head).tenant_roles() == {"a": {}, "b": {"b-reader": "mlplat-t-b-reader"}}
+    assert time.perf_counter() - started < 5

@@ -81,6 +81,25 @@ def test_a_deny_removed_or_narrowed_broadens_and_one_added_does_not():
                          [_role_policy(allow, deny)])
 
 
+def test_a_deny_that_excepts_one_principal_more_broadens_and_one_fewer_does_not():
+    """A negated condition matches more the fewer values it lists: a Deny whose exception list
+    grows applies to fewer principals (the bucket's owner-only Denies)."""
+    def owner_only(*arns):
+        return ("aws:s3/bucketPolicy:BucketPolicy", "data", {"bucket": "data", "policy": _policy(
+            {"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject", "Resource": f"{BUCKET}/runs/*",
+             "Condition": {"ArnNotEquals": {"aws:PrincipalArn": list(arns)}}})})
+
+    owner, developer = "arn:aws:iam::111122223333:role/owner", "arn:aws:iam::111122223333:role/developer"
+    assert _broadens([owner_only(owner)], [owner_only(owner, developer)])
+    assert _broadens([owner_only(owner)], [owner_only(owner, "arn:aws:iam::111122223333:role/*")])
+    assert not _broadens([owner_only(owner, developer)], [owner_only(owner)])
+    # The same holds for an Allow: StringNotEquals with fewer values allows more.
+    narrow = _allow(Condition={"StringNotEquals": {"aws:PrincipalTag/tenant": ["applied", "serving"]}})
+    wide = _allow(Condition={"StringNotEquals": {"aws:PrincipalTag/tenant": ["applied"]}})
+    assert _broadens([_role_policy(narrow)], [_role_policy(wide)])
+    assert not _broadens([_role_policy(wide)], [_role_policy(narrow)])
+
+
 def test_security_group_rules_by_port_and_network():
     def group(*rules):
         return ("aws:ec2/securityGroup:SecurityGroup", "sg", {"ingress": [

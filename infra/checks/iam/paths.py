@@ -54,6 +54,7 @@ class Path:
     expect: str  # ALLOWED or DENIED (explicitly or implicitly); "" for no expectation (compared only)
     context: Mapping[str, Any] = field(default_factory=dict)  # on top of TLS (aws:SecureTransport true)
     service_grant: bool = False
+    tenant: str = ""  # a generated path: the tenant whose data it asks for
 
 
 PATHS: tuple[Path, ...] = (
@@ -438,9 +439,19 @@ TENANT_REQUESTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 )
 
 
+ACCOUNT_ROLE = "arn:aws:iam::{account}:role/developer"
+ACCOUNT_REQUESTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    ("reads", "s3:GetObject", "bucket:checkpoints/runs/{tenant}/0123abcd/step-100/model.pt", {}),
+    ("writes", "s3:PutObject", "bucket:checkpoints/runs/{tenant}/0123abcd/step-100/model.pt", {}),
+    ("reads", "s3:GetObject", "bucket:datasets/features/{tenant}/registry.pb", {}),
+    ("writes", "s3:PutObject", "bucket:datasets/features/{tenant}/sources/customers.parquet", {}),
+)
+
+
 def tenant_paths(tenant_roles: Mapping[str, Mapping[str, str]]) -> tuple[Path, ...]:
-    """Every tenant role's requests on every tenant's data: `tenant_roles` is
-    {tenant: {role resource name: IAM role name}} (infra/checks/iam/stack.py finds them)."""
+    """Every tenant role's requests on every tenant's data, and an account role's and another
+    account's on each tenant's runs and feature store: `tenant_roles` is {tenant: {role
+    resource name: IAM role name}} (infra/checks/iam/stack.py finds them)."""
     tenants = sorted(tenant_roles)
     found = []
     for owner in tenants:
@@ -452,5 +463,13 @@ def tenant_paths(tenant_roles: Mapping[str, Mapping[str, str]]) -> tuple[Path, .
                     found.append(Path(
                         f"{role} ({owner}) {verb} {target}'s {shown} ({action})", f"role:{resource_name}", action,
                         where, "" if target == owner else DENIED,
-                        {k: v.format(tenant=target) for k, v in context.items()}))
+                        {k: v.format(tenant=target) for k, v in context.items()}, tenant=target))
+        # And the account's other principals, which the buckets' owner-only Denies keep out
+        # of a tenant's runs and feature store whatever their own policies allow.
+        for principal, who in ((ACCOUNT_ROLE, "an account role"), (f"arn:aws:iam::{OTHER_ACCOUNT}:root",
+                                                                   "another account")):
+            for verb, action, resource, context in ACCOUNT_REQUESTS:
+                where = resource.format(tenant=owner)
+                found.append(Path(f"{who} {verb} {owner}'s {where.split(':', 1)[1]} ({action})", principal, action,
+                                  where, DENIED, context, service_grant=True, tenant=owner))
     return tuple(found)
