@@ -89,21 +89,41 @@ def test_a_rolebinding_to_a_new_group_broadens_and_names_the_group(tmp_path):
     assert diff.security.broadening
 
 
-def test_a_policy_onto_another_tenants_data_opens_that_path_on_the_real_program(tmp_path):
-    """dev with two tenants, then the same with one policy more (research's trainer on
-    analytics' datasets): the paths it opens are named, and nothing else flips."""
+@pytest.mark.parametrize(("program", "opened"), [
+    # One policy more: research's trainer on analytics' datasets.
+    ("dev_cross_tenant.py", ["training-research-trainer → s3:GetObject datasets/analytics/tokens/shard-0001.bin"]),
+    # A wider bucket prefix: research's trainer on the whole datasets bucket. The feature
+    # stores stay their owners' (the bucket's owner-only Denies), the raw datasets do not.
+    # The table's path onto applied's datasets (a tenant dev does not have, but a prefix of
+    # its bucket all the same) opens with it.
+    ("dev_wider_prefix.py", ["training-research-trainer → s3:GetObject datasets/applied/tokens/shard-0001.bin",
+                             "training-research-trainer → s3:GetObject datasets/analytics/tokens/shard-0001.bin",
+                             "training-research-trainer → s3:ListBucket datasets"]),
+])
+def test_a_policy_onto_another_tenants_data_opens_those_paths_on_the_real_program(tmp_path, capsys, program, opened):
+    """dev with two tenants, then the same program with one policy more: the paths it opens
+    are named in the Markdown's security section, nothing else flips, and the CLI's verdict
+    is 5."""
     from infra.config import load_layer
     from infra.preview.engine import load_program, run_preview
 
     base, _cluster = _head_of_dev(tmp_path / "stacks", _add_analytics)
-    head = run_preview("dev", config=load_layer("dev", tmp_path / "stacks"),
-                       program=load_program(FIXTURES / "dev_cross_tenant.py"))
-    paths = _diff(base, head).security.paths
-    assert [f.line() for f in paths.flips] == [
-        "training-research-trainer → s3:GetObject datasets/analytics/tokens/shard-0001.bin"], paths.summary()
-    assert paths.flips[0].before == "ImplicitlyDenied" and paths.flips[0].after == "Allowed"
+    head = run_preview("dev", config=load_layer("dev", tmp_path / "stacks"), program=load_program(FIXTURES / program))
+    diff = _diff(base, head)
+    paths = diff.security.paths
+    assert [f.line() for f in paths.flips] == opened, paths.summary()
+    assert {(f.before, f.after) for f in paths.flips} == {("ImplicitlyDenied", "Allowed")}
     # The trainer's other requests were decided again on both sides, and still Denied.
     assert paths.compared > 10 and paths.unjudged == 0
+    security = diff_markdown(diff).split("Resources:")[0]
+    assert all(f"`{line.split(' → ')[1]}`" in security for line in opened), security
+    # The CLI, against the base's report: exit 5.
+    report = tmp_path / "base.json"
+    write_json(base, report)
+    code = main(["preview", "--stack", "dev", "--program", str(FIXTURES / program), "--stacks-dir",
+                 str(tmp_path / "stacks"), "--against", str(report), "--require-approval", "broadening", "--quiet"])
+    capsys.readouterr()
+    assert code == EXIT_BROADENING
 
 
 @pytest.fixture(scope="module")
