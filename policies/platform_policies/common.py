@@ -302,6 +302,12 @@ def _applies(applies: Applies, resource_type: str) -> bool:
     return resource_type in applies if isinstance(applies, frozenset) else applies(resource_type)
 
 
+# The reason a rule gives for a type it does not judge. The answer already names the rule and
+# the resource; a reason that repeated them was two thirds of every answer's bytes (prod's two
+# layers: 2.6 MB of 3.7), which the pack sends, the engine reads and the preview parses.
+NOT_JUDGED = "does not judge this resource type"
+
+
 def resource_rule(
     *,
     name: str,
@@ -319,7 +325,7 @@ def resource_rule(
 
     def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
         if not _applies(applies, args.resource_type):
-            args.not_applicable(f"{name} does not judge {args.resource_type}")
+            args.not_applicable(NOT_JUDGED)
         settings = Settings(args.get_config(), policy_schema)
         reason = exemption_for(settings, args.resource_type, args.name)
         if reason is not None:
@@ -338,7 +344,7 @@ def resource_rule(
     # What `validate` answers for a type it does not judge, without building its arguments:
     # the pack's Analyze (decoding.share_request_work_across_rules) asks this first.
     rule.skips = lambda resource_type: None if _applies(applies, resource_type) else \
-        f"{name} does not judge {resource_type}"  # type: ignore[attr-defined]
+        NOT_JUDGED  # type: ignore[attr-defined]
     return rule
 
 
