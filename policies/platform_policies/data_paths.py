@@ -50,6 +50,14 @@ AWS_DOMAINS = ("amazonaws.com", "amazonaws.com.cn", "amazonaws.eu", "api.aws", "
 AWS_HOST = re.compile(r"[a-z0-9][a-z0-9.-]*\.(?:" + "|".join(re.escape(d) for d in AWS_DOMAINS) + r")\b")
 HOST_REGION = re.compile(rf"(?:^|[.-])(?P<region>{REGION})(?=\.)")
 SERVICE_NAME = re.compile(rf"\bcom\.amazonaws\.(?:vpce\.)?(?P<region>{REGION})\.")
+# Hosts that name their region in a form of their own: S3's legacy endpoint for us-east-1, and
+# ElastiCache's abbreviated labels (my-group.abc123.ng.0001.use1.cache.amazonaws.com is in
+# us-east-1: area, direction, number). A label that does not decode is named as it is, which
+# no allow-list holds: refused, not guessed.
+LEGACY_HOST = re.compile(r"(?:^|[^a-z0-9-])s3-external-1\.amazonaws\.com\b")
+CACHE_HOST = re.compile(r"\.(?P<label>[a-z]{3,6}[0-9])\.cache\.amazonaws\.com\b")
+DIRECTIONS = {"e": "east", "w": "west", "n": "north", "s": "south", "c": "central", "ne": "northeast",
+              "nw": "northwest", "se": "southeast", "sw": "southwest"}
 # Inputs that hold a region name by itself.
 REGION_KEYS = frozenset({"serviceRegion", "stsRegion", "destinationRegion", "sourceRegion", "targetRegion",
                          "regionName", "region"})
@@ -103,7 +111,19 @@ def regions_named(text: str) -> set[str]:
         for host in AWS_HOST.finditer(text):
             found |= {m["region"] for m in HOST_REGION.finditer(host.group(0))}
         found |= {m["region"] for m in SERVICE_NAME.finditer(text)}
+        if LEGACY_HOST.search(text):
+            found.add("us-east-1")
+        found |= {cache_region(m["label"]) for m in CACHE_HOST.finditer(text)}
     return found
+
+
+def cache_region(label: str) -> str:
+    """The region of an ElastiCache host label: use1 -> us-east-1, apse1 -> ap-southeast-1,
+    mec1 -> me-central-1, usgw1 -> us-gov-west-1; the label itself where it does not decode."""
+    area, direction, number = label[:2], label[2:-1], label[-1]
+    if area == "us" and direction.startswith("g") and direction[1:] in DIRECTIONS:
+        area, direction = "us-gov", direction[1:]
+    return f"{area}-{DIRECTIONS[direction]}-{number}" if direction in DIRECTIONS else f"{label} (an ElastiCache label)"
 
 
 def regions_of(key: str, text: str) -> set[str]:
@@ -154,6 +174,8 @@ def _surely_home(data: bytes, allowed: set[str]) -> bool:
     lowered = data.lower()
     if not any(marker in lowered for marker in MARKERS) and not any(key in data for key in REGION_KEY_BYTES):
         return True
+    if b"s3-external-1" in lowered or b".cache.amazonaws" in lowered:
+        return False  # regions in forms of their own (regions_named): walked
     for hit in REGION_END.finditer(data):
         if hit.start() < 4 or data[hit.start() - 1] not in LETTERS:
             continue  # no letters before the hyphen: no region ends here

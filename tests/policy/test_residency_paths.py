@@ -166,10 +166,20 @@ def test_a_region_in_disguise_is_still_found():
         "the European Sovereign Cloud": {"endpoint": "arn:aws-eusc:sqs:eusc-de-east-1:1:q"},
         "a host under on.aws": {"url": "https://abc.lambda-url.us-east-1.on.aws/"},
         "a region under an empty key": {"": {"region": "us-east-1"}},
+        "S3's legacy us-east-1 host": {"endpoints": json.dumps([{"s3": "https://s3-external-1.amazonaws.com"}])},
+        "an ElastiCache label": {"url": "rediss://master.features.abc123.use1.cache.amazonaws.com:6379"},
+        "an ElastiCache label in capitals": {"url": "MASTER.FEATURES.ABC123.USE1.CACHE.AMAZONAWS.COM"},
     }
     for case, props in disguised.items():
         found = check(PATHS, "aws:sfn/stateMachine:StateMachine", props)
         assert found and all(US_EAST in m or "eusc-de-east-1" in m for m in found), (case, found)
+    # ElastiCache labels decode by area and direction; one that does not decode is named as it
+    # is (no allow-list holds it); the UAE's own passes.
+    assert [data_paths.cache_region(x) for x in ("use1", "apse1", "mec1", "usgw1", "euc1")] == [
+        "us-east-1", "ap-southeast-1", "me-central-1", "us-gov-west-1", "eu-central-1"]
+    assert check(PATHS, "aws:sfn/stateMachine:StateMachine", {"url": "x.abc.zzq9.cache.amazonaws.com"})
+    assert check(PATHS, "aws:sfn/stateMachine:StateMachine", {"url": "x.abc.mec1.cache.amazonaws.com"}) == []
+    assert check(PATHS, "aws:sfn/stateMachine:StateMachine", {"url": "https://not-s3-external-1.amazonaws.com"}) == []
     # A Kubernetes object's top-level `region` is no resource's own region: judged here.
     assert check(PATHS, "kubernetes:example.com/v1:Exporter", {"region": "us-east-1"})
     # An AWS resource's own region is the region rule's, even when an empty key repeats it.

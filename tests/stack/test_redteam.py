@@ -35,6 +35,8 @@ ATTEMPTS: dict[str, str | tuple[str, ...]] = {
     "region_escaped_in_json.py": "no-data-paths-abroad",
     "sovereign_cloud_queue.py": "no-data-paths-abroad",
     "lambda_url_abroad.py": "no-data-paths-abroad",
+    "s3_legacy_endpoint_abroad.py": "no-data-paths-abroad",
+    "cache_endpoint_abroad.py": "no-data-paths-abroad",
     "key_open_to_everyone.py": "no-external-access",
     "bucket_policy_another_account.py": "no-external-access",
     "bucket_policy_not_principal.py": "no-external-access",
