@@ -4,13 +4,15 @@ policies and on the head's.
 
 A path is decided only where its input differs between the two sides (the request, the
 principal's identity policies, the resource's policy): the same input gets the same answer,
-so a change that touches no policy runs no evaluator at all. A path whose role, bucket or
-secret exists on one side only is Denied on the other (nothing there to allow it). Both
-sides go to one Node process.
+so a change that touches no policy runs no evaluator at all. A role, or a tenant's data,
+that exists on one side only is "absent", which allows nothing, on the other; anything else
+that resolves on the base but not on the head is not decided, so that the head's own
+outputs cannot switch a path off. Both sides' requests go to the evaluator together.
 
-Where paths cannot be decided (no evaluator, a policy that is not a document), the diff
-says why and counts the change as unjudged, which the broadening verdict treats as widening.
-A base report from before reports carried the stack's outputs is said once and not judged."""
+Where paths cannot be decided (no evaluator, a policy that is not a document, the limits
+below), the diff says why and counts them as unjudged, which the broadening verdict treats
+as widening. A base report from before reports carried the stack's outputs is said once and
+not judged (docs/preview-diff.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from infra.checks.iam.requests import NotInStack, simulation
 from infra.checks.iam.stack import NoCloudLayer, NotReadable, StackPolicies, from_report
 
 MAX_DECIDED = 5_000  # paths decided in one diff (both sides); past it, the rest are unjudged
-# Tenant paths generated per side (roles x tenants x requests; prod's: 216). A report that
+# Tenant paths generated per side (roles x tenants x requests; prod's: 240). A report that
 # names more (a hostile base) has them unjudged, not generated.
 MAX_GENERATED = 20_000
 # Bytes of evaluator input (each request carries its principal's and resource's policies).
@@ -110,6 +112,7 @@ def _gone(path: Path, head: StackPolicies, tenants: set[str]) -> bool:
 
 
 def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
+    """The paths that flip between two reports of one stack (as `as_read` gives them)."""
     started = time.perf_counter()
     diff = PathsDiff()
     if "outputs" not in base and "outputs" in head:
@@ -185,8 +188,8 @@ def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
         return diff
     refused = []
     for index, path, on_base, on_head in changed:
-        old = answers[f"base {index}"] if on_base else {"result": "absent"}
-        new = answers[f"head {index}"] if on_head else {"result": "absent"}
+        old = answers.get(f"base {index}", {"result": "Error"}) if on_base else {"result": "absent"}
+        new = answers.get(f"head {index}", {"result": "Error"}) if on_head else {"result": "absent"}
         if "Error" in (old["result"], new["result"]):
             diff.unjudged += 1
             refused.append(path.name)

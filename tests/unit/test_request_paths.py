@@ -273,3 +273,16 @@ def test_a_role_name_past_iams_limit_is_no_tenants_and_costs_nothing():
     started = time.perf_counter()
     assert from_report(head).tenant_roles() == {"a": {}, "b": {"b-reader": "mlplat-t-b-reader"}}
     assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(("said", "expected"), [("process.stdout.write('not json')", "not JSON"),
+                                                ("process.stdout.write('[{\"id\": 1}]')", None),
+                                                ("process.exit(3)", "failed")])
+def test_an_evaluator_that_answers_wrong_leaves_the_paths_unjudged(monkeypatch, tmp_path, said, expected):
+    """An answer that is not JSON, or names no request, or a crash: unjudged, never a traceback."""
+    script = tmp_path / "simulate.mjs"
+    script.write_text(said + ";\n")
+    monkeypatch.setattr(evaluator, "SCRIPT", script)
+    diff = path_diff(_report(), _report(a=(f"arn:aws:s3:::{DATASETS}/*",)))
+    assert diff.unjudged > 0 and diff.flips == []
+    assert expected is None or expected in diff.note, diff.note

@@ -55,4 +55,9 @@ def _run(node: str, requests: list[tuple[str, dict[str, Any]]], timeout: float) 
     if done.returncode != 0:
         lines = [ln for ln in done.stderr.splitlines() if ln.strip()] or ["no output"]
         raise EvaluatorError(f"the IAM evaluator failed: {lines[-1][:300]}")
-    return {a["id"]: a for a in json.loads(done.stdout)}
+    try:
+        answers = json.loads(done.stdout)
+    except ValueError:
+        raise EvaluatorError("the IAM evaluator's answer is not JSON") from None
+    return {a["id"]: a for a in answers if isinstance(a, dict) and isinstance(a.get("id"), str)
+            and isinstance(a.get("result"), str)}
