@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
 from infra.checks.iam.evaluator import EvaluatorError, simulate
-from infra.checks.iam.paths import ALLOWED, PATHS, TENANT_REQUESTS, Path, tenant_paths
+from infra.checks.iam.paths import ACCOUNT_REQUESTS, ALLOWED, OUTSIDE_PRINCIPALS, PATHS, TENANT_REQUESTS, Path, \
+    tenant_paths
 from infra.checks.iam.requests import NotInStack, simulation
 from infra.checks.iam.stack import NoCloudLayer, NotReadable, StackPolicies, from_report
 
@@ -94,9 +96,10 @@ def _input(path: Path, stack: StackPolicies | None) -> dict[str, Any] | None:
         return None
 
 
-def _generated(stack: StackPolicies, diff: PathsDiff) -> tuple[Path, ...]:
-    roles = stack.tenant_roles()
-    count = sum(len(r) for r in roles.values()) * len(roles) * len(TENANT_REQUESTS)
+def _generated(roles: dict[str, dict[str, str]], diff: PathsDiff) -> tuple[Path, ...]:
+    """tenant_paths(roles), unless there would be more than MAX_GENERATED."""
+    count = len(roles) * (sum(len(r) for r in roles.values()) * len(TENANT_REQUESTS)
+                          + len(OUTSIDE_PRINCIPALS) * len(ACCOUNT_REQUESTS))
     if count > MAX_GENERATED:
         diff.unjudged += 1
         diff.say(f"{len(roles)} tenants' paths ({count}) past the diff's limit of {MAX_GENERATED}, not decided")
@@ -104,7 +107,7 @@ def _generated(stack: StackPolicies, diff: PathsDiff) -> tuple[Path, ...]:
     return tenant_paths(roles)
 
 
-def _gone(path: Path, head: StackPolicies, tenants: set[str]) -> bool:
+def _gone(path: Path, head: StackPolicies, tenants: Container[str]) -> bool:
     """The path's principal is a role the head no longer has, or the tenant whose data it
     asks for is gone (`tenants`: the head's): nothing there is allowed."""
     return (path.principal.startswith("role:") and path.principal[5:] not in head.roles) or \
@@ -135,9 +138,11 @@ def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
         diff.say(f"{len(changed_unread)} grants this diff does not resolve into paths changed (first: "
                  f"{changed_unread[0][:120]}): review them in the grants below")
     # One path per request: the table's name where a tenant's generated path asks the same.
+    tenants_before = before.tenant_roles() if before is not None else {}
+    tenants_after = after.tenant_roles() if after is not None else {}
     paths: dict[tuple[Any, ...], Path] = {}
-    for side in (None, before, after):
-        more = PATHS if side is None else _generated(side, diff)
+    for more in (PATHS, _generated(tenants_before, diff) if before is not None else (),
+                 _generated(tenants_after, diff) if after is not None else ()):
         for path in more:
             paths.setdefault((path.principal, path.action, path.resource, tuple(sorted(path.context.items())),
                               path.service_grant), path)
@@ -146,7 +151,6 @@ def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
     over = 0
     lost = 0
     payload = 0
-    head_tenants = set(after.tenant_roles()) if after is not None else set()
     for index, path in enumerate(paths.values()):
         old, new = _input(path, before), _input(path, after)
         if old is None and new is None:
@@ -154,7 +158,7 @@ def path_diff(base: dict[str, Any], head: dict[str, Any]) -> PathsDiff:
         diff.resolved += 1
         if old == new:  # the same input: the same answer
             continue
-        if old is not None and new is None and not _gone(path, after, head_tenants):
+        if old is not None and new is None and not _gone(path, after, tenants_after):
             # What the path names went missing from the head's outputs while its principal is
             # still there: the head's own outputs must not switch a path off.
             lost += 1

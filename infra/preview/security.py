@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from infra.checks.iam.stack import NotReadable, policy_document
 from infra.preview.markdown import md_code, md_text
 from infra.preview.request_paths import PathsDiff, path_diff
 
@@ -130,14 +131,15 @@ def _short(values: list[str], limit: int = 6) -> str:
 
 
 def _policy_document(value: Any) -> Any:
-    """The policy document a string input holds, or None when it holds none."""
-    if not isinstance(value, str) or len(value) > DOCUMENT_LIMIT or "Statement" not in value:
+    """The policy document a string input holds, or None when it holds none (read as the
+    request paths read one: infra/checks/iam/stack.py)."""
+    if not isinstance(value, str) or "Statement" not in value:
         return None
     try:
-        document = json.loads(value)
-    except (ValueError, RecursionError):
+        document = policy_document(value, "", DOCUMENT_LIMIT)
+    except NotReadable:
         return None
-    return document if isinstance(document, dict) and "Statement" in document else None
+    return document if "Statement" in document else None
 
 
 def _principals(value: Any) -> list[str]:

@@ -440,6 +440,7 @@ TENANT_REQUESTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 
 
 ACCOUNT_ROLE = "arn:aws:iam::{account}:role/developer"
+OUTSIDE_PRINCIPALS = ((ACCOUNT_ROLE, "an account role"), (f"arn:aws:iam::{OTHER_ACCOUNT}:root", "another account"))
 ACCOUNT_REQUESTS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     ("reads", "s3:GetObject", "bucket:checkpoints/runs/{tenant}/0123abcd/step-100/model.pt", {}),
     ("writes", "s3:PutObject", "bucket:checkpoints/runs/{tenant}/0123abcd/step-100/model.pt", {}),
@@ -466,8 +467,7 @@ def tenant_paths(tenant_roles: Mapping[str, Mapping[str, str]]) -> tuple[Path, .
                         {k: v.format(tenant=target) for k, v in context.items()}, tenant=target))
         # And the account's other principals, which the buckets' owner-only Denies keep out
         # of a tenant's runs and feature store whatever their own policies allow.
-        for principal, who in ((ACCOUNT_ROLE, "an account role"), (f"arn:aws:iam::{OTHER_ACCOUNT}:root",
-                                                                   "another account")):
+        for principal, who in OUTSIDE_PRINCIPALS:
             for verb, action, resource, context in ACCOUNT_REQUESTS:
                 where = resource.format(tenant=owner)
                 found.append(Path(f"{who} {verb} {owner}'s {where.split(':', 1)[1]} ({action})", principal, action,

@@ -85,7 +85,10 @@ UNREAD_INPUTS = {ROLE: ("inlinePolicies", "managedPolicyArns"), "aws:s3/bucket:B
                  "aws:s3/bucketV2:BucketV2": ("policy",)}
 
 
-def _document(value: Any, where: str, limit: int) -> dict:
+def policy_document(value: Any, where: str, limit: int) -> dict:
+    """The policy document an input holds as JSON text (or as a mapping already): NotReadable,
+    naming `where` and why, when it is longer than `limit` characters, not JSON that Python
+    reads (nested past the recursion limit, a number past its digits), or not an object."""
     if isinstance(value, str) and len(value) > limit:
         raise NotReadable(f"{where}: a policy of {len(value)} characters, past the {limit} AWS would take")
     try:
@@ -129,12 +132,12 @@ def from_report(report: dict[str, Any]) -> StackPolicies:
             bucket = str(inputs.get("bucket"))
             if bucket in bucket_policies:
                 raise NotReadable(f"bucket {bucket[:80]} has more than one policy resource; AWS keeps only one")
-            bucket_policies[bucket] = _document(inputs.get("policy"), name, LIMITS["bucket"])
+            bucket_policies[bucket] = policy_document(inputs.get("policy"), name, LIMITS["bucket"])
         elif kind == KEY and name.removeprefix("keys-") in keys:
-            key_policies[keys[name.removeprefix("keys-")]] = _document(inputs.get("policy"), name, LIMITS["key"])
+            key_policies[keys[name.removeprefix("keys-")]] = policy_document(inputs.get("policy"), name, LIMITS["key"])
         elif kind == ROLE and isinstance(inputs.get("name"), str):
             roles[name] = inputs["name"]
-            trust[inputs["name"]] = _document(inputs.get("assumeRolePolicy"), name, LIMITS["trust"])
+            trust[inputs["name"]] = policy_document(inputs.get("assumeRolePolicy"), name, LIMITS["trust"])
         found = _unread(kind, name, inputs)
         if found is not None:
             unread.add(found)
@@ -147,7 +150,7 @@ def from_report(report: dict[str, Any]) -> StackPolicies:
             if weight[role] > LIMITS["identity"]:
                 raise NotReadable(f"role {role[:80]}: inline policies past the {LIMITS['identity']} characters AWS "
                                   "would take")
-            identity.setdefault(role, []).append(_document(policy, str(resource.get("name")), LIMITS["identity"]))
+            identity.setdefault(role, []).append(policy_document(policy, str(resource.get("name")), LIMITS["identity"]))
     account = str(mapping(outputs.get("clusterDescriptor")).get("accountId") or _account_of(keys))
     return StackPolicies(account, str(report.get("region")), {str(k): str(v) for k, v in outputs["buckets"].items()},
                          bucket_policies, keys, key_policies, roles, trust, identity, outputs, frozenset(unread))
