@@ -64,8 +64,18 @@ def send_grpc(port: int, ids: np.ndarray, *, model: str = "gpt", tenant: str = "
 
 
 def stop(process: subprocess.Popen) -> None:
+    """SIGTERM, as the kubelet stops the pod; it must be gone well inside the pod's 60 s grace
+    period. One that is not is asked for its threads' stacks (SIGUSR1) before it is killed."""
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0, process.stderr.read()
+    try:
+        code = process.wait(timeout=45)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        process.kill()
+        process.wait()
+        pytest.fail(f"the logger did not stop within 45 s of SIGTERM:\n{process.stderr.read()[-6000:]}")
+    assert code == 0, process.stderr.read()
 
 
 def logged(client, prefix: str) -> list[tuple[dict, object]]:

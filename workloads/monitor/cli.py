@@ -92,8 +92,26 @@ def field_policy(fields: list[str], allow_personal: bool) -> Any:
 
 def log_requests(args: argparse.Namespace) -> int:
     import signal
+
+    # SIGTERM and SIGINT are taken by sigtimedwait in the main thread, never by a Python handler:
+    # a handler runs only when the main thread next runs Python, and a signal the kernel hands to
+    # one of the servers' threads leaves the main thread asleep until its wait times out, while
+    # the kubelet's grace period runs out and the rows held are lost with the pod. Blocked before
+    # any server starts, so every thread they start inherits the mask.
+    stopping = {signal.SIGTERM, signal.SIGINT}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+    try:
+        return _log_requests(args, stopping)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _log_requests(args: argparse.Namespace, stopping: set) -> int:
+    import faulthandler
+    import signal
     import socket
-    import threading
+
+    import pyarrow.parquet  # noqa: F401 - loaded now, not inside the grace period of the last flush
 
     from workloads.monitor.logger import Sink, grpc_server, http_server
     from workloads.monitor.request_log import Batcher, s3_putter
@@ -120,9 +138,8 @@ def log_requests(args: argparse.Namespace) -> int:
         add_to(outputs, sink, args.sample_percent)
         outputs.add_insecure_port(f"0.0.0.0:{args.ext_proc_port}")
         outputs.start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # `kill -USR1` prints every thread's stack to stderr: what a logger that will not stop is doing.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     print(f"logging {args.model} requests to s3://{args.bucket}/{args.prefix}/{args.model}/ (gRPC {args.grpc_port}, "
           f"HTTP {args.http_port})", flush=True)
     def flush() -> bool:
@@ -134,7 +151,7 @@ def log_requests(args: argparse.Namespace) -> int:
                   f"{str(err).splitlines()[0] if str(err) else ''}", file=sys.stderr, flush=True)
             return False
 
-    while not stop.wait(args.max_seconds):
+    while signal.sigtimedwait(stopping, args.max_seconds) is None:
         flush()  # a quiet hour still writes what came in within the interval
     grpc.stop(grace=5).wait()
     if outputs is not None:

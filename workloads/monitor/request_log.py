@@ -135,8 +135,12 @@ def s3_putter(bucket: str, kms_key: str | None, client: Any = None) -> Callable[
     """Stores each object with SSE-KMS under the datasets key (the bucket policy refuses a
     write without it)."""
     import boto3
+    from botocore.config import Config
 
-    s3 = client or boto3.client("s3")
+    # Bounded so the flush on SIGTERM ends inside the pod's 60 s grace period even when S3 does
+    # not answer (botocore's defaults are 60 s per connect and per read, retried).
+    s3 = client or boto3.client("s3", config=Config(connect_timeout=5, read_timeout=15,
+                                                    retries={"mode": "standard", "max_attempts": 2}))
 
     def put(key: str, body: bytes) -> None:
         extra = {"ServerSideEncryption": "aws:kms", **({"SSEKMSKeyId": kms_key} if kms_key else {})}
