@@ -22,6 +22,7 @@ from typing import Any
 from components.specs.cluster import CA_CONFIG_MAP, CA_DIR, CA_FILE, ca_config_map
 from components.tenancy_spec import MONITORING_NAMESPACE, POD_IDENTITY_AGENT, pod_security_labels
 from components.training_spec import CONTAINER_SECURITY, GPU_RESOURCE, GPU_TOLERATION, POD_SECURITY, pool_affinity
+from workloads.serve.canary import VERSION_ANNOTATION
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 # Where the init container puts the repository, and where Triton loads it from.
@@ -335,6 +336,15 @@ def pod_spec(plan: ServingPlan) -> dict[str, Any]:
     return spec
 
 
+def template_metadata(plan: ServingPlan) -> dict[str, Any]:
+    """The pods' labels, and the version they serve where one is pinned: what the golden
+    path's canary step reads to know its version is the one rolling out
+    (workloads/pipeline/canary.py)."""
+    if plan.version is None:
+        return {"labels": labels(plan)}
+    return {"labels": labels(plan), "annotations": {VERSION_ANNOTATION: str(plan.version)}}
+
+
 def deployment(plan: ServingPlan) -> dict[str, Any]:
     """Created with zero replicas. A new environment has no model in the bucket yet, so a
     replica's fetch container would exit, the Deployment would never become ready and the
@@ -353,7 +363,7 @@ def deployment(plan: ServingPlan) -> dict[str, Any]:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "minReadySeconds": 10,
             "revisionHistoryLimit": 5,
-            "template": {"metadata": {"labels": labels(plan)}, "spec": pod_spec(plan)},
+            "template": {"metadata": template_metadata(plan), "spec": pod_spec(plan)},
         },
     }
 

@@ -147,8 +147,9 @@ def test_an_init_container_copies_the_repository_with_pod_identity_credentials(g
     # The script (FETCH_SCRIPT, run for real in tests/unit/test_fetch_script.py) gets the
     # bucket's repository and the pod's folder as its arguments.
     assert fetch["command"][:2] == ["sh", "-c"]
-    # No version pinned: every published version is served.
+    # No version pinned: every published version is served, and the template names none.
     assert fetch["command"][3:] == ["fetch-models", "s3://mlplat-test-models/triton/", "/models/", "gpt", ""]
+    assert "annotations" not in obj(gpu, DEPLOYMENT)["spec"]["template"]["metadata"]
     assert 'aws s3 sync "$1$3/" "$model/"' in fetch["command"][2]
     env = {e["name"]: e["value"] for e in fetch["env"]}
     assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
@@ -463,6 +464,8 @@ def test_prod_serves_on_gpus_and_smb_on_cpus():
     [fetch] = deployment.inputs()["spec"]["template"]["spec"]["initContainers"]
     # prod pins the version it serves (mlplat:inference.version).
     assert fetch["command"][-4:] == [f"s3://{bucket}/triton/", "/models/", "gpt", "1"]
+    # ... and names it on the pods' template, where the golden path's canary step reads it.
+    assert deployment.inputs()["spec"]["template"]["metadata"]["annotations"] == {"mlplat.io/model-version": "1"}
     assert any(r.inputs().get("bucket") == bucket for r in of_type(preview("prod"), "aws:s3/bucket:Bucket"))
     smb = preview("smb-cluster")
     [deployment] = [r for r in of_type(smb, DEPLOYMENT) if r.inputs()["metadata"]["namespace"] == "inference"

@@ -125,14 +125,18 @@ def _source_of(name: str) -> Path | None:
 
 # Imported by a copied module only on a path the image never runs: (image, importer, imported),
 # globs, and why.
-CANARY = "`python -m workloads.serve canary` edits a stack file in a checkout of this repository"
-TRAINING_STEPS = ("the golden path's training steps (tokens, train, evaluate) import the trainer; they run in "
-                  "the training image, never in this one (workloads/pipeline/steps.py STEPS)")
+CANARY = ("`python -m workloads.serve canary` edits a stack file in a checkout of this repository; the golden "
+          "path's canary step edits one for a pull request without it (edit_version(validate=False))")
+TRAINING_STEPS = ("the golden path's training-image steps (tokens, train, evaluate, canary) import the trainer "
+                  "and the stack edit; they run in the training image, never in this one "
+                  "(workloads/pipeline/steps.py STEPS)")
 NOT_IN_IMAGE = {
     ("serving.Dockerfile", "workloads/serve/*", "infra/config.py"): CANARY,
     ("training.Dockerfile", "workloads/serve/*", "infra/config.py"): CANARY,
     ("features.Dockerfile", "workloads/pipeline/*", "workloads/train/*"): TRAINING_STEPS,
     ("pipelines.Dockerfile", "workloads/pipeline/*", "workloads/train/*"): TRAINING_STEPS,
+    ("features.Dockerfile", "workloads/pipeline/canary.py", "workloads/serve/canary.py"): TRAINING_STEPS,
+    ("pipelines.Dockerfile", "workloads/pipeline/canary.py", "workloads/serve/canary.py"): TRAINING_STEPS,
 }
 
 

@@ -63,10 +63,26 @@ class Evaluation(_Strict):
     margin: float = Field(default=0.01, ge=0, lt=1)
 
 
+class Canary(_Strict):
+    """Where the exported version is canaried (workloads/pipeline/canary.py): a pull request
+    to `repository` setting `stacks/Pulumi.<stack>.yaml`'s served version, then the verdict of
+    that stack's Rollout."""
+
+    repository: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,39}/[A-Za-z0-9._-]{1,100}$")]
+    stack: Name
+    base: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")] = "main"
+    namespace: Name = "inference"  # the stack's mlplat:inference.namespace
+    rollout: Name = "triton"  # the Rollout and the Deployment it runs
+    wait_hours: float = Field(default=72, gt=0, le=24 * 14)  # review, deploy and every analysis step
+
+
 class Serving(_Strict):
     repository: Uri  # the Triton model repository: a directory or s3://bucket/prefix
     model_name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")]
     serving_image: Annotated[str, StringConstraints(max_length=512)] = ""
+    # None: the registry's alias moves on the evaluation alone (a sandbox, or a model not
+    # served by a stack's Rollout).
+    canary: Canary | None = None
 
 
 class Params(_Strict):

@@ -10,6 +10,7 @@ after it died, its work done or not, without publishing twice (but see the known
 - train: the trainer resumes from the run's newest checkpoint and continues its MLflow run;
 - register: a version already tagged with this pipeline run is the one registered;
 - export: a version already tagged with its Triton version is the one exported;
+- canary: its pull request is found by its branch, and the Rollout's verdict read again;
 - promote, baseline: setting an alias or a tag to the value it holds changes nothing; and
   promote refuses when production moved since the candidate was judged against it.
 
@@ -40,6 +41,8 @@ Done = Mapping[str, Outputs]
 # On the registered model: the dataset version production was trained on. The drift check
 # finds the same through the served version's lineage; this is the record for people.
 BASELINE_TAG = "mlplat.drift.baseline"
+# The canary step's pull requests are opened with this token (a Secret of the tenant's namespace).
+GITHUB_TOKEN_ENV = "MLPLAT_GITHUB_TOKEN"
 STEP_TIMEOUT_S = 24 * 3600  # a training step may take a day; the cluster's own limits are Kueue's
 
 
@@ -210,9 +213,37 @@ def export(ctx: Context) -> Outputs:
             "repository": tags[TRITON_REPOSITORY_TAG]}
 
 
+def canary(ctx: Context) -> Outputs:
+    if not _promoted(ctx):
+        return {"skipped": "not promoted"}
+    c = ctx.params.serving.canary
+    if c is None:
+        return {"skipped": "no canary configured (serving.canary): the alias moves on the evaluation alone"}
+    from workloads.pipeline import canary as rollout
+
+    token = os.environ.get(GITHUB_TOKEN_ENV, "")
+    if not token:
+        raise StepError(f"canary: {GITHUB_TOKEN_ENV} is not set: the step asks for the change by a pull request "
+                        "(docs/pipelines.md, \"Canary\")")
+    try:
+        return rollout.run(ctx.done["export"]["triton_version"], model=ctx.params.serving.model_name, stack=c.stack,
+                           base=c.base, wait_hours=c.wait_hours, github=rollout.GitHub(c.repository, token),
+                           cluster=rollout.Rollouts(c.namespace, c.rollout), pipeline_run=ctx.run)
+    except rollout.CanaryError as err:
+        raise StepError(f"canary: {err}") from None
+
+
+def _canaried(ctx: Context) -> str | None:
+    """Why the canary stops the alias and the baseline, or None when it does not."""
+    outcome = ctx.done.get("canary", {}).get("outcome")
+    return None if outcome in (None, "promoted") else f"canary {outcome}: {ctx.done['canary'].get('message', '')}"
+
+
 def promote(ctx: Context) -> Outputs:
     if not _promoted(ctx):
         return {"skipped": "not promoted"}
+    if stopped := _canaried(ctx):
+        return {"skipped": stopped}
     from workloads.tracking.registry import set_alias
 
     from mlflow.exceptions import MlflowException
@@ -237,6 +268,8 @@ def promote(ctx: Context) -> Outputs:
 def baseline(ctx: Context) -> Outputs:
     if not _promoted(ctx):
         return {"skipped": "not promoted"}
+    if stopped := _canaried(ctx):
+        return {"skipped": stopped}
     from workloads.tracking.client import tracking_client
 
     made = ctx.done["tokens"]["train"]
@@ -260,6 +293,7 @@ STEPS = (
     Step("evaluate", "training", evaluate),
     Step("register", "training", register),
     Step("export", "training", export),
+    Step("canary", "training", canary),
     Step("promote", "training", promote),
     Step("baseline", "training", baseline),
 )
