@@ -41,6 +41,8 @@ from components.training_spec import (
     instance_type_affinity,
     tenant_pod_security,
 )
+from workloads.pipeline.canary import GITHUB_TOKEN_ENV
+from workloads.pipeline.launch import VERB_LABEL
 
 AIRFLOW_VERSION = "3.3.2"  # the Makefile's PIPELINES_PINS and the pipelines image install this
 ENGINE_ACCOUNT = "pipeline-engine"
@@ -57,6 +59,10 @@ DAG_PROCESSOR = "airflow-dag-processor"
 API_PORT = 8080
 HEALTH_PORT = 8974  # the scheduler's health server
 DB_PORT = 5432
+CANARY_ROLE = "pipeline-canary"
+# The GitHub token the canary step opens its pull requests with (workloads/pipeline/canary.py).
+GITHUB_SECRET = "pipeline-github-token"
+GITHUB_SECRET_KEY = "token"
 ENGINE_LABEL = "mlplat.io/pipeline-engine"  # the Airflow pods: their egress to the database and API server
 STEP_LABEL = "mlplat.io/pipeline-step"
 LABELS = {"app.kubernetes.io/part-of": "mlplat-pipelines"}
@@ -93,6 +99,16 @@ class CustomerDatabase:
 
 
 @dataclass(frozen=True)
+class CanaryAccess:
+    """The served model the tenant's golden path canaries (workloads/pipeline/canary.py):
+    its canary step reads that Rollout and the Deployment it runs, nothing else."""
+
+    namespace: str  # the serving namespace
+    name: str  # the Rollout's and the Deployment's
+    pull_requests: bool  # the step opens them itself: it reads the GitHub token's Secret
+
+
+@dataclass(frozen=True)
 class EnginePlan:
     tenant: str
     gid: int
@@ -116,6 +132,7 @@ class EnginePlan:
     step_cpu: str = "2"
     step_memory: str = "8Gi"
     customer: CustomerDatabase | None = None
+    canary: CanaryAccess | None = None  # the tenant publishes the stack's served model, with a canary
 
 
 def _meta(plan: EnginePlan, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -152,6 +169,33 @@ def rbac(plan: EnginePlan) -> list[dict[str, Any]]:
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LAUNCHER_ROLE},
          "subjects": [{"kind": "ServiceAccount", "name": ENGINE_ACCOUNT, "namespace": plan.tenant}]},
     ]
+
+
+def canary_access(plan: EnginePlan) -> list[dict[str, Any]]:
+    """What the canary step reads: a Role in the serving namespace that may get the served
+    Rollout and its Deployment by name (no list, no watch, no other object), bound to the
+    steps' account; the canary step's pod alone mounts that account's token (step_templates).
+    On a customer's cluster its pods also get the way to the API server the engine has."""
+    if plan.canary is None:
+        return []
+    c = plan.canary
+    name = f"{CANARY_ROLE}-{plan.tenant}"
+    meta = {"name": name, "namespace": c.namespace, "labels": dict(LABELS)}
+    made: list[dict[str, Any]] = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": [
+            {"apiGroups": ["argoproj.io"], "resources": ["rollouts"], "resourceNames": [c.name], "verbs": ["get"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": [c.name], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": STEPS_ACCOUNT, "namespace": plan.tenant}]},
+    ]
+    if plan.customer is not None:
+        made.append({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                     "metadata": {"name": CANARY_ROLE, "namespace": plan.tenant},
+                     "spec": {"podSelector": {"matchLabels": {VERB_LABEL: "canary"}}, "policyTypes": ["Egress"],
+                              "egress": [{"to": [{"ipBlock": {"cidr": x}} for x in plan.customer.api_server_cidrs],
+                                          "ports": [{"protocol": "TCP", "port": plan.customer.api_server_port}]}]}})
+    return made
 
 
 def network_policy(plan: EnginePlan) -> dict[str, Any]:
@@ -241,6 +285,18 @@ def _training_pod(plan: EnginePlan) -> dict[str, Any]:
     return spec
 
 
+def _canary_pod(plan: EnginePlan) -> dict[str, Any]:
+    """The canary step: a training step's pod that mounts the steps' account token (it reads
+    the Rollout: canary_access) and, when it opens the pull request itself, the GitHub token
+    from the tenant's Secret, made by hand (docs/pipelines.md); absent, the step says so."""
+    spec = _training_pod(plan)
+    spec["automountServiceAccountToken"] = True
+    if plan.canary is not None and plan.canary.pull_requests:
+        spec["containers"][0]["env"].append({"name": GITHUB_TOKEN_ENV, "valueFrom": {"secretKeyRef": {
+            "name": GITHUB_SECRET, "key": GITHUB_SECRET_KEY, "optional": True}}})
+    return spec
+
+
 def _train_jobset(plan: EnginePlan, job: dict[str, Any]) -> dict[str, Any]:
     """The tenant's own training JobSet (the self-service path: its GPUs, checks, fabric,
     queue and `trainer` identity), running the pipeline's train step in place of the trainer;
@@ -281,6 +337,8 @@ def step_templates(plan: EnginePlan) -> dict[str, dict[str, Any]]:
     from components.features_spec import ROLE_LABEL as FEATURE_STORE
 
     templates = {"training": _job(plan, "training", _training_pod(plan), {})}
+    if plan.canary is not None:
+        templates["canary"] = _job(plan, "training", _canary_pod(plan), {})
     if plan.features is not None:
         templates["features"] = _job(plan, "features", _features_pod(plan, plan.features), {FEATURE_STORE: "true"})
     if plan.train_jobset is not None:
@@ -414,7 +472,7 @@ def service(plan: EnginePlan) -> dict[str, Any]:
 
 def engine_objects(plan: EnginePlan) -> list[dict[str, Any]]:
     """Fences, identities and configuration first; then the migration; then the engine."""
-    first = [network_policy(plan), *service_accounts(plan), *rbac(plan), config_map(plan)]
+    first = [network_policy(plan), *service_accounts(plan), *rbac(plan), *canary_access(plan), config_map(plan)]
     if plan.customer is not None:
         first.append(ca_config_map(plan.tenant, plan.customer.ca_bundle, name=CA_CONFIG_MAP))
     return [*first, migrate_job(plan), *deployments(plan), service(plan)]

@@ -17,6 +17,7 @@ from components.features_spec import tenant_statements as feature_statements
 from components.iam import PodIdentityRole, PodIdentityRoleArgs
 from components.pipelines_spec import (
     ENGINE_ACCOUNT,
+    CanaryAccess,
     STEPS_ACCOUNT,
     CustomerDatabase,
     EnginePlan,
@@ -125,6 +126,31 @@ def _train_jobset(config: PlatformConfig, descriptor: ClusterDescriptor | Custom
     return jobset
 
 
+def canary_access(config: PlatformConfig, tenant: str, params: dict[str, Any]) -> CanaryAccess | None:
+    """What the tenant's canary step may read: the stack's served Rollout, when its golden path
+    publishes that model with `serving.canary`; a canary of anything else is refused by name."""
+    from components.inference_spec import SERVICE_ACCOUNT
+    from infra.inference_plan import resolve_inference
+    from workloads.pipeline.params import Params
+
+    canary = Params.model_validate({"tenant": tenant, **params}).serving.canary
+    if canary is None:
+        return None
+    where = f"pipelines.tenants.{tenant}.serving.canary"
+    serving = resolve_inference(config)
+    if serving is None or publishing_tenant(config) != tenant:
+        served = "no model" if serving is None else f"{serving.settings.model_name!r}"
+        raise ConfigError(f"{where}: this stack serves {served}, not the pipeline's serving.model_name; a canary "
+                          "goes through the Rollout of the model the stack serves")
+    if canary.stack != config.environment:
+        raise ConfigError(f"{where}: stack {canary.stack!r} is not this environment's ({config.environment!r}): "
+                          "the canary changes the served version of the stack whose Rollout it reads")
+    if (canary.namespace, canary.rollout) != (serving.settings.namespace, SERVICE_ACCOUNT):
+        raise ConfigError(f"{where}: {canary.namespace}/{canary.rollout} is not the served Rollout "
+                          f"{serving.settings.namespace}/{SERVICE_ACCOUNT}")
+    return CanaryAccess(serving.settings.namespace, SERVICE_ACCOUNT, pull_requests=canary.repository is not None)
+
+
 def engine_plans(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
                  built: dict[str, str]) -> list[EnginePlan]:
     p = config.pipelines
@@ -138,7 +164,8 @@ def engine_plans(config: PlatformConfig, descriptor: ClusterDescriptor | Custome
                       params=with_buckets({"tenant": tenant, **params}, dict(descriptor.buckets)),
                       instance_types=(pool.instance_type,), features=_feature_plan(config, descriptor, built, tenant),
                       schedule=p.schedule, min_interval_h=p.min_interval_hours,
-                      train_jobset=_train_jobset(config, descriptor, built, tenant))
+                      train_jobset=_train_jobset(config, descriptor, built, tenant),
+                      canary=canary_access(config, tenant, params))
         if isinstance(descriptor, CustomerClusterDescriptor):
             postgres, cluster = descriptor.services.postgres, descriptor.cluster
             if postgres is None or postgres.pipelines_dsn_secret is None:

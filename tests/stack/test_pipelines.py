@@ -175,3 +175,80 @@ def test_every_step_meets_pod_security_restricted(stack):
     planted = copy.deepcopy(submitted(stack)["train"])
     launch._pod_specs(planted)[0]["hostNetwork"] = True
     assert [f.control for t in pod_templates(planted) for f in findings(t)] == ["hostNamespaces"]
+
+
+def _onprem_canary(tmp_path, **canary) -> list[dict[str, Any]]:
+    """onprem, with research's golden path publishing the served model through a canary."""
+    from infra.config import STACKS_DIR, load_layer
+    from infra.preview.engine import run_preview
+
+    raw = yaml.safe_load((STACKS_DIR / "Pulumi.onprem.yaml").read_text())
+    research = raw["config"]["mlplat:descriptor"]["settings"]["pipelines"]["tenants"]["research"]
+    research["serving"] = {**research["serving"], "model_name": "gpt", "canary": {"stack": "onprem", **canary}}
+    (tmp_path / "Pulumi.onprem.yaml").write_text(yaml.safe_dump(raw))
+    result = run_preview("onprem", config=load_layer("onprem", tmp_path))
+    assert result.exit_code == 0, (result.engine_errors, result.mandatory_violations)
+    return kubernetes_objects(result)
+
+
+def test_the_canary_step_may_read_the_served_rollout_and_nothing_else(tmp_path):
+    made = _onprem_canary(tmp_path, repository="example-org/mlplat")
+    by = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in made}
+    role = by[("Role", "inference", "pipeline-canary-research")]
+    assert role["rules"] == [
+        {"apiGroups": ["argoproj.io"], "resources": ["rollouts"], "resourceNames": ["triton"], "verbs": ["get"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["triton"], "verbs": ["get"]}]
+    # Bound to research's steps account alone; the rollout and deployment it names are the served ones.
+    binding = by[("RoleBinding", "inference", "pipeline-canary-research")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": STEPS_ACCOUNT, "namespace": "research"}]
+    assert ("Rollout", "inference", "triton") in by and ("Deployment", "inference", "triton") in by
+    # Its pods reach the API server (on the customer's addresses), as the engine's do.
+    egress = by[("NetworkPolicy", "research", "pipeline-canary")]["spec"]
+    assert egress["podSelector"] == {"matchLabels": {launch.VERB_LABEL: "canary"}}
+    assert egress["egress"] == [{"to": [{"ipBlock": {"cidr": "10.40.0.0/28"}}],
+                                 "ports": [{"protocol": "TCP", "port": 6443}]}]
+
+    # The canary step's Job: the only step that mounts a token, and the GitHub token's Secret.
+    config = by[("ConfigMap", "research", "golden-path")]
+    steps = json.loads(config["data"]["steps.json"])
+    args = ("step", "canary", "--params", "/etc/mlplat/pipeline/params.yaml", "--run", "manual-1")
+    job = launch.manifest(steps, "training", args)
+    [spec] = launch._pod_specs(job)
+    assert spec["serviceAccountName"] == STEPS_ACCOUNT and spec["automountServiceAccountToken"] is True
+    assert job["spec"]["template"]["metadata"]["labels"][launch.VERB_LABEL] == "canary"
+    [env] = [e for e in spec["containers"][0]["env"] if e["name"] == "MLPLAT_GITHUB_TOKEN"]
+    assert env["valueFrom"]["secretKeyRef"] == {"name": "pipeline-github-token", "key": "token", "optional": True}
+    for other in ("evaluate", "export", "promote"):
+        [spec] = launch._pod_specs(launch.manifest(steps, "training", ("step", other, "--run", "manual-1")))
+        assert spec["automountServiceAccountToken"] is False, other
+    # What the launcher submits passes the namespace's admission and Pod Security restricted.
+    job["metadata"]["name"] = job["metadata"].pop("generateName") + "x7k2p"
+    assert [line for line in refusals([*(("program", o) for o in made), ("step", job)])
+            if line.startswith("step:")] == []
+    assert [f.describe() for t in pod_templates(job) for f in findings(t)] == []
+
+
+def test_a_canary_the_platform_team_makes_reads_no_github_token(tmp_path):
+    steps = json.loads({(o["kind"], o["metadata"]["name"]): o for o in _onprem_canary(tmp_path)
+                        if o["metadata"].get("namespace") == "research"}[("ConfigMap", "golden-path")]["data"][
+        "steps.json"])
+    [spec] = launch._pod_specs(launch.manifest(steps, "training", ("step", "canary", "--run", "r")))
+    assert not [e for e in spec["containers"][0]["env"] if e["name"] == "MLPLAT_GITHUB_TOKEN"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model_name": "research-churn"}, "serving.canary: this stack serves 'gpt', not the pipeline's serving.model_name"),
+    ({"canary": {"stack": "prod"}}, "serving.canary: stack 'prod' is not this environment's ('onprem')"),
+    ({"canary": {"stack": "onprem", "namespace": "serving"}},
+     "serving.canary: serving/triton is not the served Rollout inference/triton"),
+])
+def test_a_canary_of_anything_but_the_served_rollout_is_refused(tmp_path, change, message):
+    from infra.config import STACKS_DIR, ConfigError, load_layer
+    from infra.preview.engine import run_preview
+
+    raw = yaml.safe_load((STACKS_DIR / "Pulumi.onprem.yaml").read_text())
+    research = raw["config"]["mlplat:descriptor"]["settings"]["pipelines"]["tenants"]["research"]
+    research["serving"] = {**research["serving"], "model_name": "gpt", "canary": {"stack": "onprem"}, **change}
+    (tmp_path / "Pulumi.onprem.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        run_preview("onprem", config=load_layer("onprem", tmp_path))

@@ -252,3 +252,13 @@ def test_a_refusing_github_is_one_line(github):
         canary.GitHub(OWNER, "wrong", api=client.api).find_pull("x")
     with pytest.raises(canary.CanaryError, match=r"^GitHub GET /pulls: ConnectionError$"):
         canary.GitHub(OWNER, "t0ken", api="http://127.0.0.1:9").find_pull("x")
+
+
+def test_without_a_repository_the_change_is_asked_of_the_platform_team(capsys):
+    waiting = (_rollout(phase="Healthy", stableRS="a", currentPodHash="a"), _deployment("1"))
+    done = (_rollout(phase="Healthy", stableRS="b", currentPodHash="b"), _deployment("2"))
+    made = _run(None, _Cluster(waiting, waiting, done))
+    assert made == {"request": "python -m workloads.serve canary --stack prod --version 2", "version": 2,
+                    "outcome": "promoted", "message": "version 2 is the stable version"}
+    assert "asked of the platform team: python -m workloads.serve canary --stack prod --version 2" in \
+        capsys.readouterr().err

@@ -1,11 +1,14 @@
 """The golden path's canary: the exported version goes out through the deploy path, as every
 change of the served version does, and the run promotes or stops on what Argo Rollouts decided.
 
-1. **Ask for the change.** A pull request that sets the stack's `mlplat:inference.version` to
+1. **Ask for the change.** With `serving.canary.repository`, a pull request that sets the stack's `mlplat:inference.version` to
    the exported Triton version: the edit `python -m workloads.serve canary` makes, checked the
    same way (workloads/serve/canary.py edit_version), on a branch named for the model and the
    version, so a rerun finds the request it opened instead of opening another. Review stays
    where every change of a stack is reviewed; the deploy workflow rolls it out once merged.
+   Without, the step names the command (`python -m workloads.serve canary`) for the platform
+   team, whose pull request it is, and waits: no token, and no way to GitHub, in the tenant's
+   namespace.
 2. **Watch the Rollout.** The served model's Rollout and the Deployment whose template it
    runs, read through the API server (the steps' service account may get those two objects
    and nothing else in the serving namespace: components/pipelines_spec.py). The candidate is
@@ -26,6 +29,7 @@ its deadline."""
 from __future__ import annotations
 
 import base64
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +38,8 @@ from typing import Any, Protocol
 from workloads.serve.canary import VERSION_ANNOTATION
 
 POLL_S = 30.0
+# The token the step opens its pull request with (the tenant's Secret: components/pipelines_spec.py).
+GITHUB_TOKEN_ENV = "MLPLAT_GITHUB_TOKEN"
 GITHUB_API = "https://api.github.com"
 HTTP_TIMEOUT_S = 30
 
@@ -169,24 +175,33 @@ def stack_edit(stack: str, model: str, version: int) -> Callable[[str], str | No
     return edit
 
 
-def run(version: int, *, model: str, stack: str, base: str, wait_hours: float, github: GitHub, cluster: Cluster,
-        pipeline_run: str, sleep: Callable[[float], None] = time.sleep,
+def run(version: int, *, model: str, stack: str, base: str, wait_hours: float, github: GitHub | None,
+        cluster: Cluster, pipeline_run: str, sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """Ask for `version` of `model` to be served (once), then wait for Argo's verdict."""
+    """Ask for `version` of `model` to be served (once), then wait for Argo's verdict. With no
+    `github`, the request is the command the platform team runs (its pull request is theirs)."""
     branch = branch_name(model, version)
-    title = f"Serve {model} version {version} (pipeline run {pipeline_run})"
-    body = (f"The golden path's run `{pipeline_run}` exported version {version} of `{model}` and asks to canary "
-            f"it in `{stack}`. Merging deploys it through the Rollout; the run promotes it when Argo does.")
-    pull = github.open_pull(base, branch, f"stacks/Pulumi.{stack}.yaml", stack_edit(stack, model, version), title,
-                            body)
-    made = {"pull_request": pull.get("html_url", ""), "branch": branch, "version": version}
+    command = f"python -m workloads.serve canary --stack {stack} --version {version}"
+    if github is None:
+        pull: dict[str, Any] = {}
+        made = {"request": command, "version": version}
+        print(f"canary: waiting for {model} version {version} in {stack}; asked of the platform team: {command}",
+              file=sys.stderr, flush=True)
+    else:
+        title = f"Serve {model} version {version} (pipeline run {pipeline_run})"
+        body = (f"The golden path's run `{pipeline_run}` exported version {version} of `{model}` and asks to "
+                f"canary it in `{stack}` (`{command}`). Merging deploys it through the Rollout; the run promotes "
+                "it when Argo does.")
+        pull = github.open_pull(base, branch, f"stacks/Pulumi.{stack}.yaml", stack_edit(stack, model, version),
+                                title, body)
+        made = {"pull_request": pull.get("html_url", ""), "branch": branch, "version": version}
     deadline = clock() + wait_hours * 3600
     while True:
         rollout, deployment = cluster.read()
         state, said = verdict(rollout, deployment, version)
         if state in ("promoted", "aborted"):
             return {**made, "outcome": state, "message": said}
-        if state == "requested":
+        if state == "requested" and github is not None:
             pull = github.find_pull(branch) or pull
             if pull.get("state") == "closed" and not pull.get("merged_at"):
                 return {**made, "outcome": "declined", "message": "the pull request was closed without merging"}

@@ -42,7 +42,7 @@ def verb_of(args: tuple[str, ...]) -> str:
 
 
 def template_for(templates: Mapping[str, Any], image: str, verb: str) -> dict[str, Any]:
-    key = "train" if verb == "train" and "train" in templates else image
+    key = verb if verb in ("train", "canary") and verb in templates else image
     if key not in templates:
         raise LaunchError(f"{verb}: no step template for the {image} image (the cluster layer renders one per image "
                           f"the tenant's steps use: {', '.join(sorted(templates))})")

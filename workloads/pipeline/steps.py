@@ -41,8 +41,6 @@ Done = Mapping[str, Outputs]
 # On the registered model: the dataset version production was trained on. The drift check
 # finds the same through the served version's lineage; this is the record for people.
 BASELINE_TAG = "mlplat.drift.baseline"
-# The canary step's pull requests are opened with this token (a Secret of the tenant's namespace).
-GITHUB_TOKEN_ENV = "MLPLAT_GITHUB_TOKEN"
 STEP_TIMEOUT_S = 24 * 3600  # a training step may take a day; the cluster's own limits are Kueue's
 
 
@@ -221,13 +219,16 @@ def canary(ctx: Context) -> Outputs:
         return {"skipped": "no canary configured (serving.canary): the alias moves on the evaluation alone"}
     from workloads.pipeline import canary as rollout
 
-    token = os.environ.get(GITHUB_TOKEN_ENV, "")
-    if not token:
-        raise StepError(f"canary: {GITHUB_TOKEN_ENV} is not set: the step asks for the change by a pull request "
-                        "(docs/pipelines.md, \"Canary\")")
+    github = None
+    if c.repository is not None:
+        token = os.environ.get(rollout.GITHUB_TOKEN_ENV, "")
+        if not token:
+            raise StepError(f"canary: {rollout.GITHUB_TOKEN_ENV} is not set: the step opens a pull request on "
+                            f"{c.repository} (docs/pipelines.md, \"Canary\")")
+        github = rollout.GitHub(c.repository, token)
     try:
         return rollout.run(ctx.done["export"]["triton_version"], model=ctx.params.serving.model_name, stack=c.stack,
-                           base=c.base, wait_hours=c.wait_hours, github=rollout.GitHub(c.repository, token),
+                           base=c.base, wait_hours=c.wait_hours, github=github,
                            cluster=rollout.Rollouts(c.namespace, c.rollout), pipeline_run=ctx.run)
     except rollout.CanaryError as err:
         raise StepError(f"canary: {err}") from None
