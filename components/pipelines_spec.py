@@ -175,7 +175,10 @@ def canary_access(plan: EnginePlan) -> list[dict[str, Any]]:
     """What the canary step reads: a Role in the serving namespace that may get the served
     Rollout and its Deployment by name (no list, no watch, no other object), bound to the
     steps' account; the canary step's pod alone mounts that account's token (step_templates).
-    On a customer's cluster its pods also get the way to the API server the engine has."""
+    A pod of the tenant's own that asks for the token reads no more than those two objects,
+    of the model its own pipeline publishes. On AWS the API server's private endpoint is in
+    the VPC, which the tenant's pods reach on 443 already; on a customer's cluster the canary
+    step's pods get the way to the API server the engine has."""
     if plan.canary is None:
         return []
     c = plan.canary
