@@ -129,6 +129,21 @@ def test_register_export_alias_rollback_and_lineage(tracking, trained, as_tenant
     version = _client(tracking, "research").get_model_version(MODEL, "2")
     assert version.tags["mlplat.triton.version"] == "1" and version.tags["mlplat.triton.model"] == "gpt"
 
+    # The export died after publishing and before recording it (the pipeline's rerun case):
+    # the rerun records version 1 again and publishes nothing.
+    client = _client(tracking, "research")
+    recorded = {k: v for k, v in version.tags.items() if k.startswith("mlplat.triton.")}
+    for key in recorded:
+        client.delete_model_version_tag(MODEL, "2", key)
+    rerun = python_module("workloads.serve", "export", "--checkpoint", f"models:/{MODEL}/2", "--repository",
+                          str(repository), "--model-name", "gpt", "--device", "cpu",
+                          "--serving-image", "registry.example/mlplat/dev/mirror/tritonserver:26.01@sha256:" + "cd" * 32)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "published nothing again" in rerun.stdout
+    assert sorted(p.name for p in (repository / "gpt").iterdir() if p.name.isdigit()) == ["1"]
+    again = client.get_model_version(MODEL, "2").tags
+    assert {k: v for k, v in again.items() if k.startswith("mlplat.triton.")} == recorded
+
     for alias, number in (("production", "1"), ("production", "2")):
         moved = python_module("workloads.tracking", "alias", "--name", MODEL, "--alias", alias, "--version", number)
         assert moved.returncode == 0, moved.stderr

@@ -297,19 +297,39 @@ def _export(args: argparse.Namespace) -> int:
 
 def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> int:
     from workloads.serve.export import ParityError, export_checked
-    from workloads.serve.repository import StoreError, layout, open_store, publish, published_config, stage_version
+    from workloads.serve.repository import (
+        StoreError,
+        layout,
+        open_store,
+        publish,
+        published_config,
+        published_from,
+        stage_version,
+    )
     from workloads.serve.triton_config import MODEL_FILENAME, round_trip, signature_change
 
     model, model_config = _load_checkpoint(checkpoint)
     spec = _build_spec(args, vocab_size=model_config.vocab_size, max_sequence=model_config.block_size)
     config_text = round_trip(spec)
+    source = f"models:/{ref.model}/{ref.version}" if ref is not None else ""
     try:
         store = open_store(args.repository, region=args.region)
         now = layout(store, spec.name)
         version = now.issued + 1
         published = published_config(store, spec.name, now)
+        # An export of this registered version that died after publishing and before
+        # recording: record that version, publish none again.
+        done = published_from(store, spec.name, source, now) if source else None
     except StoreError as err:
         raise BadInput(f"--repository: {err}") from None
+    if done is not None:
+        from workloads.tracking.registry import record_export
+
+        record_export(args.tracking_uri, ref.model, ref.version, triton_model=spec.name, triton_version=done,
+                      repository=store.describe(), serving_image=args.serving_image)
+        print(f"{source} was published as {spec.name} version {done} in {store.describe()}; recorded it, "
+              "published nothing again")
+        return EXIT_OK
     if published is not None:
         try:
             change = signature_change(published, config_text, f"{store.describe()}/{spec.name}/config.pbtxt")
@@ -326,7 +346,7 @@ def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> 
         except ParityError as err:
             print(f"{PROG}: parity check failed: {err}", file=sys.stderr)
             return EXIT_FAILED
-        model_dir = stage_version(Path(staging) / "repo", spec.name, version, config_text, result.files)
+        model_dir = stage_version(Path(staging) / "repo", spec.name, version, config_text, result.files, source)
         try:
             retired = publish(store, model_dir, version, keep=spec.keep_versions, protect=_pinned(args.stack))
         except StoreError as err:

@@ -40,6 +40,7 @@ from workloads import inputs
 from workloads.serve.triton_config import CONFIG_FILENAME
 
 PUBLISHED_MARKER = "PUBLISHED"
+SOURCE_LINE = "source "  # the marker's line naming the registered version published
 RETIRED_PREFIX = "retired-"
 # The config a version was published with, kept in its folder (Triton reads only the
 # model's own config.pbtxt and ignores this file).
@@ -267,8 +268,11 @@ def published_config(store: ModelStore, model: str, now: Layout | None = None) -
     return store.read_text(f"{model}/{CONFIG_FILENAME}")
 
 
-def stage_version(staging: Path, model: str, version: int, config_text: str, files: Sequence[Path]) -> Path:
-    """Lay out one version under `staging` as Triton expects it; returns the model folder."""
+def stage_version(staging: Path, model: str, version: int, config_text: str, files: Sequence[Path],
+                  source: str = "") -> Path:
+    """Lay out one version under `staging` as Triton expects it; returns the model folder.
+    `source` (a registered version, `models:/<name>/<n>`) goes into the marker, so an export
+    that dies after publishing and before recording finds its version again (published_from)."""
     model_dir = staging / model
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True, exist_ok=False)
@@ -276,8 +280,18 @@ def stage_version(staging: Path, model: str, version: int, config_text: str, fil
         shutil.copyfile(file, version_dir / file.name)
     (version_dir / VERSION_CONFIG).write_text(config_text)
     (model_dir / CONFIG_FILENAME).write_text(config_text)
-    (model_dir / PUBLISHED_MARKER).write_text(f"{model} {version}\n")
+    (model_dir / PUBLISHED_MARKER).write_text(f"{model} {version}\n" + (f"{SOURCE_LINE}{source}\n" if source else ""))
     return model_dir
+
+
+def published_from(store: ModelStore, model: str, source: str, now: Layout | None = None) -> int | None:
+    """The newest published version whose marker names `source`, or None: what a rerun of an
+    export publishes instead of a second copy of the same registered version."""
+    for version in reversed((now or layout(store, model)).published):
+        marker = store.read_text(f"{model}/{version}/{PUBLISHED_MARKER}")
+        if f"{SOURCE_LINE}{source}" in marker.splitlines():
+            return version
+    return None
 
 
 def _retire(store: ModelStore, model: str, version: int) -> None:

@@ -18,6 +18,7 @@ from workloads.serve.repository import (
     publish,
     published_config,
     rollback,
+    published_from,
     stage_version,
     versions,
 )
@@ -275,3 +276,21 @@ def test_the_version_a_stack_pins_is_never_retired(tmp_path):
     with pytest.raises(StoreError, match=r"gpt version 5 is the version the stack serves \(mlplat:inference.version\)"):
         rollback(store, "gpt", protect=frozenset({5}))
     assert versions(store, "gpt") == [1, 4, 5]
+
+
+def test_a_version_is_found_again_by_the_registered_version_it_was_published_from(tmp_path):
+    store = LocalStore(tmp_path / "repo")
+    for version, source in ((1, "models:/research-gpt/3"), (2, "models:/research-gpt/4"), (3, "")):
+        model_dir = staged(tmp_path, version)
+        stage_version(tmp_path / f"restaged-{version}", "gpt", version, "name: \"gpt\"\n",
+                      [model_dir / str(version) / "model.onnx"], source)
+        publish(store, tmp_path / f"restaged-{version}" / "gpt", version, keep=5)
+    assert (tmp_path / "repo/gpt/1/PUBLISHED").read_text() == "gpt 1\nsource models:/research-gpt/3\n"
+    assert published_from(store, "gpt", "models:/research-gpt/3") == 1
+    assert published_from(store, "gpt", "models:/research-gpt/4") == 2
+    # Look-alikes: another version of the model, a prefix of a source, and none at all.
+    assert published_from(store, "gpt", "models:/research-gpt/5") is None
+    assert published_from(store, "gpt", "models:/research-gpt/") is None
+    # A version whose upload never finished (no marker) is not one published.
+    (tmp_path / "repo/gpt/2/PUBLISHED").unlink()
+    assert published_from(store, "gpt", "models:/research-gpt/4") is None
