@@ -41,7 +41,6 @@ from components.training_spec import (
     instance_type_affinity,
     tenant_pod_security,
 )
-from workloads.pipeline.canary import GITHUB_TOKEN_ENV
 from workloads.pipeline.launch import VERB_LABEL
 
 AIRFLOW_VERSION = "3.3.2"  # the Makefile's PIPELINES_PINS and the pipelines image install this
@@ -60,9 +59,8 @@ API_PORT = 8080
 HEALTH_PORT = 8974  # the scheduler's health server
 DB_PORT = 5432
 CANARY_ROLE = "pipeline-canary"
-# The GitHub token the canary step opens its pull requests with (workloads/pipeline/canary.py).
-GITHUB_SECRET = "pipeline-github-token"
-GITHUB_SECRET_KEY = "token"
+# The canary step polls the API server: a quarter core and the MLflow client's memory.
+CANARY_RESOURCES = {"cpu": "250m", "memory": "1Gi"}
 ENGINE_LABEL = "mlplat.io/pipeline-engine"  # the Airflow pods: their egress to the database and API server
 STEP_LABEL = "mlplat.io/pipeline-step"
 LABELS = {"app.kubernetes.io/part-of": "mlplat-pipelines"}
@@ -105,7 +103,6 @@ class CanaryAccess:
 
     namespace: str  # the serving namespace
     name: str  # the Rollout's and the Deployment's
-    pull_requests: bool  # the step opens them itself: it reads the GitHub token's Secret
 
 
 @dataclass(frozen=True)
@@ -290,13 +287,11 @@ def _training_pod(plan: EnginePlan) -> dict[str, Any]:
 
 def _canary_pod(plan: EnginePlan) -> dict[str, Any]:
     """The canary step: a training step's pod that mounts the steps' account token (it reads
-    the Rollout: canary_access) and, when it opens the pull request itself, the GitHub token
-    from the tenant's Secret, made by hand (docs/pipelines.md); absent, the step says so."""
+    the Rollout: canary_access), with a small share of the tenant's quota, which it holds for
+    as long as it waits on the rollout (serving.canary.wait_hours)."""
     spec = _training_pod(plan)
     spec["automountServiceAccountToken"] = True
-    if plan.canary is not None and plan.canary.pull_requests:
-        spec["containers"][0]["env"].append({"name": GITHUB_TOKEN_ENV, "valueFrom": {"secretKeyRef": {
-            "name": GITHUB_SECRET, "key": GITHUB_SECRET_KEY, "optional": True}}})
+    spec["containers"][0]["resources"] = {"requests": dict(CANARY_RESOURCES), "limits": dict(CANARY_RESOURCES)}
     return spec
 
 

@@ -126,14 +126,17 @@ def _train_jobset(config: PlatformConfig, descriptor: ClusterDescriptor | Custom
     return jobset
 
 
-def canary_access(config: PlatformConfig, tenant: str, params: dict[str, Any]) -> CanaryAccess | None:
+def canary_access(config: PlatformConfig, tenant: str, params: dict[str, Any],
+                  buckets: dict[str, str]) -> CanaryAccess | None:
     """What the tenant's canary step may read: the stack's served Rollout, when its golden path
-    publishes that model with `serving.canary`; a canary of anything else is refused by name."""
-    from components.inference_spec import SERVICE_ACCOUNT
+    publishes that model, into the repository the stack serves from, with `serving.canary`;
+    a canary of anything else is refused by name. `params` has its buckets filled in."""
+    from components.inference_spec import SERVICE_ACCOUNT, repository_uri
     from infra.inference_plan import resolve_inference
     from workloads.pipeline.params import Params
 
-    canary = Params.model_validate({"tenant": tenant, **params}).serving.canary
+    parsed = Params.model_validate(params)
+    canary = parsed.serving.canary
     if canary is None:
         return None
     where = f"pipelines.tenants.{tenant}.serving.canary"
@@ -148,7 +151,12 @@ def canary_access(config: PlatformConfig, tenant: str, params: dict[str, Any]) -
     if (canary.namespace, canary.rollout) != (serving.settings.namespace, SERVICE_ACCOUNT):
         raise ConfigError(f"{where}: {canary.namespace}/{canary.rollout} is not the served Rollout "
                           f"{serving.settings.namespace}/{SERVICE_ACCOUNT}")
-    return CanaryAccess(serving.settings.namespace, SERVICE_ACCOUNT, pull_requests=canary.repository is not None)
+    served_from = repository_uri(buckets.get("models", "{models}"), serving.settings.repository_prefix)
+    if parsed.serving.repository.rstrip("/") != served_from:
+        raise ConfigError(f"pipelines.tenants.{tenant}.serving.repository: {parsed.serving.repository} is not the "
+                          f"repository the stack serves from ({served_from}); a canary of a version exported "
+                          "elsewhere would serve another model under its number")
+    return CanaryAccess(serving.settings.namespace, SERVICE_ACCOUNT)
 
 
 def engine_plans(config: PlatformConfig, descriptor: ClusterDescriptor | CustomerClusterDescriptor,
@@ -165,7 +173,9 @@ def engine_plans(config: PlatformConfig, descriptor: ClusterDescriptor | Custome
                       instance_types=(pool.instance_type,), features=_feature_plan(config, descriptor, built, tenant),
                       schedule=p.schedule, min_interval_h=p.min_interval_hours,
                       train_jobset=_train_jobset(config, descriptor, built, tenant),
-                      canary=canary_access(config, tenant, params))
+                      canary=canary_access(config, tenant, with_buckets({"tenant": tenant, **params},
+                                                                        dict(descriptor.buckets)),
+                                           dict(descriptor.buckets)))
         if isinstance(descriptor, CustomerClusterDescriptor):
             postgres, cluster = descriptor.services.postgres, descriptor.cluster
             if postgres is None or postgres.pipelines_dsn_secret is None:

@@ -177,14 +177,15 @@ def test_every_step_meets_pod_security_restricted(stack):
     assert [f.control for t in pod_templates(planted) for f in findings(t)] == ["hostNamespaces"]
 
 
-def _onprem_canary(tmp_path, **canary) -> list[dict[str, Any]]:
+def _onprem_canary(tmp_path, serving: dict | None = None) -> list[dict[str, Any]]:
     """onprem, with research's golden path publishing the served model through a canary."""
     from infra.config import STACKS_DIR, load_layer
     from infra.preview.engine import run_preview
 
     raw = yaml.safe_load((STACKS_DIR / "Pulumi.onprem.yaml").read_text())
     research = raw["config"]["mlplat:descriptor"]["settings"]["pipelines"]["tenants"]["research"]
-    research["serving"] = {**research["serving"], "model_name": "gpt", "canary": {"stack": "onprem", **canary}}
+    research["serving"] = {"repository": "s3://{models}/triton", "model_name": "gpt", "canary": {"stack": "onprem"},
+                           **(serving or {})}
     (tmp_path / "Pulumi.onprem.yaml").write_text(yaml.safe_dump(raw))
     result = run_preview("onprem", config=load_layer("onprem", tmp_path))
     assert result.exit_code == 0, (result.engine_errors, result.mandatory_violations)
@@ -192,7 +193,7 @@ def _onprem_canary(tmp_path, **canary) -> list[dict[str, Any]]:
 
 
 def test_the_canary_step_may_read_the_served_rollout_and_nothing_else(tmp_path):
-    made = _onprem_canary(tmp_path, repository="example-org/mlplat")
+    made = _onprem_canary(tmp_path)
     by = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in made}
     role = by[("Role", "inference", "pipeline-canary-research")]
     assert role["rules"] == [
@@ -208,7 +209,8 @@ def test_the_canary_step_may_read_the_served_rollout_and_nothing_else(tmp_path):
     assert egress["egress"] == [{"to": [{"ipBlock": {"cidr": "10.40.0.0/28"}}],
                                  "ports": [{"protocol": "TCP", "port": 6443}]}]
 
-    # The canary step's Job: the only step that mounts a token, and the GitHub token's Secret.
+    # The canary step's Job: the only step that mounts a token; a small share of the quota
+    # (it holds it while it waits); no secret of any kind beyond the other steps'.
     config = by[("ConfigMap", "research", "golden-path")]
     steps = json.loads(config["data"]["steps.json"])
     args = ("step", "canary", "--params", "/etc/mlplat/pipeline/params.yaml", "--run", "manual-1")
@@ -216,11 +218,13 @@ def test_the_canary_step_may_read_the_served_rollout_and_nothing_else(tmp_path):
     [spec] = launch._pod_specs(job)
     assert spec["serviceAccountName"] == STEPS_ACCOUNT and spec["automountServiceAccountToken"] is True
     assert job["spec"]["template"]["metadata"]["labels"][launch.VERB_LABEL] == "canary"
-    [env] = [e for e in spec["containers"][0]["env"] if e["name"] == "MLPLAT_GITHUB_TOKEN"]
-    assert env["valueFrom"]["secretKeyRef"] == {"name": "pipeline-github-token", "key": "token", "optional": True}
+    assert spec["containers"][0]["resources"]["requests"] == {"cpu": "250m", "memory": "1Gi"}
+    [evaluate] = launch._pod_specs(launch.manifest(steps, "training", ("step", "evaluate", "--run", "manual-1")))
+    assert [e for e in spec["containers"][0]["env"] if "valueFrom" in e] == \
+        [e for e in evaluate["containers"][0]["env"] if "valueFrom" in e]
     for other in ("evaluate", "export", "promote"):
-        [spec] = launch._pod_specs(launch.manifest(steps, "training", ("step", other, "--run", "manual-1")))
-        assert spec["automountServiceAccountToken"] is False, other
+        [other_spec] = launch._pod_specs(launch.manifest(steps, "training", ("step", other, "--run", "manual-1")))
+        assert other_spec["automountServiceAccountToken"] is False, other
     # What the launcher submits passes the namespace's admission and Pod Security restricted.
     job["metadata"]["name"] = job["metadata"].pop("generateName") + "x7k2p"
     assert [line for line in refusals([*(("program", o) for o in made), ("step", job)])
@@ -228,27 +232,19 @@ def test_the_canary_step_may_read_the_served_rollout_and_nothing_else(tmp_path):
     assert [f.describe() for t in pod_templates(job) for f in findings(t)] == []
 
 
-def test_a_canary_the_platform_team_makes_reads_no_github_token(tmp_path):
-    steps = json.loads({(o["kind"], o["metadata"]["name"]): o for o in _onprem_canary(tmp_path)
-                        if o["metadata"].get("namespace") == "research"}[("ConfigMap", "golden-path")]["data"][
-        "steps.json"])
-    [spec] = launch._pod_specs(launch.manifest(steps, "training", ("step", "canary", "--run", "r")))
-    assert not [e for e in spec["containers"][0]["env"] if e["name"] == "MLPLAT_GITHUB_TOKEN"]
-
-
-@pytest.mark.parametrize("change, message", [
-    ({"model_name": "research-churn"}, "serving.canary: this stack serves 'gpt', not the pipeline's serving.model_name"),
+@pytest.mark.parametrize("serving, message", [
+    ({"model_name": "research-churn"},
+     "serving.canary: this stack serves 'gpt', not the pipeline's serving.model_name"),
     ({"canary": {"stack": "prod"}}, "serving.canary: stack 'prod' is not this environment's ('onprem')"),
     ({"canary": {"stack": "onprem", "namespace": "serving"}},
      "serving.canary: serving/triton is not the served Rollout inference/triton"),
+    # Exported where the stack does not serve from: its number would name another model there.
+    ({"repository": "s3://{checkpoints}/runs/research/triton"},
+     "serving.repository: s3://mlplat-onprem-checkpoints/runs/research/triton is not the repository the stack "
+     "serves from (s3://mlplat-onprem-models/triton)"),
 ])
-def test_a_canary_of_anything_but_the_served_rollout_is_refused(tmp_path, change, message):
-    from infra.config import STACKS_DIR, ConfigError, load_layer
-    from infra.preview.engine import run_preview
+def test_a_canary_of_anything_but_the_served_rollout_is_refused(tmp_path, serving, message):
+    from infra.config import ConfigError
 
-    raw = yaml.safe_load((STACKS_DIR / "Pulumi.onprem.yaml").read_text())
-    research = raw["config"]["mlplat:descriptor"]["settings"]["pipelines"]["tenants"]["research"]
-    research["serving"] = {**research["serving"], "model_name": "gpt", "canary": {"stack": "onprem"}, **change}
-    (tmp_path / "Pulumi.onprem.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=re.escape(message)):
-        run_preview("onprem", config=load_layer("onprem", tmp_path))
+        _onprem_canary(tmp_path, serving)

@@ -125,10 +125,9 @@ def _source_of(name: str) -> Path | None:
 
 # Imported by a copied module only on a path the image never runs: (image, importer, imported),
 # globs, and why.
-CANARY = ("`python -m workloads.serve canary` edits a stack file in a checkout of this repository; the golden "
-          "path's canary step edits one for a pull request without it (edit_version(validate=False))")
+CANARY = "`python -m workloads.serve canary` edits a stack file in a checkout of this repository"
 TRAINING_STEPS = ("the golden path's training-image steps (tokens, train, evaluate, canary) import the trainer "
-                  "and the stack edit; they run in the training image, never in this one "
+                  "and the serving modules; they run in the training image, never in this one "
                   "(workloads/pipeline/steps.py STEPS)")
 NOT_IN_IMAGE = {
     ("serving.Dockerfile", "workloads/serve/*", "infra/config.py"): CANARY,

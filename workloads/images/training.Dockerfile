@@ -52,9 +52,9 @@ RUN pip install --no-cache-dir nvidia-ml-py==13.615.71
 # The MLflow client and the checkpoints bucket (workloads/tracking): same pins as pyproject.
 RUN pip install --no-cache-dir mlflow-skinny==3.17.2 requests==2.34.2 boto3==1.44.8
 # The golden path's steps in this image (workloads/pipeline: tokens, train, evaluate,
-# register, export to ONNX for Triton, canary, promote): same pins as pyproject.
+# register, export to ONNX for Triton, canary: it reads the Rollout, promote): same pins as pyproject.
 RUN pip install --no-cache-dir pydantic==2.14.3 PyYAML==6.0.3 pyarrow==26.0.1 onnx==1.22.0 onnxruntime==1.31.1 \
-    ruamel.yaml==0.19.1 kubernetes==36.0.0
+    kubernetes==36.0.0
 
 # The platform's own code: the workloads and the instance catalog they read (pure data).
 WORKDIR /opt/mlplat

@@ -64,15 +64,11 @@ class Evaluation(_Strict):
 
 
 class Canary(_Strict):
-    """Where the exported version is canaried (workloads/pipeline/canary.py): a change of
-    `stacks/Pulumi.<stack>.yaml`'s served version (a pull request to `repository`, or asked of
-    the platform team), then the verdict of that stack's Rollout."""
+    """Where the exported version is canaried (workloads/pipeline/canary.py): the platform
+    team is asked to serve it in `stacks/Pulumi.<stack>.yaml`, then that stack's Rollout
+    decides."""
 
-    stack: Name
-    # owner/name on GitHub: the step opens the pull request there itself (its namespace needs
-    # a way to GitHub and the token's Secret). None: the platform team makes the change.
-    repository: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,39}/[A-Za-z0-9._-]{1,100}$")] | None = None
-    base: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")] = "main"
+    stack: Name  # this environment's stack: the one whose Rollout the step reads
     namespace: Name = "inference"  # the stack's mlplat:inference.namespace
     rollout: Name = "triton"  # the Rollout and the Deployment it runs
     wait_hours: float = Field(default=72, gt=0, le=24 * 14)  # review, deploy and every analysis step

@@ -10,13 +10,12 @@ after it died, its work done or not, without publishing twice (but see the known
 - train: the trainer resumes from the run's newest checkpoint and continues its MLflow run;
 - register: a version already tagged with this pipeline run is the one registered;
 - export: a version already tagged with its Triton version is the one exported;
-- canary: its pull request is found by its branch, and the Rollout's verdict read again;
+- canary: asking again sets the same tag, and the Rollout's verdict is read again;
 - promote, baseline: setting an alias or a tag to the value it holds changes nothing; and
   promote refuses when production moved since the candidate was judged against it.
 
-Known gap: a crash inside `workloads.serve export` after it published a Triton version and
-before it tagged the registered version leaves that Triton version unrecorded, and the rerun
-publishes another.
+An export that died after publishing and before tagging is found again by the registered
+version its marker names (workloads/serve/repository.py published_from), and tagged.
 
 The existing tools do the work (`python -m workloads.features`, `workloads.train`,
 `workloads.serve export`): a step adds only the ordering, the idempotence and the record."""
@@ -218,18 +217,15 @@ def canary(ctx: Context) -> Outputs:
     if c is None:
         return {"skipped": "no canary configured (serving.canary): the alias moves on the evaluation alone"}
     from workloads.pipeline import canary as rollout
+    from workloads.tracking.client import tracking_client
 
-    github = None
-    if c.repository is not None:
-        token = os.environ.get(rollout.GITHUB_TOKEN_ENV, "")
-        if not token:
-            raise StepError(f"canary: {rollout.GITHUB_TOKEN_ENV} is not set: the step opens a pull request on "
-                            f"{c.repository} (docs/pipelines.md, \"Canary\")")
-        github = rollout.GitHub(c.repository, token)
+    name, number = ctx.params.model, str(ctx.done["register"]["version"])
+    client = tracking_client(ctx.tracking_uri)
     try:
         return rollout.run(ctx.done["export"]["triton_version"], model=ctx.params.serving.model_name, stack=c.stack,
-                           base=c.base, wait_hours=c.wait_hours, github=github,
-                           cluster=rollout.Rollouts(c.namespace, c.rollout), pipeline_run=ctx.run)
+                           repository=ctx.done["export"]["repository"], wait_hours=c.wait_hours,
+                           cluster=rollout.Rollouts(c.namespace, c.rollout),
+                           ask=lambda command: client.set_model_version_tag(name, number, rollout.REQUEST_TAG, command))
     except rollout.CanaryError as err:
         raise StepError(f"canary: {err}") from None
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 INFERENCE = "mlplat:inference"
 # On the served Deployment's pod template (components/inference_spec.py): the version its
-# pods serve, so a reader need not parse the model copier's arguments.
+# pods serve, which the golden path's canary step reads (workloads/pipeline/canary.py).
 VERSION_ANNOTATION = "mlplat.io/model-version"
 
 
@@ -48,7 +48,9 @@ def _round_trip():
 def set_version(stack: str, version: int, published: list[int], *, stacks_dir: Path | None = None) -> Change:
     """Write `version` as the stack's `mlplat:inference.version`, once it is known to be
     published and the edited config is valid."""
-    from infra.config import STACK_FILE_LIMIT, STACKS_DIR, stack_file
+    from ruamel.yaml import YAMLError
+
+    from infra.config import STACK_FILE_LIMIT, STACKS_DIR, ConfigError, parse_config, stack_file
     from workloads import inputs
 
     path = stack_file(stack, stacks_dir or STACKS_DIR)
@@ -59,45 +61,16 @@ def set_version(stack: str, version: int, published: list[int], *, stacks_dir: P
         text = inputs.read_text(path, "stack file", STACK_FILE_LIMIT)
     except inputs.InputError as err:
         raise CanaryError(f"--stack {stack}: {err}") from None
-    edited, model, before, strategy = edit_version(text, f"--stack {stack}", path.name, version, published)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(edited, encoding="utf-8")
-    partial.replace(path)  # never half a stack file
-    return Change(path, model, before, version, strategy)
-
-
-def _inference(text: str, where: str, name: str):
-    """The round-trip loader, the stack document and its `mlplat:inference` section."""
-    from ruamel.yaml import YAMLError
-
     yaml = _round_trip()
     try:
         document = yaml.load(text)
     except YAMLError as err:
-        raise CanaryError(f"{where}: {name} is not valid YAML: {getattr(err, 'problem', None) or err}") \
+        raise CanaryError(f"--stack {stack}: {path} is not valid YAML: {getattr(err, 'problem', None) or err}") \
             from None
     config = document.get("config") if isinstance(document, dict) else None
     inference = config.get(INFERENCE) if isinstance(config, dict) else None
     if not isinstance(inference, dict):
-        raise CanaryError(f"{where}: {name} serves no model (no {INFERENCE} section)")
-    return yaml, document, inference
-
-
-def served(text: str, name: str) -> tuple[str, int | None]:
-    """(model, version) a stack file's text serves; version None: every published one."""
-    inference = _inference(text, "stack", name)[2]
-    version = inference.get("version")
-    return str(inference.get("modelName", "gpt")), version if isinstance(version, int) else None
-
-
-def edit_version(text: str, where: str, name: str, version: int, published: list[int],
-                 validate: bool = True) -> tuple[str, str, int | None, str]:
-    """A stack file's text with `mlplat:inference.version` set to `version`, comments and
-    layout kept, once the version is published and (`validate`) the whole edited config is
-    valid: (edited text, model, version before, rollout strategy, '' unvalidated). `where`
-    prefixes each refusal. Unvalidated, the edit is for a pull request, whose preview checks
-    the whole config before anyone can merge it."""
-    yaml, document, inference = _inference(text, where, name)
+        raise CanaryError(f"--stack {stack}: {path.name} serves no model (no {INFERENCE} section)")
     model = str(inference.get("modelName", "gpt"))
     if version not in published:
         listed = ", ".join(map(str, published)) or "none"
@@ -105,18 +78,17 @@ def edit_version(text: str, where: str, name: str, version: int, published: list
                           f"repository (published: {listed}); export it first")
     before = inference.get("version")
     if before == version:
-        raise CanaryError(f"--version {version}: it is already the served version of {model} in {name}")
+        raise CanaryError(f"--version {version}: it is already the served version of {model} in {path.name}")
     inference["version"] = version
     out = io.StringIO()
     yaml.dump(document, out)
-    if not validate:
-        return out.getvalue(), model, before, ""
     import yaml as pyyaml
 
-    from infra.config import ConfigError, parse_config
-
     try:
-        parsed = parse_config(pyyaml.safe_load(out.getvalue())["config"], name, from_stack_file=True)
+        parsed = parse_config(pyyaml.safe_load(out.getvalue())["config"], str(path), from_stack_file=True)
     except ConfigError as err:
         raise CanaryError(str(err)) from None
-    return out.getvalue(), model, before, parsed.inference.rollout.strategy
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(out.getvalue(), encoding="utf-8")
+    partial.replace(path)  # never half a stack file
+    return Change(path, model, before, version, parsed.inference.rollout.strategy)
