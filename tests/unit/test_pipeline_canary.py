@@ -143,3 +143,75 @@ def test_no_verdict_by_the_deadline_is_an_error_naming_the_last_state():
         _run(_Cluster(ROLLING))
     with pytest.raises(canary.CanaryError, match=r"after 1 h \(the API server answers 503"):
         _run(_Cluster(canary.Unavailable("the API server answers 503 Service Unavailable for inference/triton")))
+
+
+class _ApiServer:
+    """A stand-in API server answering the two GETs the step makes, with a set status."""
+
+    def __init__(self, status: int):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        answers = {"/apis/argoproj.io/v1alpha1/namespaces/inference/rollouts/triton": DONE[0],
+                   "/apis/apps/v1/namespaces/inference/deployments/triton": {
+                       "apiVersion": "apps/v1", "kind": "Deployment", **DONE[1]}}
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802
+                body = json.dumps(answers[self.path] if status == 200 else
+                                  {"kind": "Status", "code": status, "message": "no"}).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+
+def _reader(url: str) -> canary.Rollouts:
+    """The step's reader with the real Kubernetes client, pointed at `url` (in a pod it
+    loads the in-cluster config instead)."""
+    from kubernetes import client
+
+    reader = canary.Rollouts.__new__(canary.Rollouts)
+    config = client.Configuration()
+    config.host = url
+    config.retries = 0
+    api = client.ApiClient(config)
+    reader.namespace, reader.name = "inference", "triton"
+    reader.apps, reader.custom = client.AppsV1Api(api), client.CustomObjectsApi(api)
+    return reader
+
+
+@pytest.mark.parametrize("status, error, said", [
+    (200, None, ""),
+    (403, canary.CanaryError, "the API server answers 403 Forbidden for inference/triton: the steps' account may get"),
+    (404, canary.CanaryError, "the API server answers 404 Not Found for inference/triton"),
+    (503, canary.Unavailable, "the API server answers 503 Service Unavailable for inference/triton"),
+    (None, canary.Unavailable, "the API server is unreachable: "),
+])
+def test_the_kubernetes_clients_answers_are_a_verdict_a_wait_or_one_line(status, error, said):
+    if status is None:
+        url = "http://127.0.0.1:9"  # nothing listens
+    else:
+        server = _ApiServer(status)
+        url = server.url
+    reader = _reader(url)
+    try:
+        if error is None:
+            assert canary.verdict(*reader.read(), 2)[0] == "promoted"
+            return
+        with pytest.raises(error) as raised:
+            reader.read()
+        assert str(raised.value).startswith(said) and "\n" not in str(raised.value)
+        assert type(raised.value) is error
+    finally:
+        if status is not None:
+            server.server.shutdown()

@@ -30,6 +30,7 @@ its deadline."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -102,7 +103,9 @@ class Rollouts:
         try:
             rollout = self.custom.get_namespaced_custom_object("argoproj.io", "v1alpha1", self.namespace,
                                                                "rollouts", self.name)
-            deployment = self.apps.read_namespaced_deployment(self.name, self.namespace)
+            # As the API server sends it (no round trip through the client's typed models).
+            deployment = json.loads(self.apps.read_namespaced_deployment(self.name, self.namespace,
+                                                                         _preload_content=False).data)
         except ApiException as err:
             if err.status in (401, 403, 404):
                 raise CanaryError(f"the API server answers {err.status} {err.reason} for {where}: the steps' "
@@ -110,7 +113,7 @@ class Rollouts:
             raise Unavailable(f"the API server answers {err.status} {err.reason} for {where}") from None
         except (HTTPError, OSError) as err:
             raise Unavailable(f"the API server is unreachable: {type(err).__name__}") from None
-        return rollout, self.apps.api_client.sanitize_for_serialization(deployment)
+        return rollout, deployment
 
 
 def request_command(stack: str, version: int, repository: str) -> str:
