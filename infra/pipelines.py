@@ -126,7 +126,7 @@ def _train_jobset(config: PlatformConfig, descriptor: ClusterDescriptor | Custom
     return jobset
 
 
-def canary_access(config: PlatformConfig, tenant: str, params: dict[str, Any],
+def canary_target(config: PlatformConfig, tenant: str, params: dict[str, Any],
                   buckets: dict[str, str]) -> CanaryAccess | None:
     """What the tenant's canary step may read: the stack's served Rollout, when its golden path
     publishes that model, into the repository the stack serves from, with `serving.canary`;
@@ -168,14 +168,12 @@ def engine_plans(config: PlatformConfig, descriptor: ClusterDescriptor | Custome
     plans = []
     for tenant, params in p.tenants.items():
         where = f"pipelines.tenants.{tenant}"
-        common = dict(tenant=tenant, gid=config.tenant_group(tenant),
-                      params=with_buckets({"tenant": tenant, **params}, dict(descriptor.buckets)),
+        filled = with_buckets({"tenant": tenant, **params}, dict(descriptor.buckets))
+        common = dict(tenant=tenant, gid=config.tenant_group(tenant), params=filled,
                       instance_types=(pool.instance_type,), features=_feature_plan(config, descriptor, built, tenant),
                       schedule=p.schedule, min_interval_h=p.min_interval_hours,
                       train_jobset=_train_jobset(config, descriptor, built, tenant),
-                      canary=canary_access(config, tenant, with_buckets({"tenant": tenant, **params},
-                                                                        dict(descriptor.buckets)),
-                                           dict(descriptor.buckets)))
+                      canary=canary_target(config, tenant, filled, dict(descriptor.buckets)))
         if isinstance(descriptor, CustomerClusterDescriptor):
             postgres, cluster = descriptor.services.postgres, descriptor.cluster
             if postgres is None or postgres.pipelines_dsn_secret is None:
