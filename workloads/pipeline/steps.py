@@ -2,7 +2,7 @@
 
 Each step takes the run's parameters and the outputs of the steps before it (from the
 ledger) and returns its own outputs, which the ledger records. Every step can be run again
-after it died, its work done or not, without publishing twice (but see the known gap below):
+after it died, its work done or not, without publishing twice:
 - materialize, dataset: Feast's incremental materialization, and a dataset version whose id
   is its content's, are the same on a rerun;
 - tokens: the shards are written beside, then renamed into place; an existing, verified
