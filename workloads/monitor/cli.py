@@ -98,12 +98,17 @@ def log_requests(args: argparse.Namespace) -> int:
     # one of the servers' threads leaves the main thread asleep until its wait times out, while
     # the kubelet's grace period runs out and the rows held are lost with the pod. Blocked before
     # any server starts, so every thread they start inherits the mask.
+    # A handler that does nothing is installed too: as a container's PID 1 the kernel drops a
+    # signal left at its default disposition, and this one is never at it.
     stopping = {signal.SIGTERM, signal.SIGINT}
+    handlers = {s: signal.signal(s, lambda *_: None) for s in stopping}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
     try:
         return _log_requests(args, stopping)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
 
 
 def _log_requests(args: argparse.Namespace, stopping: set) -> int:
