@@ -311,7 +311,9 @@ def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> 
     model, model_config = _load_checkpoint(checkpoint)
     spec = _build_spec(args, vocab_size=model_config.vocab_size, max_sequence=model_config.block_size)
     config_text = round_trip(spec)
-    source = f"models:/{ref.model}/{ref.version}" if ref is not None else ""
+    # What this export makes: the registered version at this precision (an int8 export of the
+    # same version is another artifact).
+    source = f"models:/{ref.model}/{ref.version} {spec.precision}" if ref is not None else ""
     try:
         store = open_store(args.repository, region=args.region)
         now = layout(store, spec.name)

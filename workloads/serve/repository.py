@@ -271,8 +271,9 @@ def published_config(store: ModelStore, model: str, now: Layout | None = None) -
 def stage_version(staging: Path, model: str, version: int, config_text: str, files: Sequence[Path],
                   source: str = "") -> Path:
     """Lay out one version under `staging` as Triton expects it; returns the model folder.
-    `source` (a registered version, `models:/<name>/<n>`) goes into the marker, so an export
-    that dies after publishing and before recording finds its version again (published_from)."""
+    `source` (a registered version and its precision, `models:/<name>/<n> fp32`) goes into
+    the marker, so an export that dies after publishing and before recording finds its
+    version again (published_from)."""
     model_dir = staging / model
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True, exist_ok=False)
