@@ -199,7 +199,9 @@ def _reader(url: str) -> canary.Rollouts:
 ])
 def test_the_kubernetes_clients_answers_are_a_verdict_a_wait_or_one_line(status, error, said):
     if status is None:
-        url = "http://127.0.0.1:9"  # nothing listens
+        from tests.services.oci import free_port
+
+        url = f"http://127.0.0.1:{free_port()}"  # a port just freed: nothing listens
     else:
         server = _ApiServer(status)
         url = server.url
