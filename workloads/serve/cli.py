@@ -295,6 +295,14 @@ def _export(args: argparse.Namespace) -> int:
         return _export_checkpoint(args, checkpoint, ref)
 
 
+def _record_export(args: argparse.Namespace, ref: Any, model: str, version: int, repository: str) -> None:
+    """Tag the registered version with the Triton version it was published as."""
+    from workloads.tracking.registry import record_export
+
+    record_export(args.tracking_uri, ref.model, ref.version, triton_model=model, triton_version=version,
+                  repository=repository, serving_image=args.serving_image)
+
+
 def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> int:
     from workloads.serve.export import ParityError, export_checked
     from workloads.serve.repository import (
@@ -325,10 +333,7 @@ def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> 
     except StoreError as err:
         raise BadInput(f"--repository: {err}") from None
     if done is not None:
-        from workloads.tracking.registry import record_export
-
-        record_export(args.tracking_uri, ref.model, ref.version, triton_model=spec.name, triton_version=done,
-                      repository=store.describe(), serving_image=args.serving_image)
+        _record_export(args, ref, spec.name, done, store.describe())
         print(f"{source} was published as {spec.name} version {done} in {store.describe()}; recorded it, "
               "published nothing again")
         return EXIT_OK
@@ -354,10 +359,7 @@ def _export_checkpoint(args: argparse.Namespace, checkpoint: Path, ref: Any) -> 
         except StoreError as err:
             raise BadInput(f"--repository: {err}") from None
     if ref is not None:
-        from workloads.tracking.registry import record_export
-
-        record_export(args.tracking_uri, ref.model, ref.version, triton_model=spec.name, triton_version=version,
-                      repository=store.describe(), serving_image=args.serving_image)
+        _record_export(args, ref, spec.name, version, store.describe())
     quantized = result.agreement
     checked = f"ONNX Runtime vs PyTorch max |diff| {result.max_abs_diff:.2e}" + (
         f"; int8 vs fp32: top-1 agreement {quantized.top1:.1%}, top-{spec.top_k} overlap "
