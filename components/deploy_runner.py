@@ -60,7 +60,8 @@ class DeployRunner(pulumi.ComponentResource):
             tags={"Name": project}, opts=child)
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-https-out", security_group_id=self.security_group.id,
-            description="HTTPS: GitHub and the state backend through the NAT gateway, AWS APIs, the API server",
+            description="HTTPS: GitHub through the NAT gateway, the state bucket through the S3 endpoint, AWS APIs, "
+                        "the API server",
             ip_protocol="tcp", from_port=spec.HTTPS, to_port=spec.HTTPS, cidr_ipv4="0.0.0.0/0", opts=child)
         # The one rule the cluster layer's deploy needs: the API server, from the runner only.
         aws.vpc.SecurityGroupIngressRule(

@@ -37,10 +37,12 @@ def token_secret_value(token: str) -> str:
 
 def webhook_filters(actor_ids: tuple[int, ...]) -> list[dict[str, str]]:
     """One filter group, every filter of which must match: a queued job of the deploy
-    workflow, started by one of these GitHub users. (The branch is held by the GitHub
-    environments' deployment-branch rule, `main` only, and the deployer's trust, which
-    names main; CodeBuild's HEAD_REF filter is documented for push and pull-request events
-    only.)"""
+    workflow, started by one of these GitHub users. No branch filter: CodeBuild evaluates
+    HEAD_REF for push and pull-request events only (the CodeBuild API reference,
+    WebhookFilter; checked against the model botocore ships in
+    tests/component/test_deploy_runner.py), so with it no runner would ever start. The
+    branch is held by the GitHub environments' deployment-branch rule (`main` only) and the
+    deployer's trust, whose OIDC subject names main (docs/bring-up.md)."""
     if not actor_ids:
         raise ValueError("a runner webhook needs at least one actor id; without, any actor's job could take it")
     return [{"type": "EVENT", "pattern": WEBHOOK_EVENT},

@@ -327,6 +327,36 @@ def test_the_image_scan_is_judged_after_the_push_and_before_the_cluster_layer_is
     assert "if" not in jobs["cluster"]  # never run when the supply job failed
 
 
+def test_the_cluster_job_takes_its_tools_from_the_supply_jobs_bundle_and_nothing_from_the_internet():
+    """The in-VPC runner's allow-list holds GitHub only (stacks/Pulumi.prod.yaml): the CLI,
+    its plugins and every Python package come from the bundle (infra/runner_tools.py; the
+    pack and the offline install are replayed in tests/services/test_bring_up.py)."""
+    jobs = _deploy_jobs()
+    supply, cluster = jobs["supply"]["steps"], jobs["cluster"]["steps"]
+    [pack] = [s for s in supply if "infra.runner_tools pack" in str(s.get("run", ""))]
+    cli = next(i for i, s in enumerate(supply) if str(s.get("uses", "")).startswith("pulumi/actions@"))
+    assert cli < supply.index(pack), "the CLI it bundles is installed first"
+    assert '--upload "$PULUMI_BACKEND_URL"' in pack["run"]
+    assert 'echo "digest=$digest" >> "$GITHUB_OUTPUT"' in pack["run"]
+    assert pack["env"]["PULUMI_BACKEND_URL"] == "${{ vars.PULUMI_BACKEND_URL }}"
+    assert jobs["supply"]["outputs"]["runner-tools"] == f"${{{{ steps.{pack['id']}.outputs.digest }}}}"
+    [fetch] = [s for s in cluster if "infra.runner_tools fetch" in str(s.get("run", ""))]
+    assert fetch["env"]["RUNNER_TOOLS"] == "${{ needs.supply.outputs.runner-tools }}"
+    for part in ('--sha256 "$RUNNER_TOOLS"', '--backend "$PULUMI_BACKEND_URL"', '--github-env "$GITHUB_ENV"',
+                 '--github-path "$GITHUB_PATH"'):
+        assert part in fetch["run"], part
+    at = cluster.index(fetch)
+    creds = next(i for i, s in enumerate(cluster) if "configure-aws-credentials" in str(s.get("uses", "")))
+    [setup] = [i for i, s in enumerate(cluster) if "make setup" in str(s.get("run", ""))]
+    [engine] = [i for i, s in enumerate(cluster) if "mlplat deploy" in str(s.get("run", ""))]
+    assert creds < at < setup < engine
+    # Nothing in the job fetches from elsewhere: no CLI installer, no index, no download.
+    for step in cluster:
+        assert not str(step.get("uses", "")).startswith("pulumi/actions@"), step
+        for fetches in ("pip install", "curl", "wget", "get.pulumi.com", "apt-get", "--index-url"):
+            assert fetches not in str(step.get("run", "")), (fetches, step)
+
+
 def test_pins_are_resolved_on_a_schedule_where_registries_answer_and_come_as_a_pull_request():
     import yaml
 

@@ -45,6 +45,36 @@ def test_the_webhook_takes_only_the_deploy_workflow_of_the_named_actors():
     assert deploy["name"] == spec.DEPLOY_WORKFLOW_NAME
 
 
+def _filter_notes() -> dict[str, str]:
+    """{filter type: where CodeBuild says it works}, from the CodeBuild API model that the
+    pinned botocore ships (WebhookFilter.type's documentation)."""
+    import botocore.loaders
+
+    model = botocore.loaders.Loader().load_service_model("codebuild", "service-2")
+    text = model["shapes"]["WebhookFilter"]["members"]["type"]["documentation"]
+    kinds = model["shapes"]["WebhookFilterType"]["enum"]
+    starts = sorted((m.start(), m.group(1)) for m in re.finditer(r"<li> <p>\s*([A-Z_]+)\s*</p>", text)
+                    if m.group(1) in kinds)
+    notes = {}
+    for (start, kind), (end, _) in zip(starts, [*starts[1:], (len(text), "")]):
+        found = re.search(r"<note>(.*?)</note>", text[start:end], re.S)
+        notes[kind] = re.sub(r"<[^>]+>|\s+", " ", found.group(1)).strip() if found else ""
+    return notes
+
+
+def test_every_webhook_filter_is_one_codebuild_evaluates_for_workflow_job_events():
+    """A filter CodeBuild does not evaluate for WORKFLOW_JOB_QUEUED would start no runner at
+    all: HEAD_REF is documented for push and pull-request events only, which is why the
+    branch (main) is held by the environments' deployment-branch rule and the deployer's
+    trust (docs/bring-up.md), not by the webhook."""
+    notes = _filter_notes()
+    assert "push" in notes["HEAD_REF"] and "WORKFLOW_JOB_QUEUED" not in notes["HEAD_REF"], notes["HEAD_REF"]
+    assert "WORKFLOW_JOB_QUEUED" in notes["WORKFLOW_NAME"]
+    for kind in (f["type"] for f in spec.webhook_filters((1,)) if f["type"] != "EVENT"):
+        note = notes[kind]
+        assert not note.startswith("Works with") or "WORKFLOW_JOB_QUEUED" in note, (kind, note)
+
+
 def test_without_the_token_the_first_up_creates_no_webhook_and_the_rest_of_the_runner():
     config = load_stack("prod")
     config = config.model_copy(update={"deploy_runner": config.deploy_runner.model_copy(

@@ -87,8 +87,7 @@ def test_dev_keeps_its_nat_gateway():
 
 
 EGRESS = ("    egress:\n      mode: allow-list\n      allowedDomains:\n        - github.com\n        - .github.com\n"
-          "        - .githubusercontent.com\n        - get.pulumi.com\n        - pypi.org\n"
-          "        - files.pythonhosted.org\n")
+          "        - .githubusercontent.com\n")
 
 
 @pytest.mark.parametrize("old, new, expected", [

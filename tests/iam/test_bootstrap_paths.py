@@ -16,6 +16,7 @@ PLAN = Plan("111122223333", "me-central-1", "mlplat/mlplat", ("prod",))
 ROLE = "arn:aws:iam::111122223333:role/{}"
 OBJECT = f"arn:aws:s3:::{PLAN.state_bucket}/.pulumi/stacks/mlplat/prod.json"
 LOCK = f"arn:aws:s3:::{PLAN.state_bucket}/.pulumi/locks/organization/mlplat/prod/1.json"
+TOOLS = f"arn:aws:s3:::{PLAN.state_bucket}/runner-tools/sha256-{'0' * 64}.tar.gz"  # infra/runner_tools.py
 KEY = "arn:aws:kms:me-central-1:111122223333:key/k"
 
 
@@ -53,6 +54,14 @@ PATHS = {
                                               [allow("*")]), "Allowed"),
     "deployer over plain HTTP": (request(DEPLOYER, "s3:GetObject", OBJECT, state_bucket_policy(PLAN), [allow("*")],
                                          {"aws:SecureTransport": "false"}), "ExplicitlyDenied"),
+    "deployer stores the runner tools": (request(DEPLOYER, "s3:PutObject", TOOLS, state_bucket_policy(PLAN),
+                                                 [allow("*")]), "Allowed"),
+    "deployer fetches the runner tools over TLS": (request(DEPLOYER, "s3:GetObject", TOOLS, state_bucket_policy(PLAN),
+                                                           [allow("*")]), "Allowed"),
+    "runner tools over plain HTTP": (request(DEPLOYER, "s3:GetObject", TOOLS, state_bucket_policy(PLAN), [allow("*")],
+                                             {"aws:SecureTransport": "false"}), "ExplicitlyDenied"),
+    "preview cannot replace the runner tools": (request(PREVIEW, "s3:PutObject", TOOLS, state_bucket_policy(PLAN),
+                                                        [READ_ONLY, preview_state_lock(PLAN)]), "ImplicitlyDenied"),
     "preview reads state": (request(PREVIEW, "s3:GetObject", OBJECT, state_bucket_policy(PLAN),
                                     [READ_ONLY, preview_state_lock(PLAN)]), "Allowed"),
     "preview takes the lock": (request(PREVIEW, "s3:PutObject", LOCK, state_bucket_policy(PLAN),

@@ -4,7 +4,10 @@ each layer's `mlplat deploy` as the deploy workflow calls it, the mirror between
 against two local registries, with the Pulumi CLI played by
 a stand-in that refuses what the real CLI refuses (tests/fixtures/standin/pulumi_cli.py,
 each refusal citing its source). The policy pack's environment is made for real (python
--m venv and pip, from the pack's requirements)."""
+-m venv and pip, from the pack's requirements). The cluster layer's job runs as on a fresh
+in-VPC runner without the internet: its tools come from the bundle the supply step put in
+the state bucket (infra/runner_tools.py), fetched with the AWS CLI's `s3 cp` (played by
+tests/fixtures/standin/aws_cli.py, with boto3 against moto), and pip has no index."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from tests.services.tracking import REGION, require_tracking, start_moto, stop_p
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 STANDIN = REPO / "tests" / "fixtures" / "standin" / "pulumi_cli.py"
+AWS_STANDIN = REPO / "tests" / "fixtures" / "standin" / "aws_cli.py"
 ACCOUNT = "123456789012"  # moto's account
 SECRETS_PROVIDER = f"awskms://alias/mlplat-state-secrets?region={REGION}"
 
@@ -52,6 +56,8 @@ def project(tmp_path_factory):
     tools = tmp_path_factory.mktemp("tools")
     (tools / "pulumi").write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN} \"$@\"\n")
     (tools / "pulumi").chmod(0o755)
+    (tools / "aws").write_text(f"#!/bin/sh\nexec {sys.executable} {AWS_STANDIN} \"$@\"\n")
+    (tools / "aws").chmod(0o755)
     state = tmp_path_factory.mktemp("state")
     return root, tools, state
 
@@ -119,8 +125,13 @@ def test_the_first_bring_up_of_an_environment_in_order(account, project, tmp_pat
                              f"docker://{in_region.host}/mlplat/dev/mirror/k8s-device-plugin:v0.19.3"],
                             capture_output=True, timeout=60)
     assert copied.returncode == 0 and f"sha256:{hashlib.sha256(copied.stdout).hexdigest()}" == plugin.digest
+    # The supply step also bundles the cluster job's tools into the state bucket; the cluster
+    # job, on a fresh runner (no pack environment yet) with no internet, runs from them alone.
+    runner_env = runner_tools(root, env, tmp_path, f"s3://mlplat-state-{ACCOUNT}-{REGION}?region={REGION}")
+    shutil.rmtree(root / "policies" / "venv")
     images = json.dumps({"trainer": "1.0-abc@sha256:" + "a" * 64})
-    cluster = mlplat(root, env, "deploy", "--stack", "dev-cluster", "--config", f"mlplat:platformImages={images}")
+    cluster = mlplat(root, runner_env, "deploy", "--stack", "dev-cluster", "--config",
+                     f"mlplat:platformImages={images}")
     assert cluster.returncode == 0, cluster.stdout + cluster.stderr
     made = calls(log)
     assert made == [
@@ -142,6 +153,51 @@ def test_the_first_bring_up_of_an_environment_in_order(account, project, tmp_pat
     assert [c[:2] for c in calls(log)] == [["stack", "select"], ["up", "--stack"]]
     saved = json.loads(next(state.rglob("dev.json")).read_text())
     assert saved["checkpoint"]["secrets_providers"]["state"]["url"] == SECRETS_PROVIDER
+
+
+def runner_tools(root: Path, env: dict[str, str], tmp_path: Path, backend: str) -> dict[str, str]:
+    """The bundle packed and stored as the supply job does, fetched and unpacked as the
+    cluster job does; the cluster job's environment from then on (pip without an index or
+    the machine's pip config, the CLI and plugins from the bundle, no internet)."""
+    tools = Path(env["PATH"].split(":", 1)[0])
+    # moto denies every request to a bucket whose policy has a Deny with a condition, met or
+    # not (moto 5.2.5, iam/access_control.py: a statement whose conditions do not match is
+    # DENIED rather than not applying), so the state bucket's TLS-only policy comes off here;
+    # the real IAM evaluator decides the deployer's reads and writes of runner-tools/ under
+    # it (tests/iam/test_bootstrap_paths.py).
+    import boto3
+
+    bucket = backend.removeprefix("s3://").split("?", 1)[0]
+    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=REGION, aws_access_key_id="testing",
+                 aws_secret_access_key="testing").delete_bucket_policy(Bucket=bucket)
+    packed = subprocess.run([sys.executable, "-m", "infra.runner_tools", "pack", "--out", str(tmp_path / "out"),
+                             "--upload", backend], cwd=REPO, env={**env, "STANDIN_LOG": os.devnull},
+                            capture_output=True, text=True, timeout=600)
+    assert packed.returncode == 0, packed.stderr
+    digest = packed.stdout.strip()
+    runner = tmp_path / "runner"
+    runner.mkdir()
+    fetched = subprocess.run([sys.executable, "-m", "infra.runner_tools", "fetch", "--backend", backend,
+                              "--sha256", digest, "--into", str(runner / "tools"), "--github-env",
+                              str(runner / "env"), "--github-path", str(runner / "path")],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert fetched.returncode == 0, fetched.stderr
+    assert not (runner / "tools" / "runner-tools.tar.gz").exists(), "the download is not left behind"
+    exported = dict(line.split("=", 1) for line in (runner / "env").read_text().splitlines())
+    base = ":".join(p for p in env["PATH"].split(":") if p != str(tools))
+    offline = {**env, **exported, "PATH": f"{(runner / 'path').read_text().strip()}:{base}",
+               "PIP_CONFIG_FILE": os.devnull, "STANDIN_NO_INTERNET": "1"}
+    assert shutil.which("pulumi", path=offline["PATH"]).startswith(str(runner / "tools"))
+    # make setup-core's install (pip install -e . of the checkout) resolves from the bundle
+    # alone: the build backend and every dependency.
+    closure = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                              "-e", str(REPO)], env=offline, capture_output=True, text=True, timeout=300)
+    assert closure.returncode == 0, closure.stderr
+    # Without the bundle's plugins the CLI would download them, and cannot.
+    bare = subprocess.run(["pulumi", "up", "--stack", "dev", "--yes"], cwd=root, capture_output=True, text=True,
+                          env={**offline, "PULUMI_HOME": str(tmp_path), "STANDIN_LOG": os.devnull}, timeout=60)
+    assert bare.returncode != 0 and "lookup get.pulumi.com" in bare.stderr, bare.stderr
+    return offline
 
 
 def test_what_the_old_workflow_did_is_refused_by_the_stand_in(project, tmp_path, account):

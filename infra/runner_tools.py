@@ -1,0 +1,262 @@
+"""The cluster job's tools, bundled where the internet is reachable and unpacked inside the
+VPC, so the in-VPC deploy runner needs nothing from the internet but GitHub.
+
+The cluster layer's job runs on the environment's CodeBuild runner
+(components/deploy_runner.py), whose only way out of a restricted environment is the
+allow-list (docs/bring-up.md). Without this bundle the job would take the Pulumi CLI from
+get.pulumi.com, its plugins from there or GitHub, and the Python environment from PyPI,
+and each of those would have to be on the list. The supply job, on a GitHub-hosted runner,
+packs instead:
+
+- wheels/: every wheel that `make setup-core` and the policy pack's environment install
+  (pyproject's dependencies and build requirement, policies/requirements.txt), binary
+  wheels only, so both install with PIP_NO_INDEX and nothing is compiled on the runner;
+- pulumi/: the Pulumi CLI's directory (the CLI, its Python language host and the policy
+  analyzer);
+- home/plugins/: the resource plugins the program needs, as `pulumi plugin install` puts
+  them in a PULUMI_HOME of its own, so `pulumi up` finds them and downloads none.
+
+The bundle goes into the state bucket under its digest (runner-tools/sha256-<hex>.tar.gz:
+in-region, the deployer's, reached through the S3 gateway endpoint), the supply job
+passes that digest to the cluster job, and the cluster job fetches it, checks the digest
+before anything is unpacked, and points pip and Pulumi at it.
+
+`fetch` runs before the job has a virtualenv: it needs the standard library and the AWS CLI
+(which CodeBuild's standard image has), nothing else. Run as
+`python -m infra.runner_tools pack|fetch`; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+PREFIX = "runner-tools"
+BUNDLE = "runner-tools.tar.gz"
+# The bundle is a few hundred MB (the AWS provider's plugin and wheel are most of it): a file
+# of more than 2 GiB is not ours, and is refused before it is hashed or unpacked.
+MAX_BYTES = 2 << 30
+DIGEST = re.compile(r"(?:sha256:)?([0-9a-f]{64})")
+WHEELS, CLI, HOME = "wheels", "pulumi", "home"
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class ToolsError(Exception):
+    """A user error: one line, exit 2."""
+
+
+class StepFailed(ToolsError):
+    """A step that could not be done (pip, the CLI, S3): one line, exit 1."""
+
+
+def requirements(root: Path) -> list[str]:
+    """What the job installs: the project's build requirement and dependencies (make
+    setup-core), and the policy pack's (infra/deploy.py makes its environment)."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    pack = (root / "policies" / "requirements.txt").read_text().splitlines()
+    return [*project["build-system"]["requires"], *project["project"]["dependencies"],
+            *(line.split("#", 1)[0].strip() for line in pack if line.split("#", 1)[0].strip())]
+
+
+def bucket_of(backend_url: str) -> tuple[str, str | None]:
+    """(bucket, region) of the state backend's URL, s3://<bucket>?region=<region>."""
+    url = urlparse(backend_url)
+    if url.scheme != "s3" or not url.netloc or url.path not in ("", "/"):
+        raise ToolsError(f"backend {backend_url!r}: expected s3://<state bucket>?region=<region> "
+                         "(PULUMI_BACKEND_URL, printed by mlplat bootstrap)")
+    return url.netloc, parse_qs(url.query).get("region", [None])[0]
+
+
+def key_of(digest: str) -> str:
+    return f"{PREFIX}/sha256-{digest}.tar.gz"
+
+
+def parse_digest(text: str) -> str:
+    found = DIGEST.fullmatch(text.strip())
+    if not found:
+        raise ToolsError(f"--sha256 {text!r}: expected 64 lowercase hex digits (the supply job's runner-tools output)")
+    return found.group(1)
+
+
+def _run(command: Sequence[str], what: str, **kwargs) -> None:
+    try:
+        done = subprocess.run(list(command), capture_output=True, text=True, **kwargs)
+    except FileNotFoundError:
+        raise ToolsError(f"{command[0]}: not found; {what} needs it") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise StepFailed(f"{what} failed (exit {done.returncode}): {last}")
+
+
+def pack(root: Path, out: Path, *, pulumi: str = "pulumi", python: str = sys.executable) -> tuple[Path, str]:
+    """Write the bundle into OUT; its path and sha256."""
+    found = shutil.which(pulumi)
+    if found is None:
+        raise ToolsError(f"{pulumi}: the Pulumi CLI is not on PATH; install it first (pulumi/actions)")
+    cli_dir = Path(found).resolve().parent
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="runner-tools-") as scratch:
+        staging = Path(scratch)
+        _run([python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
+              "--wheel-dir", str(staging / WHEELS), *requirements(root)], "collecting the wheels (pip wheel)")
+        # The CLI's own files only (pulumi, pulumi-language-python, pulumi-analyzer-policy-python,
+        # ...): the directory may be a shared bin/.
+        (staging / CLI).mkdir()
+        for tool in cli_dir.glob("pulumi*"):
+            if tool.is_file():
+                shutil.copy2(tool, staging / CLI / tool.name)
+        # Plugins into a home of their own: the packing runner's ~/.pulumi may hold others.
+        home = staging / HOME
+        _run([str(staging / CLI / Path(found).name), "plugin", "install"], "pulumi plugin install", cwd=root,
+             env={**os.environ, "PULUMI_HOME": str(home), "PULUMI_SKIP_UPDATE_CHECK": "true"})
+        plugins = sorted(p.name for p in (home / "plugins").glob("*") if p.is_dir())
+        if not plugins:
+            raise StepFailed("pulumi plugin install installed no plugin; run it in the project's root")
+        for other in home.iterdir():  # credentials or workspaces the CLI may have left: not the job's
+            if other.name != "plugins":
+                shutil.rmtree(other) if other.is_dir() else other.unlink()
+        manifest = {"wheels": sorted(p.name for p in (staging / WHEELS).glob("*.whl")), "plugins": plugins,
+                    "cli": sorted(p.name for p in (staging / CLI).iterdir())}
+        (staging / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        bundle = out / BUNDLE
+        with tarfile.open(bundle, "w:gz") as tar:
+            for name in ("MANIFEST.json", WHEELS, CLI, HOME):
+                tar.add(staging / name, arcname=name)
+    return bundle, sha256_of(bundle)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def upload(bundle: Path, digest: str, backend_url: str) -> str:
+    """Into the state bucket under its digest (once: the same digest is the same bundle)."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    bucket, region = bucket_of(backend_url)
+    s3 = boto3.client("s3", region_name=region)
+    key = key_of(digest)
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            raise StepFailed(f"s3://{bucket}/{key}: {err}") from None
+        s3.upload_file(str(bundle), bucket, key)
+    return f"s3://{bucket}/{key}"
+
+
+def unpack(bundle: Path, digest: str, into: Path) -> dict[str, str]:
+    """Check BUNDLE against DIGEST, unpack it into INTO; the environment that points pip and
+    Pulumi at it (PATH's new first entry under the key PATH)."""
+    try:
+        size = bundle.stat().st_size
+        if not bundle.is_file():
+            raise ToolsError(f"{bundle}: not a regular file")
+    except OSError as err:
+        raise ToolsError(f"{bundle}: {err.strerror}") from None
+    if size > MAX_BYTES:
+        raise ToolsError(f"{bundle}: {size} bytes, more than the {MAX_BYTES} a tools bundle may have")
+    found = sha256_of(bundle)
+    if found != digest:
+        raise ToolsError(f"{bundle}: sha256 {found}, not the {digest} the supply job recorded; not unpacked")
+    into.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(bundle, "r:gz") as tar:
+            # The data filter refuses absolute paths, '..', links out of INTO and devices.
+            tar.extractall(into, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise ToolsError(f"{bundle}: not a tools bundle ({err})") from None
+    missing = [name for name in (WHEELS, f"{CLI}/pulumi", f"{HOME}/plugins") if not (into / name).exists()]
+    if missing:
+        raise ToolsError(f"{bundle}: no {', '.join(missing)} in it; not a tools bundle")
+    return {"PATH": str(into / CLI), "PULUMI_HOME": str(into / HOME), "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(into / WHEELS)}
+
+
+def fetch(backend_url: str, digest: str, into: Path, *, aws: str = "aws") -> dict[str, str]:
+    """Download the bundle of DIGEST from the state bucket with the AWS CLI and unpack it."""
+    bucket, region = bucket_of(backend_url)
+    into.mkdir(parents=True, exist_ok=True)
+    local = into / BUNDLE
+    _run([aws, "s3", "cp", "--only-show-errors", f"s3://{bucket}/{key_of(digest)}", str(local),
+          *(["--region", region] if region else [])], f"downloading s3://{bucket}/{key_of(digest)}")
+    try:
+        return unpack(local, digest, into)
+    finally:
+        local.unlink(missing_ok=True)
+
+
+def export(env: dict[str, str], github_env: Path | None, github_path: Path | None,
+           say: Callable[[str], None]) -> None:
+    """For the job's next steps (GITHUB_ENV and GITHUB_PATH), or as shell lines to eval."""
+    rest = {k: v for k, v in env.items() if k != "PATH"}
+    if github_env is not None and github_path is not None:
+        with github_env.open("a") as stream:
+            stream.writelines(f"{k}={v}\n" for k, v in rest.items())
+        with github_path.open("a") as stream:
+            stream.write(env["PATH"] + "\n")
+        return
+    for key, value in rest.items():
+        say(f"export {key}={value}")
+    say(f"export PATH={env['PATH']}:$PATH")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m infra.runner_tools", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    packing = sub.add_parser("pack", help="bundle the wheels, the Pulumi CLI and its plugins; print the sha256")
+    packing.add_argument("--out", type=Path, default=Path("out"), help="where to write runner-tools.tar.gz")
+    packing.add_argument("--pulumi", default="pulumi", help="the Pulumi CLI to bundle (default: the one on PATH)")
+    packing.add_argument("--upload", metavar="BACKEND_URL",
+                         help="store it in the state bucket (s3://<bucket>?region=<region>) under its digest")
+    fetching = sub.add_parser("fetch", help="download the bundle of a digest from the state bucket and unpack it")
+    fetching.add_argument("--backend", required=True, metavar="BACKEND_URL", help="s3://<state bucket>?region=<region>")
+    fetching.add_argument("--sha256", required=True, help="the digest the supply job printed")
+    fetching.add_argument("--into", type=Path, required=True, help="an empty directory to unpack into")
+    fetching.add_argument("--github-env", type=Path, help="append the environment here ($GITHUB_ENV)")
+    fetching.add_argument("--github-path", type=Path, help="append the CLI's directory here ($GITHUB_PATH)")
+    fetching.add_argument("--aws", default="aws", help="the AWS CLI (default: aws on PATH)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "pack":
+            if args.upload:
+                bucket_of(args.upload)  # a bad URL stops before minutes of packing
+            bundle, digest = pack(Path.cwd(), args.out, pulumi=args.pulumi)
+            where = upload(bundle, digest, args.upload) if args.upload else str(bundle)
+            print(f"runner tools: {bundle.stat().st_size} bytes at {where}", file=sys.stderr)
+            print(digest)
+            return EXIT_OK
+        if (args.github_env is None) != (args.github_path is None):
+            raise ToolsError("--github-env and --github-path go together")
+        if args.into.exists() and any(args.into.iterdir()):
+            raise ToolsError(f"--into {args.into}: not empty; name a new directory")
+        env = fetch(args.backend, parse_digest(args.sha256), args.into, aws=args.aws)
+        export(env, args.github_env, args.github_path, print)
+        return EXIT_OK
+    except ToolsError as err:
+        print(f"runner-tools: error: {err}", file=sys.stderr)
+        return EXIT_FAILED if isinstance(err, StepFailed) else EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
