@@ -10,7 +10,8 @@ packs instead:
 
 - wheels/: every wheel that `make setup-core` and the policy pack's environment install
   (pyproject's dependencies and build requirement, policies/requirements.txt), binary
-  wheels only, so both install with PIP_NO_INDEX and nothing is compiled on the runner;
+  wheels for the runner's platform and Python only, so both install with PIP_NO_INDEX and
+  nothing is compiled on the runner;
 - pulumi/: the Pulumi CLI's directory (the CLI, its Python language host and the policy
   analyzer);
 - home/plugins/: the resource plugins the program needs, as `pulumi plugin install` puts
@@ -48,6 +49,13 @@ BUNDLE = "runner-tools.tar.gz"
 # of more than 2 GiB is not ours, and is refused before it is hashed or unpacked.
 MAX_BYTES = 2 << 30
 DIGEST = re.compile(r"(?:sha256:)?([0-9a-f]{64})")
+# The wheels the runner can install, whatever machine packs them: CodeBuild's standard 7.0
+# image (components/specs/deploy_runner.py IMAGE) is Ubuntu 22.04 on x86_64, glibc 2.35,
+# and the job's Python is 3.11 (actions/setup-python). pip does not widen a manylinux tag to
+# the older ones it implies, so each is named.
+RUNNER_WHEEL_TAGS = [*(f"--platform=manylinux_2_{minor}_x86_64" for minor in range(35, 4, -1)),
+                     "--platform=manylinux2014_x86_64", "--platform=manylinux2010_x86_64",
+                     "--platform=manylinux1_x86_64", "--python-version=3.11", "--implementation=cp", "--abi=cp311"]
 WHEELS, CLI, HOME = "wheels", "pulumi", "home"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -108,8 +116,9 @@ def pack(root: Path, out: Path, *, pulumi: str = "pulumi", python: str = sys.exe
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="runner-tools-") as scratch:
         staging = Path(scratch)
-        _run([python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
-              "--wheel-dir", str(staging / WHEELS), *requirements(root)], "collecting the wheels (pip wheel)")
+        _run([python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
+              *RUNNER_WHEEL_TAGS, "--dest", str(staging / WHEELS), *requirements(root)],
+             "collecting the wheels (pip download)")
         # The CLI's own files only (pulumi, pulumi-language-python, pulumi-analyzer-policy-python,
         # ...): the directory may be a shared bin/.
         (staging / CLI).mkdir()

@@ -167,3 +167,21 @@ def test_a_failed_download_is_one_line_and_exit_1(tmp_path):
                str(tmp_path / "new"), "--aws", str(failing))
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "downloading s3://b/runner-tools/sha256-" + "a" * 64 + ".tar.gz failed (exit 1): fatal error" in done.stderr
+
+
+def test_the_wheels_are_chosen_for_the_runners_platform_and_python():
+    """pip download takes the runner's tags, not the packing machine's: CodeBuild's standard
+    7.0 image is Ubuntu 22.04 (glibc 2.35) and the cluster job sets up Python 3.11. A new
+    image or Python changes both."""
+    import yaml
+
+    from components.specs.deploy_runner import IMAGE
+
+    assert IMAGE == "aws/codebuild/standard:7.0", "a new runner image: set RUNNER_WHEEL_TAGS to its glibc"
+    tags = runner_tools.RUNNER_WHEEL_TAGS
+    assert "--platform=manylinux_2_35_x86_64" in tags and "--platform=manylinux_2_36_x86_64" not in tags
+    assert {"--platform=manylinux_2_17_x86_64", "--platform=manylinux2014_x86_64"} <= set(tags)  # older tags too
+    jobs = yaml.safe_load((REPO / ".github" / "workflows" / "deploy-environment.yml").read_text())["jobs"]
+    [python] = [s["with"]["python-version"] for s in jobs["cluster"]["steps"]
+                if str(s.get("uses", "")).startswith("actions/setup-python@")]
+    assert f"--python-version={python}" in tags and f"--abi=cp{python.replace('.', '')}" in tags
