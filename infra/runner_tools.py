@@ -12,10 +12,12 @@ packs instead:
   (pyproject's dependencies and build requirement, policies/requirements.txt), binary
   wheels for the runner's platform and Python only, so both install with PIP_NO_INDEX and
   nothing is compiled on the runner;
-- pulumi/: the Pulumi CLI's directory (the CLI, its Python language host and the policy
-  analyzer);
+- pulumi/: the Pulumi CLI's files (the CLI and its Python language host, which also runs
+  the policy pack);
 - home/plugins/: the resource plugins the program needs, as `pulumi plugin install` puts
-  them in a PULUMI_HOME of its own, so `pulumi up` finds them and downloads none.
+  them in a PULUMI_HOME of its own, and those the stack's state records (an upgrade leaves
+  the old provider in the state, and `pulumi up` loads it), so `pulumi up` downloads none;
+  PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION makes a missing one fail the job instead.
 
 The bundle goes into the state bucket under its digest (runner-tools/sha256-<hex>.tar.gz:
 in-region, the deployer's, reached through the S3 gateway endpoint), the supply job
@@ -29,6 +31,7 @@ before anything is unpacked, and points pip and Pulumi at it.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import os
@@ -57,6 +60,7 @@ RUNNER_WHEEL_TAGS = [*(f"--platform=manylinux_2_{minor}_x86_64" for minor in ran
                      "--platform=manylinux2014_x86_64", "--platform=manylinux2010_x86_64",
                      "--platform=manylinux1_x86_64", "--python-version=3.11", "--implementation=cp", "--abi=cp311"]
 WHEELS, CLI, HOME = "wheels", "pulumi", "home"
+NO_STACK = "no stack named"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -97,21 +101,80 @@ def parse_digest(text: str) -> str:
     return found.group(1)
 
 
-def _run(command: Sequence[str], what: str, **kwargs) -> None:
+def _run(command: Sequence[str], what: str, **kwargs) -> str:
     try:
         done = subprocess.run(list(command), capture_output=True, text=True, **kwargs)
     except FileNotFoundError:
-        raise ToolsError(f"{command[0]}: not found; {what} needs it") from None
+        raise StepFailed(f"{command[0]}: not found; {what} needs it") from None
     if done.returncode != 0:
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
         raise StepFailed(f"{what} failed (exit {done.returncode}): {last}")
+    return done.stdout
 
 
-def pack(root: Path, out: Path, *, pulumi: str = "pulumi", python: str = sys.executable) -> tuple[Path, str]:
-    """Write the bundle into OUT; its path and sha256."""
+def state_plugins(deployment: dict) -> list[tuple[str, str]]:
+    """(package, version) of each provider a stack's state records: `pulumi up` installs
+    these beside the program's (the engine loads the provider that made a resource to
+    update or delete it), so after a provider upgrade the state still names the old one."""
+    found = set()
+    for resource in (deployment.get("deployment") or {}).get("resources") or []:
+        kind, inputs = str(resource.get("type", "")), resource.get("inputs") or {}
+        if kind.startswith("pulumi:providers:") and isinstance(inputs.get("version"), str):
+            found.add((kind.removeprefix("pulumi:providers:"), inputs["version"]))
+    return sorted(found)
+
+
+def install_plugins(root: Path, pulumi: str, home: Path, stacks: Sequence[str]) -> list[str]:
+    """Into HOME: the plugins the program needs (`pulumi plugin install`), and those the
+    state of each of STACKS records (none for a stack not made yet). Their directories."""
+    env = {**os.environ, "PULUMI_HOME": str(home), "PULUMI_SKIP_UPDATE_CHECK": "true"}
+    _run([pulumi, "plugin", "install"], "pulumi plugin install", cwd=root, env=env)
+    for stack in stacks:
+        try:
+            exported = _run([pulumi, "stack", "export", "--stack", stack], f"pulumi stack export --stack {stack}",
+                            cwd=root, env=env)
+        except StepFailed as err:
+            if NO_STACK in str(err):
+                continue
+            raise
+        try:
+            deployment = json.loads(exported)
+        except ValueError:
+            raise StepFailed(f"pulumi stack export --stack {stack} did not print JSON") from None
+        for package, version in state_plugins(deployment):
+            _run([pulumi, "plugin", "install", "resource", package, version],
+                 f"pulumi plugin install resource {package} {version}", cwd=root, env=env)
+    plugins = sorted(p.name for p in (home / "plugins").glob("*") if p.is_dir())
+    if not plugins:
+        raise StepFailed("pulumi plugin install installed no plugin; run it in the project's root")
+    for other in home.iterdir():  # credentials or workspaces the CLI may have left: not the job's
+        if other.name != "plugins":
+            shutil.rmtree(other) if other.is_dir() else other.unlink()
+    return plugins
+
+
+def _same_every_time(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """No owner or time in the bundle: the same tools make the same digest, stored once."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    return info
+
+
+def _write_tar(bundle: Path, staging: Path) -> None:
+    with bundle.open("wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w") as tar:
+        for path in sorted(staging.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(staging)), recursive=False, filter=_same_every_time)
+
+
+def pack(root: Path, out: Path, *, pulumi: str = "pulumi", python: str = sys.executable,
+         stacks: Sequence[str] = ()) -> tuple[Path, str]:
+    """Write the bundle into OUT; its path and sha256. STACKS: the stacks the job deploys,
+    whose recorded providers it needs too."""
     found = shutil.which(pulumi)
     if found is None:
-        raise ToolsError(f"{pulumi}: the Pulumi CLI is not on PATH; install it first (pulumi/actions)")
+        raise StepFailed(f"{pulumi}: the Pulumi CLI is not on PATH; install it first (pulumi/actions)")
     cli_dir = Path(found).resolve().parent
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="runner-tools-") as scratch:
@@ -119,29 +182,19 @@ def pack(root: Path, out: Path, *, pulumi: str = "pulumi", python: str = sys.exe
         _run([python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
               *RUNNER_WHEEL_TAGS, "--dest", str(staging / WHEELS), *requirements(root)],
              "collecting the wheels (pip download)")
-        # The CLI's own files only (pulumi, pulumi-language-python, pulumi-analyzer-policy-python,
-        # ...): the directory may be a shared bin/.
+        # The CLI's own files only (pulumi, pulumi-language-python, ...): the directory may be
+        # a shared bin/.
         (staging / CLI).mkdir()
         for tool in cli_dir.glob("pulumi*"):
             if tool.is_file():
                 shutil.copy2(tool, staging / CLI / tool.name)
         # Plugins into a home of their own: the packing runner's ~/.pulumi may hold others.
-        home = staging / HOME
-        _run([str(staging / CLI / Path(found).name), "plugin", "install"], "pulumi plugin install", cwd=root,
-             env={**os.environ, "PULUMI_HOME": str(home), "PULUMI_SKIP_UPDATE_CHECK": "true"})
-        plugins = sorted(p.name for p in (home / "plugins").glob("*") if p.is_dir())
-        if not plugins:
-            raise StepFailed("pulumi plugin install installed no plugin; run it in the project's root")
-        for other in home.iterdir():  # credentials or workspaces the CLI may have left: not the job's
-            if other.name != "plugins":
-                shutil.rmtree(other) if other.is_dir() else other.unlink()
+        plugins = install_plugins(root, str(staging / CLI / Path(found).name), staging / HOME, stacks)
         manifest = {"wheels": sorted(p.name for p in (staging / WHEELS).glob("*.whl")), "plugins": plugins,
                     "cli": sorted(p.name for p in (staging / CLI).iterdir())}
         (staging / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
         bundle = out / BUNDLE
-        with tarfile.open(bundle, "w:gz") as tar:
-            for name in ("MANIFEST.json", WHEELS, CLI, HOME):
-                tar.add(staging / name, arcname=name)
+        _write_tar(bundle, staging)
     return bundle, sha256_of(bundle)
 
 
@@ -158,15 +211,21 @@ def upload(bundle: Path, digest: str, backend_url: str) -> str:
     import boto3
     from botocore.exceptions import ClientError
 
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError
+
     bucket, region = bucket_of(backend_url)
-    s3 = boto3.client("s3", region_name=region)
     key = key_of(digest)
     try:
-        s3.head_object(Bucket=bucket, Key=key)
-    except ClientError as err:
-        if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
-            raise StepFailed(f"s3://{bucket}/{key}: {err}") from None
-        s3.upload_file(str(bundle), bucket, key)
+        s3 = boto3.client("s3", region_name=region)
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+                raise
+            s3.upload_file(str(bundle), bucket, key)
+    except (ClientError, BotoCoreError, Boto3Error) as err:
+        raise StepFailed(f"storing s3://{bucket}/{key}: {' '.join(str(err).split())}") from None
     return f"s3://{bucket}/{key}"
 
 
@@ -184,24 +243,41 @@ def unpack(bundle: Path, digest: str, into: Path) -> dict[str, str]:
     found = sha256_of(bundle)
     if found != digest:
         raise ToolsError(f"{bundle}: sha256 {found}, not the {digest} the supply job recorded; not unpacked")
-    into.mkdir(parents=True, exist_ok=True)
+    into = into.resolve()  # the job's later steps run elsewhere: every path exported is absolute
+    try:
+        into.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ToolsError(f"--into {into}: {err.strerror}") from None
     try:
         with tarfile.open(bundle, "r:gz") as tar:
             # The data filter refuses absolute paths, '..', links out of INTO and devices.
             tar.extractall(into, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as err:
+    except (tarfile.TarError, OSError, EOFError, KeyError, ValueError) as err:  # KeyError: a hard link to nothing
         raise ToolsError(f"{bundle}: not a tools bundle ({err})") from None
-    missing = [name for name in (WHEELS, f"{CLI}/pulumi", f"{HOME}/plugins") if not (into / name).exists()]
+    missing = [name for name in (WHEELS, f"{CLI}/pulumi", f"{CLI}/pulumi-language-python", f"{HOME}/plugins")
+               if not (into / name).exists()]
     if missing:
         raise ToolsError(f"{bundle}: no {', '.join(missing)} in it; not a tools bundle")
+    # The CLI's folder goes first on PATH for every later step: nothing in it may stand in
+    # for another command (python3, make, aws).
+    strangers = sorted(p.name for p in (into / CLI).iterdir() if not p.name.startswith("pulumi"))
+    if strangers:
+        raise ToolsError(f"{bundle}: {CLI}/ holds {', '.join(strangers[:3])}, not the Pulumi CLI's; not unpacked "
+                         "onto PATH")
+    # A plugin missing from the bundle fails the run here instead of coming from the internet.
     return {"PATH": str(into / CLI), "PULUMI_HOME": str(into / HOME), "PULUMI_SKIP_UPDATE_CHECK": "true",
-            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(into / WHEELS)}
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true", "PIP_NO_INDEX": "1",
+            "PIP_FIND_LINKS": str(into / WHEELS)}
 
 
 def fetch(backend_url: str, digest: str, into: Path, *, aws: str = "aws") -> dict[str, str]:
     """Download the bundle of DIGEST from the state bucket with the AWS CLI and unpack it."""
     bucket, region = bucket_of(backend_url)
-    into.mkdir(parents=True, exist_ok=True)
+    into = into.resolve()
+    try:
+        into.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ToolsError(f"--into {into}: {err.strerror}") from None
     local = into / BUNDLE
     _run([aws, "s3", "cp", "--only-show-errors", f"s3://{bucket}/{key_of(digest)}", str(local),
           *(["--region", region] if region else [])], f"downloading s3://{bucket}/{key_of(digest)}")
@@ -232,6 +308,8 @@ def _parser() -> argparse.ArgumentParser:
     packing = sub.add_parser("pack", help="bundle the wheels, the Pulumi CLI and its plugins; print the sha256")
     packing.add_argument("--out", type=Path, default=Path("out"), help="where to write runner-tools.tar.gz")
     packing.add_argument("--pulumi", default="pulumi", help="the Pulumi CLI to bundle (default: the one on PATH)")
+    packing.add_argument("--stack", action="append", default=[], metavar="STACK",
+                         help="a stack the job deploys: the providers its state records are bundled too (repeatable)")
     packing.add_argument("--upload", metavar="BACKEND_URL",
                          help="store it in the state bucket (s3://<bucket>?region=<region>) under its digest")
     fetching = sub.add_parser("fetch", help="download the bundle of a digest from the state bucket and unpack it")
@@ -250,15 +328,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "pack":
             if args.upload:
                 bucket_of(args.upload)  # a bad URL stops before minutes of packing
-            bundle, digest = pack(Path.cwd(), args.out, pulumi=args.pulumi)
-            where = upload(bundle, digest, args.upload) if args.upload else str(bundle)
-            print(f"runner tools: {bundle.stat().st_size} bytes at {where}", file=sys.stderr)
+            bundle, digest = pack(Path.cwd(), args.out, pulumi=args.pulumi, stacks=args.stack)
+            size = bundle.stat().st_size
+            if args.upload:
+                where = upload(bundle, digest, args.upload)
+                bundle.unlink()  # stored; the job's disk is for the image builds after it
+            else:
+                where = str(bundle)
+            print(f"runner tools: {size} bytes at {where}", file=sys.stderr)
             print(digest)
             return EXIT_OK
         if (args.github_env is None) != (args.github_path is None):
             raise ToolsError("--github-env and --github-path go together")
-        if args.into.exists() and any(args.into.iterdir()):
-            raise ToolsError(f"--into {args.into}: not empty; name a new directory")
+        if args.into.exists() and (not args.into.is_dir() or any(args.into.iterdir())):
+            raise ToolsError(f"--into {args.into}: not an empty directory; name a new one")
         env = fetch(args.backend, parse_digest(args.sha256), args.into, aws=args.aws)
         export(env, args.github_env, args.github_path, print)
         return EXIT_OK

@@ -334,9 +334,18 @@ def test_the_cluster_job_takes_its_tools_from_the_supply_jobs_bundle_and_nothing
     jobs = _deploy_jobs()
     supply, cluster = jobs["supply"]["steps"], jobs["cluster"]["steps"]
     [pack] = [s for s in supply if "infra.runner_tools pack" in str(s.get("run", ""))]
-    cli = next(i for i, s in enumerate(supply) if str(s.get("uses", "")).startswith("pulumi/actions@"))
-    assert cli < supply.index(pack), "the CLI it bundles is installed first"
+    def first(steps: list, found) -> int:
+        return next(i for i, s in enumerate(steps) if found(s))
+
+    cli = first(supply, lambda s: str(s.get("uses", "")).startswith("pulumi/actions@"))
+    venv = first(supply, lambda s: "make setup-core" in str(s.get("run", "")))
+    creds = first(supply, lambda s: "configure-aws-credentials" in str(s.get("uses", "")))
+    # The CLI it bundles, the virtualenv whose packages name the plugins, and the deployer's
+    # credentials (the state bucket, the cluster stack's state) come first.
+    assert max(cli, venv, creds) < supply.index(pack)
     assert '--upload "$PULUMI_BACKEND_URL"' in pack["run"]
+    # The cluster stack's recorded providers too: the job deploys that stack.
+    assert '--stack "$ENVIRONMENT-cluster"' in pack["run"] and pack["env"]["ENVIRONMENT"] == "${{ inputs.environment }}"
     assert 'echo "digest=$digest" >> "$GITHUB_OUTPUT"' in pack["run"]
     assert pack["env"]["PULUMI_BACKEND_URL"] == "${{ vars.PULUMI_BACKEND_URL }}"
     assert jobs["supply"]["outputs"]["runner-tools"] == f"${{{{ steps.{pack['id']}.outputs.digest }}}}"
@@ -346,10 +355,11 @@ def test_the_cluster_job_takes_its_tools_from_the_supply_jobs_bundle_and_nothing
                  '--github-path "$GITHUB_PATH"'):
         assert part in fetch["run"], part
     at = cluster.index(fetch)
-    creds = next(i for i, s in enumerate(cluster) if "configure-aws-credentials" in str(s.get("uses", "")))
+    python = first(cluster, lambda s: str(s.get("uses", "")).startswith("actions/setup-python@"))
+    creds = first(cluster, lambda s: "configure-aws-credentials" in str(s.get("uses", "")))
     [setup] = [i for i, s in enumerate(cluster) if "make setup" in str(s.get("run", ""))]
     [engine] = [i for i, s in enumerate(cluster) if "mlplat deploy" in str(s.get("run", ""))]
-    assert creds < at < setup < engine
+    assert max(python, creds) < at < setup < engine
     # Nothing in the job fetches from elsewhere: no CLI installer, no index, no download.
     for step in cluster:
         assert not str(step.get("uses", "")).startswith("pulumi/actions@"), step

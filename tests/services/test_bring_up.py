@@ -56,6 +56,10 @@ def project(tmp_path_factory):
     tools = tmp_path_factory.mktemp("tools")
     (tools / "pulumi").write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN} \"$@\"\n")
     (tools / "pulumi").chmod(0o755)
+    # The CLI's language host sits beside it, as in the CLI's release archive (the stand-in
+    # runs no program, so it is never started).
+    (tools / "pulumi-language-python").write_text("#!/bin/sh\nexit 1\n")
+    (tools / "pulumi-language-python").chmod(0o755)
     (tools / "aws").write_text(f"#!/bin/sh\nexec {sys.executable} {AWS_STANDIN} \"$@\"\n")
     (tools / "aws").chmod(0o755)
     state = tmp_path_factory.mktemp("state")
@@ -171,13 +175,16 @@ def runner_tools(root: Path, env: dict[str, str], tmp_path: Path, backend: str) 
     boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=REGION, aws_access_key_id="testing",
                  aws_secret_access_key="testing").delete_bucket_policy(Bucket=bucket)
     packed = subprocess.run([sys.executable, "-m", "infra.runner_tools", "pack", "--out", str(tmp_path / "out"),
-                             "--upload", backend], cwd=REPO, env={**env, "STANDIN_LOG": os.devnull},
-                            capture_output=True, text=True, timeout=600)
+                             "--stack", "dev-cluster", "--upload", backend], cwd=REPO,
+                            env={**env, "STANDIN_LOG": os.devnull}, capture_output=True, text=True, timeout=600)
     assert packed.returncode == 0, packed.stderr
     digest = packed.stdout.strip()
     runner = tmp_path / "runner"
     runner.mkdir()
-    fetched = subprocess.run([sys.executable, "-m", "infra.runner_tools", "fetch", "--backend", backend,
+    assert not (tmp_path / "out" / "runner-tools.tar.gz").exists(), "stored, and gone from the packing disk"
+    # As the job runs it: before any virtualenv, so with no site-packages (-S), the standard
+    # library only.
+    fetched = subprocess.run([sys.executable, "-S", "-m", "infra.runner_tools", "fetch", "--backend", backend,
                               "--sha256", digest, "--into", str(runner / "tools"), "--github-env",
                               str(runner / "env"), "--github-path", str(runner / "path")],
                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -198,6 +205,40 @@ def runner_tools(root: Path, env: dict[str, str], tmp_path: Path, backend: str) 
                           env={**offline, "PULUMI_HOME": str(tmp_path), "STANDIN_LOG": os.devnull}, timeout=60)
     assert bare.returncode != 0 and "lookup get.pulumi.com" in bare.stderr, bare.stderr
     return offline
+
+
+def test_the_bundle_holds_the_providers_the_stacks_state_records(project, tmp_path, monkeypatch):
+    """After a provider upgrade the stack's state still names the old provider, and `pulumi
+    up` loads it: packed for that stack, the bundle holds it, and an offline `up` runs."""
+    from infra.runner_tools import install_plugins
+
+    root, tools, _state = project
+    backend = tmp_path / "state"
+    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{backend}")
+    monkeypatch.setenv("STANDIN_LOG", os.devnull)
+    cli = str(tools / "pulumi")
+    assert subprocess.run([cli, "stack", "select", "--stack", "staging-cluster", "--create", "--secrets-provider",
+                           "passphrase"], cwd=root, env={**os.environ, "PULUMI_CONFIG_PASSPHRASE": "x"},
+                          capture_output=True, timeout=60).returncode == 0
+    saved = next(backend.rglob("staging-cluster.json"))
+    state = json.loads(saved.read_text())
+    state["checkpoint"]["latest"] = {"resources": [{"type": "pulumi:providers:aws", "inputs": {"version": "7.40.0"}}]}
+    saved.write_text(json.dumps(state))
+
+    home = install_plugins(root, cli, tmp_path / "home", ["staging-cluster", "prod-cluster"])  # prod: not made yet
+    assert "resource-aws-v7.40.0" in home and any(p.startswith("resource-aws-v7.51") for p in home)
+    offline = {**os.environ, "STANDIN_NO_INTERNET": "1"}
+    up = ["up", "--stack", "staging-cluster", "--yes"]
+    ran = subprocess.run([cli, *up], cwd=root, env={**offline, "PULUMI_HOME": str(tmp_path / "home")},
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    # Packed for the program alone, the old provider is missing and the offline `up` stops.
+    install_plugins(root, cli, tmp_path / "bare", [])
+    state["checkpoint"]["latest"] = {"resources": [{"type": "pulumi:providers:aws", "inputs": {"version": "7.40.0"}}]}
+    saved.write_text(json.dumps(state))
+    refused = subprocess.run([cli, *up], cwd=root, env={**offline, "PULUMI_HOME": str(tmp_path / "bare")},
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "resource-aws-v7.40.0" in refused.stderr, refused.stderr
 
 
 def test_what_the_old_workflow_did_is_refused_by_the_stand_in(project, tmp_path, account):

@@ -37,15 +37,15 @@ def bundle(path: Path, members: dict[str, bytes], links: dict[str, str] | None =
 
 
 GOOD = {"MANIFEST.json": b"{}", "wheels/a-1-py3-none-any.whl": b"w", "pulumi/pulumi": b"#!/bin/sh\n",
-        "home/plugins/resource-aws-v7.51.1/pulumi-resource-aws": b"p"}
+        "pulumi/pulumi-language-python": b"#!/bin/sh\n", "home/plugins/resource-aws-v7.51.1/pulumi-resource-aws": b"p"}
 
 
 def test_a_good_bundle_is_unpacked_and_pip_and_pulumi_are_pointed_at_it(tmp_path):
     digest = bundle(tmp_path / "b.tar.gz", GOOD)
     env = unpack(tmp_path / "b.tar.gz", digest, tmp_path / "tools")
     assert env == {"PATH": str(tmp_path / "tools" / "pulumi"), "PULUMI_HOME": str(tmp_path / "tools" / "home"),
-                   "PULUMI_SKIP_UPDATE_CHECK": "true", "PIP_NO_INDEX": "1",
-                   "PIP_FIND_LINKS": str(tmp_path / "tools" / "wheels")}
+                   "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+                   "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "tools" / "wheels")}
     plugin = tmp_path / "tools" / "home" / "plugins" / "resource-aws-v7.51.1" / "pulumi-resource-aws"
     assert plugin.read_bytes() == b"p"
 
@@ -79,8 +79,55 @@ def test_an_absolute_member_lands_inside_the_folder(tmp_path):
 
 def test_a_bundle_without_the_cli_or_plugins_is_refused(tmp_path):
     digest = bundle(tmp_path / "b.tar.gz", {"wheels/a-1-py3-none-any.whl": b"w"})
-    with pytest.raises(ToolsError, match="no pulumi/pulumi, home/plugins in it"):
+    with pytest.raises(ToolsError, match="no pulumi/pulumi, pulumi/pulumi-language-python, home/plugins in it"):
         unpack(tmp_path / "b.tar.gz", digest, tmp_path / "tools")
+
+
+def test_nothing_but_the_cli_goes_onto_path(tmp_path):
+    """pulumi/ comes first on PATH for the job's later steps: a python3 there would be run
+    in place of the job's."""
+    digest = bundle(tmp_path / "b.tar.gz", {**GOOD, "pulumi/python3": b"#!/bin/sh\n"})
+    with pytest.raises(ToolsError, match="pulumi/ holds python3, not the Pulumi CLI's"):
+        unpack(tmp_path / "b.tar.gz", digest, tmp_path / "tools")
+
+
+def test_a_relative_folder_is_exported_as_an_absolute_path(tmp_path, monkeypatch):
+    digest = bundle(tmp_path / "b.tar.gz", GOOD)
+    monkeypatch.chdir(tmp_path)
+    env = unpack(Path("b.tar.gz"), digest, Path("tools"))
+    assert all(Path(env[k]).is_absolute() for k in ("PATH", "PULUMI_HOME", "PIP_FIND_LINKS"))
+
+
+def test_the_same_tools_make_the_same_bundle(tmp_path):
+    """No time or owner in it: a second pack of the same tools has the same digest, and the
+    state bucket keeps one copy."""
+    staging = tmp_path / "staging"
+    for name, data in GOOD.items():
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        (staging / name).write_bytes(data)
+    (staging / "pulumi" / "pulumi").chmod(0o755)
+    runner_tools._write_tar(tmp_path / "one.tar.gz", staging)
+    for path in staging.rglob("*"):
+        os.utime(path, (1_000_000, 1_000_000))
+    runner_tools._write_tar(tmp_path / "two.tar.gz", staging)
+    assert (tmp_path / "one.tar.gz").read_bytes() == (tmp_path / "two.tar.gz").read_bytes()
+    (staging / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"other")
+    runner_tools._write_tar(tmp_path / "three.tar.gz", staging)
+    assert (tmp_path / "three.tar.gz").read_bytes() != (tmp_path / "one.tar.gz").read_bytes()
+    env = unpack(tmp_path / "one.tar.gz", runner_tools.sha256_of(tmp_path / "one.tar.gz"), tmp_path / "tools")
+    assert os.access(Path(env["PATH"]) / "pulumi", os.X_OK)  # the CLI still runs
+
+
+def test_the_states_providers_are_read_from_an_export():
+    exported = {"version": 3, "deployment": {"resources": [
+        {"type": "pulumi:providers:aws", "inputs": {"version": "7.40.0", "region": "me-central-1"}},
+        {"type": "pulumi:providers:aws", "inputs": {"version": "7.51.1"}},
+        {"type": "pulumi:providers:kubernetes", "inputs": {"version": "4.34.2"}},
+        {"type": "pulumi:providers:kubernetes", "inputs": {"kubeconfig": "..."}},  # no version: the default's
+        {"type": "aws:s3/bucket:Bucket", "inputs": {"version": "not a provider"}},
+    ]}}
+    assert runner_tools.state_plugins(exported) == [("aws", "7.40.0"), ("aws", "7.51.1"), ("kubernetes", "4.34.2")]
+    assert runner_tools.state_plugins({"version": 3, "deployment": {}}) == []
 
 
 def test_a_fifo_a_missing_file_and_an_oversized_one_are_one_line(tmp_path, monkeypatch):
@@ -104,6 +151,34 @@ def test_any_bytes_with_their_digest_are_unpacked_or_one_line(tmp_path_factory, 
         unpack(folder / "b.tar.gz", hashlib.sha256(data).hexdigest(), folder / "tools")
     except ToolsError as err:
         assert "\n" not in str(err)
+
+
+NAMES = st.lists(st.sampled_from(["pulumi", "wheels", "home", "plugins", "..", ".", "", "/", "x", "pulumi-x",
+                                  "python3", "a b", "\u00e9"]), min_size=1, max_size=5).map("/".join)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(NAMES, st.sampled_from(["file", "dir", "link", "hardlink", "fifo"]), NAMES), max_size=8))
+def test_any_real_archive_is_unpacked_inside_its_folder_or_refused_in_one_line(tmp_path_factory, members):
+    """Archives of every kind of member (files, folders, links, hard links, FIFOs) with any
+    names and targets, each with its own digest: nothing lands outside the folder."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    path = folder / "a" / "b.tar.gz"
+    path.parent.mkdir()
+    with tarfile.open(path, "w:gz") as tar:
+        for name, kind, target in members:
+            info = tarfile.TarInfo(name)
+            info.type = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "link": tarfile.SYMTYPE,
+                         "hardlink": tarfile.LNKTYPE, "fifo": tarfile.FIFOTYPE}[kind]
+            info.linkname = target if kind in ("link", "hardlink") else ""
+            tar.addfile(info, io.BytesIO(b"") if kind == "file" else None)
+    into = folder / "a" / "tools"
+    try:
+        unpack(path, hashlib.sha256(path.read_bytes()).hexdigest(), into)
+    except ToolsError as err:
+        assert "\n" not in str(err)
+    outside = [p for p in folder.rglob("*") if not p.is_relative_to(into) and p not in (path, path.parent)]
+    assert outside == []
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -144,18 +219,23 @@ def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     (["fetch", "--backend", "s3://b?region=me-central-1", "--sha256", "nope", "--into", "{tmp}/new"],
      "--sha256 'nope': expected 64 lowercase hex digits"),
     (["fetch", "--backend", "file:///x", "--sha256", "a" * 64, "--into", "{tmp}/new"], "expected s3://<state bucket>"),
-    (["fetch", "--backend", "s3://b", "--sha256", "a" * 64, "--into", "{tmp}"], "not empty; name a new directory"),
+    (["fetch", "--backend", "s3://b", "--sha256", "a" * 64, "--into", "{tmp}"], "not an empty directory"),
+    (["fetch", "--backend", "s3://b", "--sha256", "a" * 64, "--into", "{tmp}/something"], "not an empty directory"),
     (["fetch", "--backend", "s3://b", "--sha256", "a" * 64, "--into", "{tmp}/new", "--github-env", "{tmp}/e"],
      "--github-env and --github-path go together"),
-    (["fetch", "--backend", "s3://b", "--sha256", "a" * 64, "--into", "{tmp}/new", "--aws", "/nonexistent/aws"],
-     "/nonexistent/aws: not found"),
     (["pack", "--upload", "https://api.pulumi.com"], "expected s3://<state bucket>"),
-], ids=["digest", "backend", "not empty", "half github", "no aws cli", "pack upload url"])
+], ids=["digest", "backend", "not empty", "a file", "half github", "pack upload url"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, expected):
     (tmp_path / "something").write_text("x")
     done = cli(*(a.replace("{tmp}", str(tmp_path)) for a in args))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
     assert not (tmp_path / "new").exists() or not any((tmp_path / "new").iterdir())
+
+
+def test_no_aws_cli_is_one_line_and_exit_1(tmp_path):
+    done = cli("fetch", "--backend", "s3://b", "--sha256", "a" * 64, "--into", str(tmp_path / "new"),
+               "--aws", "/nonexistent/aws")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "/nonexistent/aws: not found" in done.stderr
 
 
 def test_a_failed_download_is_one_line_and_exit_1(tmp_path):
