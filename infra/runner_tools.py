@@ -26,7 +26,8 @@ before anything is unpacked, and points pip and Pulumi at it.
 
 `fetch` runs before the job has a virtualenv: it needs the standard library and the AWS CLI
 (which CodeBuild's standard image has), nothing else. Run as
-`python -m infra.runner_tools pack|fetch`; bad input is one line and exit 2."""
+`python -m infra.runner_tools pack|fetch`; bad input is one line and exit 2, a step that
+could not be done (pip, the CLI, S3) one line and exit 1."""
 
 from __future__ import annotations
 
