@@ -107,6 +107,16 @@ def tls_only(bucket: str) -> dict[str, Any]:
             "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
 
 
+def state_bucket_lifecycle() -> dict[str, Any]:
+    """The deploy runner's tool bundles (runner-tools/, infra/runner_tools.py) are a few
+    hundred MB each, one per set of tools: each goes 90 days after it was stored (the supply
+    job stores it again when a deploy still needs it), and a replaced version a day after.
+    The state itself is not touched."""
+    return {"Rules": [{"ID": "runner-tools", "Filter": {"Prefix": "runner-tools/"}, "Status": "Enabled",
+                       "Expiration": {"Days": 90}, "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
+                       "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]}
+
+
 def state_bucket_policy(plan: Plan) -> dict[str, Any]:
     return iam_spec.policy([tls_only(plan.state_bucket)])
 
@@ -282,6 +292,8 @@ def run(plan: Plan, session: Any, say: Callable[[str], None], endpoint_url: str 
         steps.bucket(plan.state_bucket, "the state bucket", bucket_key, state_bucket_policy(plan))
         client("s3").put_bucket_logging(Bucket=plan.state_bucket, BucketLoggingStatus={"LoggingEnabled": {
             "TargetBucket": plan.log_bucket, "TargetPrefix": "state/"}})
+        client("s3").put_bucket_lifecycle_configuration(
+            Bucket=plan.state_bucket, LifecycleConfiguration=state_bucket_lifecycle())
     except ClientError as err:
         raise BootstrapError(f"AWS refused {err.operation_name}: {_message(err)}") from None
     return created

@@ -101,6 +101,14 @@ def test_the_first_bring_up_of_an_environment_in_order(account, project, tmp_pat
     assert first.stdout.count("\ncreated  ") == 8, first.stdout
     again = mlplat(root, env, "bootstrap", "--account", ACCOUNT, "--region", REGION, "--environment", "dev")
     assert again.returncode == 0 and "\ncreated " not in again.stdout and again.stdout.count("\nexists ") == 8
+    # The runner's tool bundles expire; nothing else in the state bucket does.
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT_URL"], region_name=REGION, aws_access_key_id="testing",
+                      aws_secret_access_key="testing")
+    [rule] = s3.get_bucket_lifecycle_configuration(Bucket=f"mlplat-state-{ACCOUNT}-{REGION}")["Rules"]
+    assert rule["Filter"] == {"Prefix": "runner-tools/"} and rule["Status"] == "Enabled"
+    assert rule["Expiration"]["Days"] >= 30, "longer than any deploy's run from its supply job to its cluster job"
 
     # A pull request's engine preview before the first deploy: nothing to compare, no stack made.
     log.unlink(missing_ok=True)
