@@ -42,6 +42,10 @@ def main() -> None:
     loss, grad_norm = trainer.train_step(ShardedTokens(args.data, trainer.seq_len, args.seed))
     if rt.is_main:
         Path(opts.step_out).write_text(json.dumps({"loss": loss, "grad_norm": grad_norm}))
+    # Leave together, as the trainer does: a rank that tears gloo down while its peer is
+    # still in the last collective can abort at exit ("terminate called without an active
+    # exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -180,5 +180,6 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"event": "verdict", **asdict(verdict), "exit_code": verdict.exit_code}))
         else:
             print(verdict.line)
+    dist.barrier()  # leave together (workloads/train/train.py says why)
     dist.destroy_process_group()
     return verdict.exit_code
