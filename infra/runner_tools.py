@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import re
@@ -46,6 +45,8 @@ import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
+
+from workloads.hashing import file_sha256  # the standard library only, as fetch needs
 
 PREFIX = "runner-tools"
 BUNDLE = "runner-tools.tar.gz"
@@ -78,8 +79,8 @@ def requirements(root: Path) -> list[str]:
     setup-core), and the policy pack's (infra/deploy.py makes its environment)."""
     project = tomllib.loads((root / "pyproject.toml").read_text())
     pack = (root / "policies" / "requirements.txt").read_text().splitlines()
-    return [*project["build-system"]["requires"], *project["project"]["dependencies"],
-            *(line.split("#", 1)[0].strip() for line in pack if line.split("#", 1)[0].strip())]
+    pins = (line.split("#", 1)[0].strip() for line in pack)
+    return [*project["build-system"]["requires"], *project["project"]["dependencies"], *(pin for pin in pins if pin)]
 
 
 def bucket_of(backend_url: str) -> tuple[str, str | None]:
@@ -196,24 +197,14 @@ def pack(root: Path, out: Path, *, pulumi: str = "pulumi", python: str = sys.exe
         (staging / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
         bundle = out / BUNDLE
         _write_tar(bundle, staging)
-    return bundle, sha256_of(bundle)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return bundle, file_sha256(bundle)
 
 
 def upload(bundle: Path, digest: str, backend_url: str) -> str:
     """Into the state bucket under its digest (once: the same digest is the same bundle)."""
     import boto3
-    from botocore.exceptions import ClientError
-
     from boto3.exceptions import Boto3Error
-    from botocore.exceptions import BotoCoreError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, region = bucket_of(backend_url)
     key = key_of(digest)
@@ -230,6 +221,17 @@ def upload(bundle: Path, digest: str, backend_url: str) -> str:
     return f"s3://{bucket}/{key}"
 
 
+def _folder(into: Path) -> Path:
+    """INTO made, as an absolute path: the job's later steps run elsewhere, so every path
+    exported must be."""
+    into = into.resolve()
+    try:
+        into.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ToolsError(f"--into {into}: {err.strerror}") from None
+    return into
+
+
 def unpack(bundle: Path, digest: str, into: Path) -> dict[str, str]:
     """Check BUNDLE against DIGEST, unpack it into INTO; the environment that points pip and
     Pulumi at it (PATH's new first entry under the key PATH)."""
@@ -241,14 +243,10 @@ def unpack(bundle: Path, digest: str, into: Path) -> dict[str, str]:
         raise ToolsError(f"{bundle}: {err.strerror}") from None
     if size > MAX_BYTES:
         raise ToolsError(f"{bundle}: {size} bytes, more than the {MAX_BYTES} a tools bundle may have")
-    found = sha256_of(bundle)
+    found = file_sha256(bundle)
     if found != digest:
         raise ToolsError(f"{bundle}: sha256 {found}, not the {digest} the supply job recorded; not unpacked")
-    into = into.resolve()  # the job's later steps run elsewhere: every path exported is absolute
-    try:
-        into.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ToolsError(f"--into {into}: {err.strerror}") from None
+    into = _folder(into)
     try:
         with tarfile.open(bundle, "r:gz") as tar:
             # The data filter refuses absolute paths, '..', links out of INTO and devices.
@@ -274,12 +272,7 @@ def unpack(bundle: Path, digest: str, into: Path) -> dict[str, str]:
 def fetch(backend_url: str, digest: str, into: Path, *, aws: str = "aws") -> dict[str, str]:
     """Download the bundle of DIGEST from the state bucket with the AWS CLI and unpack it."""
     bucket, region = bucket_of(backend_url)
-    into = into.resolve()
-    try:
-        into.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ToolsError(f"--into {into}: {err.strerror}") from None
-    local = into / BUNDLE
+    local = _folder(into) / BUNDLE
     _run([aws, "s3", "cp", "--only-show-errors", f"s3://{bucket}/{key_of(digest)}", str(local),
           *(["--region", region] if region else [])], f"downloading s3://{bucket}/{key_of(digest)}")
     try:

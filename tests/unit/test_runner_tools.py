@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from infra import runner_tools
 from infra.runner_tools import ToolsError, bucket_of, export, parse_digest, unpack
+from workloads.hashing import file_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,7 +115,7 @@ def test_the_same_tools_make_the_same_bundle(tmp_path):
     (staging / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"other")
     runner_tools._write_tar(tmp_path / "three.tar.gz", staging)
     assert (tmp_path / "three.tar.gz").read_bytes() != (tmp_path / "one.tar.gz").read_bytes()
-    env = unpack(tmp_path / "one.tar.gz", runner_tools.sha256_of(tmp_path / "one.tar.gz"), tmp_path / "tools")
+    env = unpack(tmp_path / "one.tar.gz", file_sha256(tmp_path / "one.tar.gz"), tmp_path / "tools")
     assert os.access(Path(env["PATH"]) / "pulumi", os.X_OK)  # the CLI still runs
 
 
