@@ -319,3 +319,24 @@ def test_materializing_a_project_with_no_views_is_a_quiet_success(features):
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {"project": "analytics", "materialized_until": None,
                                                         "feature_views": 0}
+
+
+def test_feast_runs_without_its_runtime_type_checks():
+    """As the features image runs Feast (a module of workloads.features imported first), its
+    classes are not recompiled with typeguard's checks, seconds of every start; Feast imported
+    alone, as the look-alike, still is."""
+    import subprocess
+
+    from tests.services.features import PYTHON
+
+    code = ("import sys\n"
+            "if sys.argv[1] == 'ours':\n"
+            "    from workloads.features import repo\n"
+            "from feast.feature_view import FeatureView\n"
+            "print('typeguard' in FeatureView.__init__.__code__.co_names)\n")
+    seen = {}
+    for how in ("ours", "alone"):
+        done = subprocess.run([str(PYTHON), "-c", code, how], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen[how] = done.stdout.strip()
+    assert seen == {"ours": "False", "alone": "True"}

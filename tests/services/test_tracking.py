@@ -244,3 +244,36 @@ def test_no_process_of_the_server_has_the_database_password_on_its_command_line(
     assert any("mlflow server" in c for c in commands)  # the server runs
     assert len(tracking.postgres.password) >= 16
     assert [c for c in commands if tracking.postgres.password in c] == []
+
+
+def _descendants(pid: int) -> list[str]:
+    """The command lines of every process under pid, from /proc."""
+    from pathlib import Path
+
+    parents: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue  # /proc/self, /proc/meminfo, ...
+        try:
+            # The parent is the 2nd field after the command's closing parenthesis.
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or gone
+        parents.setdefault(ppid, []).append((int(entry.name), command))
+    found, todo = [], [pid]
+    while todo:
+        for child, command in parents.get(todo.pop(), []):
+            found.append(command)
+            todo.append(child)
+    return found
+
+
+def test_the_server_runs_no_job_consumers(tracking):
+    """MLflow's job runner (its GenAI scorer and optimisation jobs) would run functions in
+    consumer processes beside the workers, with the server's database and bucket credentials;
+    the platform's server tracks and registers, and runs nothing else."""
+    (entrypoint,) = [p for p in tracking.processes if "workloads.tracking.server" in " ".join(map(str, p.args))]
+    commands = _descendants(entrypoint.pid)
+    assert any("uvicorn" in c for c in commands), commands  # the server's workers are seen
+    assert [c for c in commands if "huey" in c] == []

@@ -232,7 +232,7 @@ def test_names_reach_the_terminal_with_their_escape_sequences_shown_not_run():
 
 def test_the_training_settings_are_bounded_as_the_trainer_bounds_its_flags():
     from infra import config
-    from workloads.train import train
+    from workloads.train import options as train
 
     assert (config.TRAINER_MAX_STEPS, config.TRAINER_MAX_BATCH, config.TRAINER_MAX_GLOBAL_BATCH) == (
         train.MAX_STEPS, train.MAX_BATCH, train.MAX_GLOBAL_BATCH)

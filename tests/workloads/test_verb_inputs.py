@@ -461,6 +461,16 @@ def test_train_refuses_in_one_line_from_the_command_line(tmp_path):
     assert done.code == 2 and done.err == "" and not any(tmp_path.iterdir())
 
 
+def test_train_checks_its_flags_before_importing_torch():
+    """Every rank of every refused launch would spend seconds importing torch first."""
+    code = ("import sys\nfrom workloads.train.options import build_parser\n"
+            "build_parser().parse_args(['--data', 'x'])\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_train_outputs_are_checked_before_anything_starts(hostile, capsys):
     from workloads.train.train import main as train_main
 

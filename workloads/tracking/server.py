@@ -158,8 +158,12 @@ def start(settings: ServerSettings, env: Mapping[str, str] | None = None, mlflow
     os.fchmod(descriptor, 0o600)  # a file left by an earlier start keeps its old mode otherwise
     with os.fdopen(descriptor, "w") as out:
         out.write(auth_config(settings))
+    # MLflow's job runner (GenAI scorers, prompt optimisation) would run functions in consumer
+    # processes beside the workers, with this pod's database and bucket credentials: the
+    # platform's server tracks and registers, and runs nothing else.
     return subprocess.Popen(server_command(settings, mlflow),
                             env={**(env if env is not None else os.environ), "MLFLOW_AUTH_CONFIG_PATH": str(config),
+                                 "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
                                  "MLFLOW_BACKEND_STORE_URI": settings.database.uri(),
                                  "MLFLOW_FLASK_SERVER_SECRET_KEY": settings.secret_key},
                             stdout=log, stderr=subprocess.STDOUT if log else None)
