@@ -12,7 +12,7 @@ bench/results/test-time.json with the machine and the load.
 
 `--make-test` times what CI runs: `make test` on a fresh clone of a commit, beside this
 checkout (where the chart cache is found), with new virtualenvs and empty caches (pip's
-downloads and the rendered charts, XDG_CACHE_HOME in a scratch folder), in two parts: the
+downloads, uv's and the rendered charts, XDG_CACHE_HOME in a scratch folder), in two parts: the
 setup (`make setup services`, what `make test` runs first) and the tests. The system's
 services (skopeo, PostgreSQL, Redis...) are taken as installed. Results go to
 bench/results/make-test-time.json.
@@ -110,7 +110,7 @@ def main() -> None:
               f"tests): {times['summary']}")
         options.write(options.output(args, MAKE_TEST_RESULTS), {
             "machine": describe(machine), "cpu": machine, "date": str(date.today()),
-            "measured": "make test on a fresh git clone: new virtualenvs, empty pip and render caches, system "
+            "measured": "make test on a fresh git clone: new virtualenvs, empty pip, uv and render caches, system "
                         "services installed",
             "commit": commit, **times})
         if not times["passed"]:
