@@ -471,6 +471,12 @@ def test_train_checks_its_flags_before_importing_torch():
     assert done.stdout.strip() == "[]"
 
 
+def test_the_flags_precisions_are_the_trainers():
+    from workloads.train import options, train
+
+    assert sorted(options.PRECISION_NAMES) == sorted(train.PRECISIONS)
+
+
 def test_train_outputs_are_checked_before_anything_starts(hostile, capsys):
     from workloads.train.train import main as train_main
 
