@@ -76,9 +76,11 @@ $(CORE_STAMP): pyproject.toml
 # and checkov in its own virtualenv.
 setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_STAMP) $(MLSERVER_STAMP) \
        $(PIPELINES_STAMP)
-$(FULL_STAMP): $(CORE_STAMP) $(UV_STAMP)
+# The core's packages come with the rest, from uv: pip would resolve them again first.
+$(FULL_STAMP): pyproject.toml $(UV_STAMP)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(INSTALL) $(VENV) -e '.[test,workloads,serve,bench,monitor]'
-	@touch $@
+	@touch $(CORE_STAMP) $@
 $(CHECKOV_STAMP): $(UV_STAMP)
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(INSTALL) $(CHECKOV_VENV) $(CHECKOV_PIN)
