@@ -75,7 +75,7 @@ def base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB)}
     # One thread: the step time is then not at the mercy of the server and PostgreSQL
     # taking a core from an intra-op thread pool sized for both.
-    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
 def train(args: list[str], env: dict[str, str], folder: Path, name: str) -> tuple[list[dict], dict[int, float]]:
