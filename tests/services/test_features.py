@@ -227,6 +227,31 @@ def test_source_in_another_tenants_prefix_is_refused(features):
     assert "is outside tenant 'analytics''s prefix" in _one_line_exit_2(done)
 
 
+def test_a_source_path_that_only_reads_as_the_tenants_is_refused(features):
+    """Feast's runtime type checks are off (workloads/features/__init__.py): a path object whose
+    text is the tenant's prefix, and whose file-system path is another's, is refused by name."""
+    import tempfile
+
+    (REPO / "build").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=REPO / "build") as folder:  # Feast reads definitions under its cwd
+        _sneaky_apply(features, Path(folder))
+
+
+def _sneaky_apply(features, tmp_path):
+    (tmp_path / "orders.py").write_text((DEFINITIONS / "outside" / "orders.py").read_text().replace(
+        'FileSource(path="s3://someone-elses-bucket/orders.parquet"', "FileSource(path=Sneaky()").replace(
+        "order = Entity(", f"""class Sneaky(str):
+    def __fspath__(self):
+        return "s3://{BUCKET}/features/research/orders.parquet"
+
+
+Sneaky = Sneaky  # noqa
+order = Entity(""").replace("path=Sneaky()", f'path=Sneaky("s3://{BUCKET}/features/analytics/orders.parquet")'))
+    config = features.config("analytics")
+    done = features.run("analytics", "apply", "--config", str(config), "--repo", str(tmp_path))
+    assert "feature view order_totals: source path must be a string, not Sneaky" in _one_line_exit_2(done)
+
+
 def test_tenant_naming_another_tenants_project_is_refused(features):
     config = features.config("analytics", project="research")
     done = features.run("analytics", "materialize", "--config", str(config))

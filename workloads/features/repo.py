@@ -110,11 +110,16 @@ def source_paths(objects: Iterable[Any]) -> list[tuple[str, str]]:
     objects = list(objects)
     views = [(f"feature view {o.name}", o.batch_source) for o in objects if getattr(o, "batch_source", None)]
     sources = [(f"data source {o.name or '(unnamed)'}", o) for o in objects if hasattr(o, "path")]
-    return [(label, src.path) for label, src in views + sources if isinstance(getattr(src, "path", None), str)]
+    return [(label, src.path) for label, src in views + sources if getattr(src, "path", None) is not None]
 
 
 def check_definitions(objects: Iterable[Any], tenant: Tenant) -> None:
     for label, path in source_paths(objects):
+        # Feast runs without typeguard (workloads/features/__init__.py): a path that is not a
+        # plain string (an object whose str() says one prefix and whose reads go to another)
+        # is refused here, before the prefix is judged on its text.
+        if type(path) is not str:
+            raise FeatureInputError(f"{label}: source path must be a string, not {type(path).__name__}")
         if not path.startswith(f"s3://{tenant.bucket}/"):
             raise FeatureInputError(f"{label}: source {path} is outside the datasets bucket; put the Parquet under "
                                     f"{tenant.prefix}")
