@@ -52,8 +52,8 @@ DEEPSPEED_PINS  := torch==2.13.0 deepspeed==0.19.8
 # The IAM policy evaluator the request paths run on (tests/iam, and the preview diff's paths
 # opened and closed: infra/checks/iam), from npm.
 IAM_STAMP     := infra/checks/iam/node_modules/.installed
-# uv installs the virtualenvs that `make setup` adds to the core one (tests/install.py passes
-# it this machine's pip settings): the same packages as pip resolves, in a fraction of the CPU.
+# uv installs `.venv` and the virtualenvs beside it for `make setup` (tests/install.py passes
+# it this machine's pip settings; `make preview` alone installs `.venv` with pip): the same packages as pip resolves, in a fraction of the CPU.
 # They are installed without bytecode; Python writes a module's on its first import, so only
 # what runs is compiled, once. PYTHONDONTWRITEBYTECODE would make every process compile
 # again, so make passes it on to nothing it runs.
@@ -137,8 +137,8 @@ else
 	$(BIN)/mlplat preview --env $(ENV) --out $(OUT)
 endif
 
-# The virtualenvs and npm install side by side (-j3): on 2 cores that takes setup from about
-# 5 to 3 minutes of a fresh machine's `make test`.
+# The virtualenvs and npm install side by side (-j3): about 50 s of a fresh machine's
+# `make test` on 2 cores (bench/results/make-test-time.json).
 # The tests run on every core (pytest-xdist), a file at a time per worker (tests/conftest.py
 # groups them), so each file's servers start once; `make test PYTEST_ARGS=...` passes more.
 PYTEST_ARGS ?=

@@ -1,14 +1,16 @@
-"""`make setup`'s installer for the test and benchmark virtualenvs: uv, with this machine's
-pip settings.
+"""`make setup`'s installer for `.venv` and the test and benchmark virtualenvs: uv, with this
+machine's pip settings.
 
 uv resolves and installs a virtualenv in seconds where pip takes minutes of CPU (the tracking
-server's: 6 s against 124 s on 2 cores), and a fresh machine's `make test` spends most of its
+server's: 6 s against 124 s on 2 cores), and a fresh machine's `make test` spent most of its
 setup there. But uv reads none of pip's configuration (pip.conf, PIP_*), and on a machine
 whose pip is pointed at a mirror, a wheel folder or a constraints file, uv alone would
-resolve against PyPI. So this asks pip for its settings (`pip config list`, every file and
-PIP_* variable in pip's own precedence) and passes each on as uv's equivalent. A setting
-that decides where packages come from or what they may be, with no equivalent here, stops
-the install in one line rather than be dropped.
+resolve against PyPI. So this asks pip's own `install` command what its options are with no
+arguments (pip's reading of every config file and PIP_* variable, its precedence, empty
+values and on/off words included) and passes each that differs from pip's default on as uv's
+equivalent. A setting that sends packages somewhere else (--target, --prefix, --root,
+--user) stops the install in one line rather than be dropped. Index URLs go to uv in its
+environment, not its command line, where any user of the machine could read a token in one.
 
     .venv-uv/bin/python tests/install.py VENV REQUIREMENT... [-e .[extras]]
 
@@ -19,72 +21,70 @@ PYTHONDONTWRITEBYTECODE, which would make every process compile again).
 
 from __future__ import annotations
 
-import ast
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-# pip's sections, weakest first: [global], then the install command's, then PIP_* variables.
-SECTIONS = ("global", "install", ":env:")
-# pip setting -> uv flag, for each value (list settings split on whitespace, as pip does).
-FLAGS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
-         "constraint": "--constraint", "requirement": "--requirement", "trusted-host": "--allow-insecure-host",
-         "only-binary": "--only-binary", "no-binary": "--no-binary"}
-SWITCHES = {"no-index": "--no-index", "pre": "--prerelease=allow", "require-hashes": "--require-hashes",
-            "no-build-isolation": "--no-build-isolation"}
-# pip setting -> the environment variable uv reads for it.
-ENV = {"cert": "SSL_CERT_FILE", "client-cert": "SSL_CLIENT_CERT", "timeout": "UV_HTTP_TIMEOUT",
-       "default-timeout": "UV_HTTP_TIMEOUT", "proxy": "HTTPS_PROXY"}
-# Settings about pip's own output, cache and prompts: nothing to pass on.
-IGNORED = {"disable-pip-version-check", "no-cache-dir", "cache-dir", "progress-bar", "quiet", "verbose",
-           "retries", "no-input", "root-user-action", "no-color", "log", "exists-action", "no-warn-script-location",
-           "no-python-version-warning", "break-system-packages", "use-feature", "keyring-provider", "python",
-           "config-file"}
+PYPI = "https://pypi.org/simple"
+# pip options that put packages elsewhere than the virtualenv: uv has no place for them here.
+REFUSED = {"target_dir": "--target", "prefix_path": "--prefix", "root_path": "--root", "use_user_site": "--user"}
 
 
 class SettingError(Exception):
-    """A pip setting that cannot be passed on: one line for the user."""
+    """A pip setting that cannot be passed on: one line for the user (its name, never its value)."""
 
 
-def pip_settings(listing: str) -> dict[str, str]:
-    """`pip config list` lines (`section.key='value'`) as one value a key, the strongest
-    section's: pip's PIP_* variables over its install section over its global one."""
-    found: dict[tuple[int, str], str] = {}
-    for line in listing.splitlines():
-        name, sep, raw = line.partition("=")
-        section, dot, key = name.rpartition(".")
-        if not sep or not dot or section not in SECTIONS:
-            continue
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        found[(SECTIONS.index(section), key)] = str(value)
-    settings: dict[str, str] = {}
-    for (_, key), value in sorted(found.items()):
-        settings[key] = value
-    return settings
+def pip_options() -> Any:
+    """pip install's options as pip itself reads them from this machine's config and PIP_*."""
+    from pip._internal.commands import create_command  # the pip of this virtualenv, pinned by it
+
+    options, _ = create_command("install").parse_args([])
+    return options
 
 
-def _on(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """uv's flags and environment for pip's settings."""
+def uv_options(options: Any) -> tuple[list[str], dict[str, str]]:
+    """uv's flags and environment for pip's options."""
+    for name, flag in REFUSED.items():
+        if getattr(options, name, None):
+            raise SettingError(f"pip is configured with {flag} (`pip config list`), which a virtualenv's install "
+                               f"cannot honour: unset it for `make setup`")
     flags: list[str] = []
     env: dict[str, str] = {}
-    for key, value in settings.items():
-        if key in FLAGS:
-            flags += [arg for item in value.split() for arg in (FLAGS[key], item)]
-        elif key in SWITCHES:
-            flags += [SWITCHES[key]] if _on(value) else []
-        elif key in ENV:
-            env[ENV[key]] = value
-        elif key not in IGNORED:
-            raise SettingError(f"pip's setting {key}={value!r} (`pip config list`) has no uv equivalent in "
-                               f"tests/install.py: add one there, or unset it for `make setup`")
+    if options.index_url and options.index_url != PYPI:
+        env["UV_INDEX_URL"] = options.index_url
+    if options.extra_index_urls:
+        env["UV_EXTRA_INDEX_URL"] = " ".join(options.extra_index_urls)
+    if options.find_links:
+        env["UV_FIND_LINKS"] = ",".join(options.find_links)
+    if options.no_index:
+        flags.append("--no-index")
+    for path in options.constraints:
+        flags += ["--constraint", path]
+    for path in options.requirements:
+        flags += ["--requirement", path]
+    for host in options.trusted_hosts:
+        flags += ["--allow-insecure-host", host]
+    if options.pre:
+        flags.append("--prerelease=allow")
+    if options.require_hashes:
+        flags.append("--require-hashes")
+    if not options.build_isolation:
+        flags.append("--no-build-isolation")
+    for name in sorted(options.format_control.no_binary):
+        flags += ["--no-binary", name]
+    for name in sorted(options.format_control.only_binary):
+        flags += ["--only-binary", name]
+    if options.cert:
+        env["SSL_CERT_FILE"] = options.cert
+    if options.client_cert:
+        env["SSL_CLIENT_CERT"] = options.client_cert
+    if options.proxy:
+        env["HTTPS_PROXY"] = env["HTTP_PROXY"] = options.proxy
+    if options.timeout:
+        env["UV_HTTP_TIMEOUT"] = str(math.ceil(options.timeout))  # uv takes whole seconds
     return flags, env
 
 
@@ -93,13 +93,8 @@ def main(argv: list[str]) -> int:
         print("usage: tests/install.py VENV REQUIREMENT...", file=sys.stderr)
         return 2
     venv, requirements = Path(argv[0]), argv[1:]
-    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             check=False)
-    if listing.returncode != 0:
-        print(f"`pip config list` failed: {listing.stderr.strip()[-300:]}", file=sys.stderr)
-        return 1
     try:
-        flags, env = uv_options(pip_settings(listing.stdout))
+        flags, env = uv_options(pip_options())
     except SettingError as err:
         print(err, file=sys.stderr)
         return 2
@@ -112,9 +107,11 @@ def main(argv: list[str]) -> int:
         return 2
     # pip considers every index and takes the best version; uv's default takes the first
     # index that has the package at all. The same choice as pip, so the same environment.
-    command = [str(uv), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
+    # --no-config: only pip's settings, not a uv.toml that `pip` never read.
+    command = [str(uv), "pip", "install", "--quiet", "--no-config", "--python", str(venv / "bin" / "python"),
                "--index-strategy", "unsafe-best-match", *flags, *requirements]
-    return subprocess.run(command, env={**os.environ, **env}, check=False).returncode
+    uv_env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k == "UV_CACHE_DIR"}
+    return subprocess.run(command, env={**uv_env, **env}, check=False).returncode
 
 
 if __name__ == "__main__":

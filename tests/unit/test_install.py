@@ -1,74 +1,91 @@
-"""`make setup`'s installer (tests/install.py) hands uv the settings pip has: read from pip's
-own `pip config list`, so that a machine's mirror, wheel folder or constraints are not
-dropped on the way to uv."""
+"""`make setup`'s installer (tests/install.py) hands uv the settings pip has, as pip's own
+install command reads them, so that a machine's mirror, wheel folder or constraints are not
+dropped or misread on the way to uv. Each case is compared with what this machine's own pip
+config gives (pip always reads the system's files)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.install import SettingError, main, pip_settings, uv_options
+from tests.install import SettingError, main, pip_options, uv_options
 
 
-def _pip_listing(tmp_path: Path, config: str, **env: str) -> str:
-    """What this pip prints for a config file and PIP_* variables, besides the machine's own
-    config files (which pip always reads; the tests compare with `_pip_listing(tmp_path, "")`)."""
-    path = tmp_path / "pip.conf"
-    path.write_text(config)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                          env={**clean, "PIP_CONFIG_FILE": str(path), **env}, check=True)
-    return done.stdout
+@pytest.fixture
+def pip_config(tmp_path, monkeypatch):
+    """Sets a config file and PIP_* variables for pip, none of the caller's PIP_* left; returns
+    uv's flags and environment for them."""
+    import os
+
+    def options(config: str = "", **env: str) -> tuple[list[str], dict[str, str]]:
+        for key in [k for k in os.environ if k.startswith("PIP_")]:  # the previous call's
+            monkeypatch.delenv(key)
+        path = tmp_path / "pip.conf"
+        path.write_text(config)
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(path))
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        return uv_options(pip_options())
+
+    return options
 
 
-def test_pips_own_listing_becomes_uvs_flags_in_pips_precedence(tmp_path):
-    listing = _pip_listing(tmp_path, "[global]\nindex-url = https://mirror.example/simple\n"
-                                     "extra-index-url = file:///opt/one file:///opt/two\n"
-                                     "constraint = /etc/pins.txt\nfind-links = /from/global\n"
-                                     "[install]\nindex-url = https://install.example/simple\n",
-                           PIP_FIND_LINKS="/from/env", PIP_CERT="/etc/ca.pem", PIP_TRUSTED_HOST="h1 h2")
-    flags, env = uv_options(pip_settings(listing))
+def test_pips_precedence_lists_and_paths(pip_config):
+    flags, env = pip_config("[global]\nindex-url = https://mirror.example/simple\n"
+                            "extra-index-url = file:///opt/one file:///opt/two\n"
+                            "constraint = /etc/pins.txt\nfind-links = /from/global\n"
+                            "[install]\nindex-url = https://install.example/simple\n",
+                            PIP_FIND_LINKS="/from/env /and/more", PIP_CERT="/etc/ca.pem", PIP_TRUSTED_HOST="h1 h2")
+    # The install section over the global one, a PIP_* variable over both; lists as pip splits them.
+    assert env["UV_INDEX_URL"] == "https://install.example/simple"
+    assert env["UV_FIND_LINKS"] == "/from/env,/and/more"
+    assert env["UV_EXTRA_INDEX_URL"].split() == ["file:///opt/one", "file:///opt/two"]
+    assert env["SSL_CERT_FILE"] == "/etc/ca.pem"
     pairs = list(zip(flags[::2], flags[1::2]))
-    # The install section over the global one, a PIP_* variable over both; lists split as pip splits them.
-    assert ("--index-url", "https://install.example/simple") in pairs
-    assert ("--index-url", "https://mirror.example/simple") not in pairs
-    assert [v for k, v in pairs if k == "--find-links"] == ["/from/env"]
-    assert [v for k, v in pairs if k == "--extra-index-url"] == ["file:///opt/one", "file:///opt/two"]
-    assert [v for k, v in pairs if k == "--allow-insecure-host"] == ["h1", "h2"]
     assert ("--constraint", "/etc/pins.txt") in pairs
-    assert env == {"SSL_CERT_FILE": "/etc/ca.pem"}
+    assert [v for k, v in pairs if k == "--allow-insecure-host"] == ["h1", "h2"]
 
 
-def test_switches_follow_their_value(tmp_path):
-    machine = uv_options(pip_settings(_pip_listing(tmp_path, "")))[0]
-    on = uv_options(pip_settings(_pip_listing(tmp_path, "[global]\nno-index = true\n")))[0]
-    off = uv_options(pip_settings(_pip_listing(tmp_path, "[global]\nno-index = false\n")))[0]
+def test_an_empty_value_leaves_the_weaker_setting(pip_config):
+    _, env = pip_config("[global]\nindex-url = https://mirror.example/simple\n", PIP_INDEX_URL="")
+    assert env["UV_INDEX_URL"] == "https://mirror.example/simple"
+
+
+@pytest.mark.parametrize("word,on", [("y", True), ("t", True), ("on", True), ("1", True), ("off", False),
+                                     ("0", False), ("false", False)])
+def test_on_and_off_read_as_pip_reads_them(pip_config, word, on):
+    machine = pip_config()[0]
+    flags = pip_config(f"[global]\nno-index = {word}\n")[0]
     assert "--no-index" not in machine
-    assert sorted(on) == sorted([*machine, "--no-index"]) and off == machine
+    assert ("--no-index" in flags) is on
 
 
-def test_a_setting_about_where_packages_come_from_is_never_dropped(tmp_path):
-    listing = _pip_listing(tmp_path, "[global]\nprefix = /somewhere\n")
-    with pytest.raises(SettingError, match=r"prefix='/somewhere'.*no uv equivalent"):
-        uv_options(pip_settings(listing))
-    # pip's own chatter is not such a setting.
-    quiet = _pip_listing(tmp_path, "[global]\nprogress-bar = off\nretries = 9\n", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    assert uv_options(pip_settings(quiet)) == uv_options(pip_settings(_pip_listing(tmp_path, "")))
+def test_no_build_isolation_false_turns_isolation_off_as_in_pip(pip_config):
+    # pip's option is store_false: a config value of false means "no build isolation".
+    assert "--no-build-isolation" in pip_config("[install]\nno-build-isolation = false\n")[0]
+    assert "--no-build-isolation" not in pip_config("[install]\nno-build-isolation = true\n")[0]
 
 
-def test_lines_that_are_not_settings_are_skipped():
-    assert pip_settings("WARNING: something\nglobal.find-links='/w'\nnosection='x'\n") == {"find-links": "/w"}
+def test_index_credentials_stay_off_the_command_line(pip_config):
+    flags, env = pip_config(PIP_INDEX_URL="https://user:s3cret@mirror.example/simple")
+    assert "s3cret" in env["UV_INDEX_URL"] and not any("s3cret" in f for f in flags)
 
 
-def test_refusals_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+def test_a_setting_that_installs_elsewhere_is_refused_by_name(pip_config):
+    with pytest.raises(SettingError, match="--target") as refused:
+        pip_config(PIP_TARGET="/somewhere/secret")
+    assert "/somewhere/secret" not in str(refused.value)
+    # Settings that change nothing about what is installed where pass.
+    assert pip_config(PIP_REQUIRE_VIRTUALENV="true", PIP_PROGRESS_BAR="off") == pip_config()
+
+
+def test_refusals_are_one_line_and_exit_2(tmp_path, capsys, pip_config):
     assert main([]) == 2
     assert main([str(tmp_path / "no-venv"), "six"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(str(tmp_path / "no-venv")) and "python3 -m venv" in err[-1]
-    monkeypatch.setenv("PIP_PREFIX", "/elsewhere")  # refused before anything is looked for or run
-    assert main([str(tmp_path / "no-venv"), "six"]) == 2
-    assert "prefix='/elsewhere'" in capsys.readouterr().err
+    with pytest.raises(SettingError):
+        pip_config(PIP_PREFIX="/elsewhere")  # and it stays set for main
+    assert main([str(tmp_path / "no-venv"), "six"]) == 2  # refused before anything is looked for or run
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "pip is configured with --prefix (`pip config list`), which a virtualenv's install cannot honour: "
+        "unset it for `make setup`"]

@@ -462,13 +462,18 @@ def test_train_refuses_in_one_line_from_the_command_line(tmp_path):
 
 
 def test_train_checks_its_flags_before_importing_torch():
-    """Every rank of every refused launch would spend seconds importing torch first."""
-    code = ("import sys\nfrom workloads.train.options import build_parser\n"
-            "build_parser().parse_args(['--data', 'x'])\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    """`python -m workloads.train` as launched: every rank of every refused launch would
+    spend seconds importing torch first."""
+    code = ("import runpy, sys\n"
+            "sys.argv = ['train', '--data', 'x', '--lr', 'inf']\n"
+            "try:\n"
+            "    runpy.run_module('workloads.train', run_name='__main__')\n"
+            "except SystemExit as done:\n"
+            "    print(done.code, sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n")
     done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip() == "2 []", (done.stdout, done.stderr[-2000:])
+    assert "--lr: 'inf' is not a finite number" in done.stderr
 
 
 def test_the_flags_precisions_are_the_trainers():
