@@ -53,7 +53,8 @@ DEEPSPEED_PINS  := torch==2.13.0 deepspeed==0.19.8
 # opened and closed: infra/checks/iam), from npm.
 IAM_STAMP     := infra/checks/iam/node_modules/.installed
 # uv installs `.venv` and the virtualenvs beside it for `make setup` (tests/install.py passes
-# it this machine's pip settings; `make preview` alone installs `.venv` with pip): the same packages as pip resolves, in a fraction of the CPU.
+# it this machine's pip settings; `make preview` alone installs `.venv` with pip): the same
+# packages as pip resolves, in a fraction of the CPU.
 # They are installed without bytecode; Python writes a module's on its first import, so only
 # what runs is compiled, once. PYTHONDONTWRITEBYTECODE would make every process compile
 # again, so make passes it on to nothing it runs.

@@ -237,18 +237,31 @@ def test_a_source_path_that_only_reads_as_the_tenants_is_refused(features):
         _sneaky_apply(features, Path(folder))
 
 
-def _sneaky_apply(features, tmp_path):
-    (tmp_path / "orders.py").write_text((DEFINITIONS / "outside" / "orders.py").read_text().replace(
-        'FileSource(path="s3://someone-elses-bucket/orders.parquet"', "FileSource(path=Sneaky()").replace(
-        "order = Entity(", f"""class Sneaky(str):
+def _sneaky_apply(features, folder):
+    (folder / "orders.py").write_text(f"""from datetime import timedelta
+
+from feast import Entity, FeatureView, Field, FileSource, ValueType
+from feast.types import Float64
+
+
+class Sneaky(str):
     def __fspath__(self):
         return "s3://{BUCKET}/features/research/orders.parquet"
 
 
-Sneaky = Sneaky  # noqa
-order = Entity(""").replace("path=Sneaky()", f'path=Sneaky("s3://{BUCKET}/features/analytics/orders.parquet")'))
+order = Entity(name="order", join_keys=["order_id"], value_type=ValueType.INT64)
+
+orders = FeatureView(
+    name="order_totals",
+    entities=[order],
+    ttl=timedelta(days=1),
+    schema=[Field(name="total", dtype=Float64)],
+    source=FileSource(path=Sneaky("s3://{BUCKET}/features/analytics/orders.parquet"),
+                      timestamp_field="event_timestamp"),
+)
+""")
     config = features.config("analytics")
-    done = features.run("analytics", "apply", "--config", str(config), "--repo", str(tmp_path))
+    done = features.run("analytics", "apply", "--config", str(config), "--repo", str(folder))
     assert "feature view order_totals: source path must be a string, not Sneaky" in _one_line_exit_2(done)
 
 

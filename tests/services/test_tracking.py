@@ -230,40 +230,41 @@ def test_a_tampered_shard_is_refused_at_resume_with_its_name(tracking, trained, 
     assert f"train: error: {tampered}: does not match dataset {trained['version'].id}" in refused.stderr
 
 
+def _processes() -> list[tuple[int, int, str]]:
+    """(pid, parent pid, command line) of every process on the machine, from /proc."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue  # /proc/self, /proc/meminfo, ...
+        try:
+            # The parent is the 2nd field after the command's closing parenthesis.
+            parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue  # gone
+        found.append((int(entry.name), parent, command))
+    return found
+
+
 def test_no_process_of_the_server_has_the_database_password_on_its_command_line(tracking):
     """Any user of the node can read a process's command line (/proc/<pid>/cmdline, `ps`);
     the server's processes take the database URI from their environment."""
-    from pathlib import Path
-
-    commands = []
-    for entry in Path("/proc").iterdir():
-        try:
-            commands.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except (OSError, ValueError):
-            continue  # not a process, or gone
+    commands = [command for _, _, command in _processes()]
     assert any("mlflow server" in c for c in commands)  # the server runs
     assert len(tracking.postgres.password) >= 16
     assert [c for c in commands if tracking.postgres.password in c] == []
 
 
 def _descendants(pid: int) -> list[str]:
-    """The command lines of every process under pid, from /proc."""
-    from pathlib import Path
-
-    parents: dict[int, list[tuple[int, str]]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue  # /proc/self, /proc/meminfo, ...
-        try:
-            # The parent is the 2nd field after the command's closing parenthesis.
-            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError, IndexError):
-            continue  # not a process, or gone
-        parents.setdefault(ppid, []).append((int(entry.name), command))
+    """The command lines of every process under pid."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for child, parent, command in _processes():
+        children.setdefault(parent, []).append((child, command))
     found, todo = [], [pid]
     while todo:
-        for child, command in parents.get(todo.pop(), []):
+        for child, command in children.get(todo.pop(), []):
             found.append(command)
             todo.append(child)
     return found
