@@ -239,7 +239,9 @@ def _mirror(args: argparse.Namespace) -> int:
         print(f"mlplat: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     progress(f"{environment}: {len(artifacts)} artifact(s) of the plan; asking {args.registry} what it holds")
-    signal.signal(signal.SIGTERM, _interrupt)  # a cancelled CI job: stop as on Ctrl-C
+    # A cancelled CI job: stop as on Ctrl-C. The caller's handler comes back afterwards, so
+    # a process that runs the command in-process is not left raising on its own SIGTERM.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         # Sources in ECR (the region's EKS add-on registry) take ECR's login, which the
         # deployer's AWS credentials give: no `skopeo login` step of its own.
@@ -256,6 +258,8 @@ def _mirror(args: argparse.Namespace) -> int:
         print("mlplat: mirror interrupted; run it again to resume (artifacts in place are skipped, and blobs "
               "already sent are not sent again)", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(summary_text(summary, args.registry, args.dry_run))
     return EXIT_OK
 

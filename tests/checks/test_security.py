@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from tests.checks import security
 from tests.checks.security import Acceptance, Finding, ScanError, affects, judge, load_accepted
+from tests.services.oci import closed_port
 
 REPO = Path(__file__).resolve().parents[2]
 TODAY = dt.date.today()
@@ -209,10 +209,9 @@ def test_the_command_says_a_malformed_file_in_one_line_and_exits_2(tmp_path):
 
 def test_an_advisory_service_that_cannot_be_reached_is_one_line_and_exit_2(planted, tmp_path):
     _, pins = planted
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1/query"
-    done = run_cli("--advisories", "osv", "--osv-url", url, "--requirements", str(pins), "--code", str(tmp_path))
+    with closed_port() as port:  # bound, never listening: every connection is refused
+        url = f"http://127.0.0.1:{port}/v1/query"
+        done = run_cli("--advisories", "osv", "--osv-url", url, "--requirements", str(pins), "--code", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and f"{url} could not be reached" in done.stderr, done.stderr
 

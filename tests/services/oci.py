@@ -43,6 +43,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A local port that refuses every connection while the block runs: bound, never
+    listening. A port merely freed is not that: another test's server can take it, and a
+    client connecting to it can be handed the same port as its own source and so talk to
+    itself (a TCP self-connect); either answers instead of refusing."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
 @dataclass
 class Registry:
     """One running registry; `host` is `127.0.0.1:<port>`, `root` its storage."""

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import pytest
 from helm_python import chart as helm_chart
@@ -20,7 +21,7 @@ from infra import cli
 from infra.skopeo import Skopeo
 from infra.versions import Chart, Image
 from tests.conftest import REPO
-from tests.services.oci import chart_repository, package_chart, push_chart, push_image
+from tests.services.oci import chart_repository, closed_port, package_chart, push_chart, push_image
 
 pytestmark = pytest.mark.slow
 
@@ -256,14 +257,19 @@ def test_a_registry_in_another_region(capsys):
 
 
 def test_an_unreachable_registry_names_the_host_and_how_to_log_in(tmp_path, registries, monkeypatch, capsys):
-    upstream, mirror = registries
+    upstream, _ = registries
     built = push_image(tmp_path / "a", upstream, "kueue/kueue:v1", "kueue")
     images = [Image("kueue", f"{upstream.host}/kueue/kueue", "v1", built.digest)]
-    mirror.stop()  # nothing answers on its port now
 
-    code, _, err = _mirror(monkeypatch, capsys, upstream, mirror, images)
+    handler = signal.getsignal(signal.SIGTERM)
+
+    with closed_port() as port:  # nothing answers there, and nothing else can take the port meanwhile
+        mirror = SimpleNamespace(host=f"127.0.0.1:{port}")
+        code, _, err = _mirror(monkeypatch, capsys, upstream, mirror, images)
 
     line = _one_line(err)
-    assert code == 2
+    assert code == 2, err
+    # Run in-process, the command leaves the caller's SIGTERM handler as it found it.
+    assert signal.getsignal(signal.SIGTERM) is handler
     assert line.startswith(f"mlplat: error: cannot reach registry {mirror.host} (")
     assert line.endswith(f"log in with `skopeo login {mirror.host}` (REGISTRY_AUTH_FILE names the file it writes)")

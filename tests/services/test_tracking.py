@@ -15,7 +15,7 @@ import boto3
 import pytest
 import requests
 
-from tests.services.oci import free_port
+from tests.services.oci import closed_port
 from tests.services.tracking import aws_env
 from tests.workloads.launch import events, python_module, torchrun
 from workloads.train import dataset_version as dv
@@ -200,12 +200,13 @@ def test_an_unknown_model_or_version_is_one_line(tracking, trained, as_tenant, u
 
 
 def test_an_unreachable_server_is_one_line_before_any_step(tracking, trained, monkeypatch, tmp_path):
-    dead = f"http://127.0.0.1:{free_port()}"
-    for key, value in {**aws_env(tracking.s3), "MLFLOW_TRACKING_URI": dead}.items():
-        monkeypatch.setenv(key, value)
-    train = python_module("workloads.train", "--data", str(trained["shards"]), "--model", "tiny", "--precision",
-                          "fp32", "--max-steps", "1", "--metrics", str(tmp_path / "m.jsonl"))
-    lineage = python_module("workloads.tracking", "lineage", f"models:/{MODEL}/1")
+    with closed_port() as port:  # bound, never listening: every connection is refused
+        dead = f"http://127.0.0.1:{port}"
+        for key, value in {**aws_env(tracking.s3), "MLFLOW_TRACKING_URI": dead}.items():
+            monkeypatch.setenv(key, value)
+        train = python_module("workloads.train", "--data", str(trained["shards"]), "--model", "tiny", "--precision",
+                              "fp32", "--max-steps", "1", "--metrics", str(tmp_path / "m.jsonl"))
+        lineage = python_module("workloads.tracking", "lineage", f"models:/{MODEL}/1")
     for result in (train, lineage):
         assert result.returncode == 2
         assert f"tracking server {dead} is unreachable" in result.stderr

@@ -7,10 +7,12 @@ as a command that runs; and the steps after it held back by anything but a promo
 from __future__ import annotations
 
 import shlex
+from contextlib import ExitStack
 from types import SimpleNamespace
 
 import pytest
 
+from tests.services.oci import closed_port
 from workloads.pipeline import canary, steps
 from workloads.pipeline.steps import STEPS, _canaried
 
@@ -198,15 +200,14 @@ def _reader(url: str) -> canary.Rollouts:
     (None, canary.Unavailable, "the API server is unreachable: "),
 ])
 def test_the_kubernetes_clients_answers_are_a_verdict_a_wait_or_one_line(status, error, said):
-    if status is None:
-        from tests.services.oci import free_port
-
-        url = f"http://127.0.0.1:{free_port()}"  # a port just freed: nothing listens
-    else:
-        server = _ApiServer(status)
-        url = server.url
-    reader = _reader(url)
-    try:
+    with ExitStack() as held:
+        if status is None:
+            url = f"http://127.0.0.1:{held.enter_context(closed_port())}"  # bound, never listening: refuses
+        else:
+            server = _ApiServer(status)
+            held.callback(server.server.shutdown)
+            url = server.url
+        reader = _reader(url)
         if error is None:
             assert canary.verdict(*reader.read(), 2)[0] == "promoted"
             return
@@ -214,6 +215,3 @@ def test_the_kubernetes_clients_answers_are_a_verdict_a_wait_or_one_line(status,
             reader.read()
         assert str(raised.value).startswith(said) and "\n" not in str(raised.value)
         assert type(raised.value) is error
-    finally:
-        if status is not None:
-            server.server.shutdown()
