@@ -110,6 +110,36 @@ def test_half_a_standard_deviation_in_one_of_20_mixed_columns_is_found_at_500_ro
         assert [c.column for c in verdict.drifted] == ["normal0"], [c.as_dict() for c in verdict.drifted]
 
 
+@pytest.mark.parametrize("rows", [MIN_ROWS, 2000], ids=["p-values", "distances"])
+def test_a_judgment_draws_no_plots_and_says_what_it_says_with_them(monkeypatch, rows):
+    """Evidently's plots are switched off while it judges (most of a judgment's CPU); the
+    verdict is the one Evidently gives with its plots drawn, and its drawing is put back."""
+    import contextlib
+
+    import plotly.graph_objs as go
+    from evidently.metrics.column_statistics import ValueDriftCalculation
+
+    from workloads.monitor import drift
+
+    rng = np.random.default_rng([5, rows])
+    reference, current = mixed(rng, rows), mixed(rng, rows, shift=0.5)
+    figures = []
+    make = go.Figure.__init__
+
+    def counted(self, *args, **kwargs):
+        figures.append(1)
+        make(self, *args, **kwargs)
+
+    monkeypatch.setattr(go.Figure, "__init__", counted)
+    render = ValueDriftCalculation.__dict__["_render"]
+    quiet = judge(reference, current)
+    assert figures == [] and ValueDriftCalculation.__dict__["_render"] is render
+    monkeypatch.setattr(drift, "_without_plots", contextlib.nullcontext)
+    drawn = judge(reference, current)
+    assert figures  # Evidently drew them this time
+    assert quiet.as_dict() == drawn.as_dict() and quiet.drift
+
+
 def test_holm_holds_each_p_value_to_its_rank():
     # 0.001 <= 0.05/4 and 0.013 <= 0.05/3 are rejected; 0.03 > 0.05/2 stops the steps, so
     # 0.04, under 0.05 on its own, is not.
