@@ -259,7 +259,8 @@ def _mirror(args: argparse.Namespace) -> int:
               "already sent are not sent again)", file=sys.stderr)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGTERM, previous)
     print(summary_text(summary, args.registry, args.dry_run))
     return EXIT_OK
 

@@ -205,6 +205,7 @@ def test_the_kubernetes_clients_answers_are_a_verdict_a_wait_or_one_line(status,
             url = f"http://127.0.0.1:{held.enter_context(closed_port())}"  # bound, never listening: refuses
         else:
             server = _ApiServer(status)
+            held.callback(server.server.server_close)  # after the shutdown below: callbacks run last first
             held.callback(server.server.shutdown)
             url = server.url
         reader = _reader(url)

@@ -38,6 +38,7 @@ import errno
 import math
 import os
 import stat
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,7 +53,9 @@ from workloads.monitor.alarm import ALPHA
 # benchmark (bench/drift.py: 1,000,000 rows x 20 float64 columns, both samples) peaks under
 # 2 GB; these keep a sample within that order.
 MAX_ROWS = 1_000_000  # per sample (--max-rows)
-MAX_COLUMNS = 100  # per file, counted as Parquet stores them (--max-columns): Evidently takes ~0.01 s a column at 300 rows
+# Per file, counted as Parquet stores them (--max-columns): judging takes ~0.13 s a column at
+# 50,000 rows, more with more rows.
+MAX_COLUMNS = 100
 MAX_SAMPLE_BYTES = 256 << 20  # the judged columns once read: 1M x 20 float64 is 160 MB
 MAX_FILE_BYTES = 4 << 30  # a larger file is not a sample of at most MAX_SAMPLE_BYTES
 MAX_FOOTER_BYTES = 16 << 20  # the footer (schema, row groups) is parsed whole: a 100-column file's is kilobytes
@@ -164,22 +167,29 @@ def _no_plots(*_: Any) -> list:
     return []
 
 
+_PLOTS = threading.Lock()  # one swap at a time: a second judge must not save _no_plots as Evidently's
+
+
 @contextmanager
 def _without_plots() -> Iterator[None]:
     """Evidently draws each column's plots (plotly figures) as it computes its score, for its
     HTML report: 20 columns took 0.82 CPU-s at 300 rows and 4.2 at 50,000 with them, 0.17
-    and 2.7 without.
-    Nothing here shows them: the verdict is read from the numbers (`snapshot.dict()`), and
-    no widget is what Evidently itself keeps for a metric it does not draw. Put back after,
-    for anything else in the process that wants Evidently's report."""
+    and 2.7 without. Nothing here shows them: the verdict is read from the numbers
+    (`snapshot.dict()`). The stand-in returns an empty list, not None: on None Evidently
+    draws a default widget instead. Put back after, for anything else in the process that
+    wants Evidently's report; an Evidently without the method is left to draw."""
     from evidently.metrics.column_statistics import ValueDriftCalculation
 
-    drawn = ValueDriftCalculation.__dict__["_render"]
-    ValueDriftCalculation._render = _no_plots
-    try:
-        yield
-    finally:
-        ValueDriftCalculation._render = drawn
+    with _PLOTS:
+        drawn = ValueDriftCalculation.__dict__.get("_render")
+        if drawn is None:
+            yield
+            return
+        ValueDriftCalculation._render = _no_plots
+        try:
+            yield
+        finally:
+            ValueDriftCalculation._render = drawn
 
 
 def judge(reference: Any, current: Any, not_judged: list[NotJudged] | None = None) -> Verdict:
