@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import http.client
 import http.server
 import io
 import json
@@ -19,6 +20,7 @@ import subprocess
 import tarfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,13 +94,18 @@ def start_registry(folder: Path) -> Registry:
     process = subprocess.Popen([REGISTRY_BINARY, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
+        # Ready when the registry's API answers as the registry: a bare connection could be
+        # another server that took the port first, or a TCP self-connect while nothing listens.
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1) as answer:
+                ours = answer.headers.get("Docker-Distribution-Api-Version") == "registry/2.0"
+        except (OSError, http.client.HTTPException):
+            ours = False
+        if ours and process.poll() is None:
             return Registry(f"127.0.0.1:{port}", folder / "data", process)
-        except OSError:
-            if process.poll() is not None:
-                break
-            time.sleep(0.05)
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
     process.kill()
     raise RuntimeError(f"docker-registry did not start: {(folder / 'registry.log').read_text()[-500:]}")
 
