@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import os
+import pickle
+import shutil
 import sys
+import tempfile
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -61,12 +67,53 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
+# Where the workers of one run share their previews (`preview`): a folder the run's first
+# process makes (the controller, under xdist), which its workers inherit through the
+# environment and which it removes when the run ends.
+SHARED_PREVIEWS = "MLPLAT_TEST_PREVIEWS"
+_made_previews: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # a run of its own, even one a test started
+        os.environ[SHARED_PREVIEWS] = tempfile.mkdtemp(prefix="mlplat-previews-")
+        _made_previews.append(os.environ[SHARED_PREVIEWS])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _made_previews:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _shared(key: str, make: Callable[[], Any]) -> Any:
+    """`make()`, once for all the workers of the run: the first to ask makes it and leaves
+    it pickled in the run's folder, under a lock the others wait on; they load it. Each
+    process still holds its own copy, as it did when each made its own."""
+    folder = os.environ.get(SHARED_PREVIEWS)
+    if not folder or not os.path.isdir(folder):
+        return make()
+    path = Path(folder) / f"{key}.pickle"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        made = make()
+        part = path.with_suffix(".part")
+        part.write_bytes(pickle.dumps(made))
+        part.replace(path)
+        return made
+
+
 @cache
 def preview(stack: str, device_plugin_mode: str | None = None):
-    """One offline preview per stack (and device-plugin mode) per test session: the program
-    under mocks, charts rendered, judged by the real pack process; tests read what the
-    engine received from it. A cluster layer's StackReference reads its cloud layer's
-    preview outputs, as `pulumi up` of both in order would."""
+    """One offline preview per stack (and device-plugin mode) per test run, shared by its
+    workers: the program under mocks, charts rendered, judged by the real pack process;
+    tests read what the engine received from it. A cluster layer's StackReference reads
+    its cloud layer's preview outputs, as `pulumi up` of both in order would."""
+    return _shared(f"{stack}.{device_plugin_mode}", lambda: _preview(stack, device_plugin_mode))
+
+
+def _preview(stack: str, device_plugin_mode: str | None):
     from infra.config import CLUSTER_SUFFIX
     from infra.preview.engine import run_preview
 
