@@ -16,18 +16,30 @@ downloads, uv's and the rendered charts, XDG_CACHE_HOME in a scratch folder), in
 setup (`make setup services`, what `make test` runs first) and the tests. The system's
 services (skopeo, PostgreSQL, Redis...) are taken as installed. Results go to
 bench/results/make-test-time.json.
+
+Each part's CPU seconds (user and system, of every process `make` waited for) are recorded
+beside its wall time: the suite keeps both cores busy, so its time is its CPU seconds over
+two. The same work costs this machine up to a quarter more CPU seconds at one time than at
+another, so the record also holds a probe of its speed, before and after: the CPU seconds
+of `import torch` in a fresh process (best of 3), a cost the suite pays in each of its
+hundred-odd training processes. The record names the test files that took longest (summed
+over their tests, from pytest's JUnit report: each worker's share, so the sum is about
+twice the wall time on two workers).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
+from collections import Counter
 from datetime import date
 from pathlib import Path
 
@@ -42,6 +54,7 @@ MAKE_TEST_RESULTS = REPO / "bench" / "results" / "make-test-time.json"
 # A reader's shell has none of these; a run started from `make` or pytest would pass them on.
 DROPPED_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "VIRTUAL_ENV", "ENV")
 SMOKE_PATH = "tests/unit/test_catalog.py"
+SLOWEST_FILES = 10
 
 
 def suite(tree: Path, paths: list[str]) -> tuple[float, str]:
@@ -56,6 +69,36 @@ def suite(tree: Path, paths: list[str]) -> tuple[float, str]:
     return seconds, summary
 
 
+def children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def speed_probe() -> float:
+    """CPU seconds of `import torch` in a fresh process of this checkout's interpreter, the
+    best of 3: the machine's speed at the time, in the suite's commonest cost."""
+    spent = []
+    for _ in range(3):
+        before = children_cpu_s()
+        subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", "import torch"], check=True)
+        spent.append(children_cpu_s() - before)
+    return round(min(spent), 2)
+
+
+def slowest_files(junit: Path) -> dict[str, float]:
+    """The test files that took longest, summed over their tests (setup and teardown in)."""
+    spent: Counter[str] = Counter()
+    if not junit.is_file():  # the suite never started
+        return {}
+    for case in ET.parse(junit).iter("testcase"):
+        # classname is the file's module path, with the class after it for a test in a class
+        parts = (case.get("classname") or "").split(".")
+        while len(parts) > 1 and not parts[-1].startswith("test_"):
+            parts.pop()
+        spent["/".join(parts) + ".py"] += float(case.get("time") or 0)
+    return {name: round(seconds, 1) for name, seconds in spent.most_common(SLOWEST_FILES)}
+
+
 def make_test(commit: str) -> dict:
     """`make test` on a fresh clone of `commit`: the setup's and the tests' seconds, and
     pytest's summary line."""
@@ -66,12 +109,15 @@ def make_test(commit: str) -> dict:
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(clone)], check=True)
         subprocess.run(["git", "-C", str(clone), "checkout", "-q", "--detach", commit], check=True)
         seconds: dict[str, float] = {}
+        cpu: dict[str, float] = {}
         for part, command in (("setup", ["make", "--no-print-directory", "-j3", "setup", "services"]),
-                              ("tests", ["make", "--no-print-directory", "test"])):
-            started = time.perf_counter()
+                              ("tests", ["make", "--no-print-directory", "test",
+                                         f"PYTEST_ARGS=--junitxml={caches / 'junit.xml'}"])):
+            started, used = time.perf_counter(), children_cpu_s()
             done = subprocess.run(command, cwd=clone, env=env, capture_output=True, text=True)
             seconds[part] = time.perf_counter() - started
-            print(f"  {part}: {seconds[part]:.1f} s")
+            cpu[part] = children_cpu_s() - used
+            print(f"  {part}: {seconds[part]:.1f} s, {cpu[part]:.0f} CPU-s")
             if done.returncode != 0 and part == "setup":
                 tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
                 raise SystemExit(f"{' '.join(command)} failed in the clone of {commit}:\n" + "\n".join(tail))
@@ -80,12 +126,15 @@ def make_test(commit: str) -> dict:
         summary = next((line.strip("= ") for line in reversed(lines) if " in " in line and line.startswith("=")),
                        "(no summary)")
         failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+        slowest = slowest_files(caches / "junit.xml")
     finally:
         shutil.rmtree(clone, ignore_errors=True)
         shutil.rmtree(caches, ignore_errors=True)
     return {"setup_s": round(seconds["setup"], 1), "tests_s": round(seconds["tests"], 1),
-            "total_s": round(seconds["setup"] + seconds["tests"], 1), "summary": summary, "passed": done.returncode == 0,
-            "failed": failed}
+            "total_s": round(seconds["setup"] + seconds["tests"], 1),
+            "setup_cpu_s": round(cpu["setup"]), "tests_cpu_s": round(cpu["tests"]),
+            "tests_cores_busy": round(cpu["tests"] / seconds["tests"], 2),
+            "summary": summary, "passed": done.returncode == 0, "failed": failed, "slowest_files_s": slowest}
 
 
 def main() -> None:
@@ -104,15 +153,19 @@ def main() -> None:
                                 capture_output=True, text=True).stdout.strip()
         machine = record()
         print(f"make test on a fresh clone of {commit}, on {describe(machine)}, {date.today()}")
+        probe = [speed_probe()]
+        print(f"  import torch: {probe[0]:.2f} CPU-s")
         times = make_test(commit)
+        probe.append(speed_probe())
         machine = finish(machine)
         print(f"make test: {times['total_s']:.0f} s ({times['setup_s']:.0f} s setup, {times['tests_s']:.0f} s "
-              f"tests): {times['summary']}")
+              f"tests, {times['tests_cpu_s']} CPU-s, {times['tests_cores_busy']} cores busy): {times['summary']}")
+        print(f"  import torch: {probe[1]:.2f} CPU-s (the machine's speed, before and after: {probe})")
         options.write(options.output(args, MAKE_TEST_RESULTS), {
             "machine": describe(machine), "cpu": machine, "date": str(date.today()),
             "measured": "make test on a fresh git clone: new virtualenvs, empty pip, uv and render caches, system "
                         "services installed",
-            "commit": commit, **times})
+            "commit": commit, **times, "import_torch_cpu_s": probe})
         if not times["passed"]:
             raise SystemExit("make test failed:\n" + "\n".join(times["failed"]))
         return

@@ -1,0 +1,41 @@
+"""What bench/test_time.py --make-test records beside the wall time: the slowest test files,
+from pytest's JUnit report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench.test_time import SLOWEST_FILES, slowest_files  # noqa: E402
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest">
+  <testcase classname="tests.services.test_pipeline" name="test_golden_path" time="120.5"/>
+  <testcase classname="tests.services.test_pipeline" name="test_crash" time="100.0"/>
+  <testcase classname="tests.unit.test_config.TestStacks" name="test_one" time="2.25"/>
+  <testcase classname="tests.unit.test_config.TestStacks" name="test_two" time="0.25"/>
+  <testcase classname="tests.unit.test_config" name="test_three" time="1"/>
+  <testcase classname="tests.workloads.serve.test_export" name="test_parity" time="30"/>
+</testsuite></testsuites>
+"""
+
+
+def test_the_slowest_files_are_summed_per_file_classes_folded_in(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT)
+    assert slowest_files(junit) == {"tests/services/test_pipeline.py": 220.5,
+                                    "tests/workloads/serve/test_export.py": 30.0,
+                                    "tests/unit/test_config.py": 3.5}
+    # Only the slowest are kept, slowest first.
+    many = "".join(f'<testcase classname="tests.unit.test_{i:02d}" name="t" time="{i}"/>' for i in range(30))
+    junit.write_text(f"<testsuites><testsuite>{many}</testsuite></testsuites>")
+    kept = slowest_files(junit)
+    assert list(kept) == [f"tests/unit/test_{i:02d}.py" for i in range(29, 29 - SLOWEST_FILES, -1)]
+
+
+def test_a_suite_that_never_started_has_no_slowest_files(tmp_path):
+    assert slowest_files(tmp_path / "junit.xml") == {}
+
