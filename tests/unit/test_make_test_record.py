@@ -1,8 +1,10 @@
-"""What bench/test_time.py --make-test records beside the wall time: the slowest test files,
-from pytest's JUnit report."""
+"""What bench/test_time.py --make-test records beside the wall time: the slowest test files
+from pytest's JUnit report, and the CPU seconds, which cannot exceed what the machine's cores
+give in that time."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -39,3 +41,12 @@ def test_the_slowest_files_are_summed_per_file_classes_folded_in(tmp_path):
 def test_a_suite_that_never_started_has_no_slowest_files(tmp_path):
     assert slowest_files(tmp_path / "junit.xml") == {}
 
+
+
+def test_the_recorded_cpu_fits_the_machines_cores():
+    record = json.loads((REPO / "bench" / "results" / "make-test-time.json").read_text())
+    cores = record["cpu"]["cores"]
+    assert 0 < record["tests_cpu_s"] <= cores * record["tests_s"] * 1.02
+    assert abs(record["tests_cores_busy"] - record["tests_cpu_s"] / record["tests_s"]) < 0.01
+    assert all(0 < s < 10 for s in record["import_torch_cpu_s"]) and len(record["import_torch_cpu_s"]) == 2
+    assert record["slowest_files_s"] and all(name.startswith("tests/") for name in record["slowest_files_s"])
