@@ -42,7 +42,6 @@ def test_a_suite_that_never_started_has_no_slowest_files(tmp_path):
     assert slowest_files(tmp_path / "junit.xml") == {}
 
 
-
 def test_the_recorded_cpu_fits_the_machines_cores():
     record = json.loads((REPO / "bench" / "results" / "make-test-time.json").read_text())
     cores = record["cpu"]["cores"]
