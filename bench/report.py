@@ -199,8 +199,8 @@ def table(plots: Path = PLOTS) -> str:
         sections.append((rows, "", _machine(data)))
     if (data := load("make-test-time")) is not None:
         # The CPU seconds and the machine's speed where the record has them (older ones do not).
-        spent = (f"; {data['tests_cpu_s']:,} CPU-s, import torch {'/'.join(map(str, data['import_torch_cpu_s']))} "
-                 "CPU-s" if "import_torch_cpu_s" in data else "")
+        spent = (f"; {data['tests_cpu_s']:,} CPU-s; import torch {' -> '.join(map(str, data['import_torch_cpu_s']))} "
+                 "CPU-s before -> after" if "import_torch_cpu_s" in data else "")
         rows = [[f"make test on a fresh clone of {data['commit']}: new virtualenvs, empty caches",
                  f"{data['total_s'] / 60:.1f} min ({data['setup_s']:.0f} s setup, {data['tests_s']:.0f} s tests{spent})",
                  "<= 12 min"]]

@@ -88,14 +88,18 @@ def speed_probe() -> float:
 def slowest_files(junit: Path) -> dict[str, float]:
     """The test files that took longest, summed over their tests (setup and teardown in)."""
     spent: Counter[str] = Counter()
-    if not junit.is_file():  # the suite never started
+    try:
+        cases = list(ET.parse(junit).iter("testcase"))
+    except (OSError, ET.ParseError):  # the suite never started, or died writing it: the times still count
         return {}
-    for case in ET.parse(junit).iter("testcase"):
-        # classname is the file's module path, with the class after it for a test in a class
-        parts = (case.get("classname") or "").split(".")
+    for case in cases:
+        # classname is the file's module path, with the class after it for a test in a class;
+        # a file that failed to collect has none
+        parts = [p for p in (case.get("classname") or "").split(".") if p]
         while len(parts) > 1 and not parts[-1].startswith("test_"):
             parts.pop()
-        spent["/".join(parts) + ".py"] += float(case.get("time") or 0)
+        if parts:
+            spent["/".join(parts) + ".py"] += float(case.get("time") or 0)
     return {name: round(seconds, 1) for name, seconds in spent.most_common(SLOWEST_FILES)}
 
 

@@ -237,7 +237,7 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 states = []
 for conf, hours in json.loads(sys.argv[2]):
-    # The guard reads its interval when it runs, as the deployment's environment sets it.
+    # The guard reads its interval when it runs: each run gets its own.
     os.environ["MLPLAT_PIPELINE_MIN_INTERVAL_H"] = hours
     # Every step marked done without running: only the guard runs.
     run = module.golden.test(run_conf=conf, mark_success_pattern=r"(?!guard$).*")

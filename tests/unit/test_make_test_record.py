@@ -38,8 +38,17 @@ def test_the_slowest_files_are_summed_per_file_classes_folded_in(tmp_path):
     assert list(kept) == [f"tests/unit/test_{i:02d}.py" for i in range(29, 29 - SLOWEST_FILES, -1)]
 
 
-def test_a_suite_that_never_started_has_no_slowest_files(tmp_path):
+def test_a_suite_that_never_started_or_died_writing_its_report_has_no_slowest_files(tmp_path):
     assert slowest_files(tmp_path / "junit.xml") == {}
+    (tmp_path / "junit.xml").write_text(JUNIT[:200])  # cut off mid-element
+    assert slowest_files(tmp_path / "junit.xml") == {}
+
+
+def test_a_file_that_failed_to_collect_is_left_out(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite><testcase classname="" name="tests.unit.test_broken" time="0.5"/>'
+                     '<testcase classname="tests.unit.test_ok" name="t" time="1"/></testsuite></testsuites>')
+    assert slowest_files(junit) == {"tests/unit/test_ok.py": 1.0}
 
 
 def test_the_recorded_cpu_fits_the_machines_cores():
