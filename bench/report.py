@@ -198,11 +198,10 @@ def table(plots: Path = PLOTS) -> str:
                  f"{data['base_s']:.0f} s -> {data['head_s']:.0f} s ({data['added_s']:+.0f} s)", "render check <= +60 s"]]
         sections.append((rows, "", _machine(data)))
     if (data := load("make-test-time")) is not None:
-        # The CPU seconds and the machine's speed where the record has them (older ones do not).
-        spent = (f"; {data['tests_cpu_s']:,} CPU-s; import torch {' -> '.join(map(str, data['import_torch_cpu_s']))} "
-                 "CPU-s before -> after" if "import_torch_cpu_s" in data else "")
+        probe = " -> ".join(map(str, data["import_torch_cpu_s"]))
         rows = [[f"make test on a fresh clone of {data['commit']}: new virtualenvs, empty caches",
-                 f"{data['total_s'] / 60:.1f} min ({data['setup_s']:.0f} s setup, {data['tests_s']:.0f} s tests{spent})",
+                 f"{data['total_s'] / 60:.1f} min ({data['setup_s']:.0f} s setup, {data['tests_s']:.0f} s tests; "
+                 f"{data['tests_cpu_s']:,} CPU-s; import torch {probe} CPU-s before -> after)",
                  "<= 12 min"]]
         sections.append((rows, "", _machine(data)))
     if (data := load("policy")) is not None:
