@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,17 +42,12 @@ sys.path.insert(0, str(REPO))
 from bench import options  # noqa: E402
 from bench.machine import describe, finish, record  # noqa: E402
 from bench.serve import export_model, median_run, smb_settings  # noqa: E402
+from tests.services.oci import free_port  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "serve-server.json"
 MLSERVER = REPO / ".venv-mlserver" / "bin" / "mlserver"
 MEASURED = ("through a real server: MLServer 1.7.1 (KServe v2 gRPC) in its own process, ONNX Runtime CPU runtime, "
             "clients over loopback gRPC in another process on the same cores")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Served:

@@ -13,6 +13,7 @@ import http.server
 import io
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -39,8 +40,38 @@ def require_tools() -> None:
         pytest.fail(f"{', '.join(missing)} not found: {INSTALL}", pytrace=False)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
+# Where free_port() looks: from here to the start of the kernel's ephemeral range.
+PORTS_FROM = 10000
+
+
+def ephemeral_range(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """The ports the kernel hands out by itself (bind to port 0, a client's source port)."""
+    try:
+        low, high = (int(field) for field in path.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
+def free_port(ephemeral: tuple[int, int] | None = None) -> int:
+    """A local port, free now, for a server a test is about to start on it.
+
+    Not one from binding port 0: that is drawn from the ephemeral range, the same range every
+    outgoing connection draws its source port from, and between this call and the server's
+    own bind a client in another test could take it (the server then fails to start). Below
+    that range the kernel hands out nothing by itself; only explicit binds take a port there,
+    and the servers' ports are drawn at random from thousands."""
+    low, _ = ephemeral or ephemeral_range()
+    draw = random.SystemRandom()
+    for _ in range(200 if low - PORTS_FROM >= 1000 else 0):
+        port = draw.randrange(PORTS_FROM, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # taken, or in TIME_WAIT
+                continue
+        return port
+    with socket.socket() as sock:  # a machine whose ephemeral range starts low: the old way
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
