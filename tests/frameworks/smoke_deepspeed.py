@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -24,15 +23,10 @@ sys.path.insert(0, str(REPO))
 
 from components.training_spec import deepspeed_jobset  # noqa: E402
 from tests.component.test_training_job import PLAN  # noqa: E402
+from tests.services.oci import free_port  # noqa: E402
 
 WORKER = REPO / "tests" / "frameworks" / "deepspeed_worker.py"
 LINE = re.compile(r"rank=(\d+) world=2 master=\S+ first_loss=(\S+) last_loss=(\S+) same_params=(True|False)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def local_command(venv: Path) -> list[str]:
