@@ -71,7 +71,7 @@ def free_port(ephemeral: tuple[int, int] | None = None) -> int:
             except OSError:  # taken, or in TIME_WAIT
                 continue
         return port
-    with socket.socket() as sock:  # a machine whose ephemeral range starts low: the old way
+    with socket.socket() as sock:  # an ephemeral range that starts too low to draw below: the kernel picks
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
