@@ -27,6 +27,10 @@ NAME = "request-logger"
 PREFIX = "request-logs"
 EXT_PROC_PORT = 9002  # where the gateway streams requests with their responses (log_outputs)
 TENANT_HEADER = "x-mlplat-tenant"  # set by the gateway from the token's tenant claim
+# The kubelet kills the pod this long after SIGTERM; the logger is told to be gone STOP_MARGIN_S
+# sooner, its last write included, so that what it could not write it says rather than loses.
+GRACE_S = 60
+STOP_MARGIN_S = 10
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ def command(plan: RequestLogPlan) -> list[str]:
             "--prefix", PREFIX, "--kms-key", plan.kms_key_arn, *marked,
             *(["--allow-personal"] if plan.allow_personal else []),
             "--grpc-port", str(GRPC_PORT), "--http-port", str(HTTP_PORT),
+            "--stop-within", str(GRACE_S - STOP_MARGIN_S),
             *(["--ext-proc-port", str(EXT_PROC_PORT), "--sample-percent", f"{plan.sample_percent:g}"]
               if plan.log_outputs else [])]
 
@@ -116,8 +121,8 @@ def deployment(plan: RequestLogPlan) -> dict[str, Any]:
                 "securityContext": POD_SECURITY,
                 "containers": [container],
                 "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
-                # SIGTERM writes what the pod holds; the upload takes seconds.
-                "terminationGracePeriodSeconds": 60,
+                # SIGTERM writes what the pod holds, within --stop-within (command()).
+                "terminationGracePeriodSeconds": GRACE_S,
             }},
         },
     }

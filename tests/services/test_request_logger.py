@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 
-from tests.services.oci import free_port
+from tests.services.oci import closed_port, free_port
 from tests.services.tracking import REGION, REPO, require_tracking, start_moto, wait_http
 
 BUCKET = "mlplat-test-datasets"
@@ -132,3 +133,52 @@ def test_rows_are_written_while_it_runs(s3):
         assert len(rows) == 2
     finally:
         stop(process)
+
+
+@pytest.mark.parametrize("under_way", [False, True], ids=["rows-held", "a-write-under-way"])
+def test_a_stop_ends_within_its_time_when_s3_takes_the_write_and_never_answers(s3, under_way):
+    """S3 takes the connection and the rows and never answers. botocore alone waits out three
+    attempts of up to 16 s each (49 s measured), and a write already under way in a request's
+    thread holds the rows until its own end (95 s measured): past the pod's 60 s grace period,
+    where the kubelet kills it with the rows. The logger is gone within --stop-within instead,
+    saying what it lost."""
+    _, env, key = s3
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(64)  # the kernel completes each connection and keeps what is sent; no one answers
+        silent = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{hole.getsockname()[1]}"}
+        process, grpc_port, http_port = start_logger(silent, key, "--stop-within", "6",
+                                                     *(["--max-rows", "1"] if under_way else []))
+        if under_way:  # a full batch: the request's own thread writes it, and waits on S3
+            with pytest.raises(requests.exceptions.Timeout):
+                requests.post(f"http://127.0.0.1:{http_port}/v2/models/gpt/infer", timeout=2, json={"inputs": [
+                    {"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [[8, 8, 8]]}]})
+        else:
+            send_grpc(grpc_port, np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int64))
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            pytest.fail("the logger was still writing to an S3 that does not answer 40 s after SIGTERM")
+        took = time.monotonic() - started
+    err = process.stderr.read()
+    assert code == 1 and took < 6 + 4, (code, took, err[-3000:])
+    lost = "1 row held is" if under_way else "2 rows held are"
+    assert f"S3 did not answer within 6 s of the stop; {lost} lost with the pod" in err, err[-3000:]
+
+
+def test_a_last_write_that_fails_says_the_rows_are_lost(s3):
+    """S3 refuses the connection: the last write fails inside the time, and says that what it
+    held goes with the pod (no next try comes)."""
+    _, env, key = s3
+    with closed_port() as port:
+        process, grpc_port, _ = start_logger({**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}, key,
+                                             "--stop-within", "20")
+        send_grpc(grpc_port, np.array([[1, 2, 3]], dtype=np.int64))
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=40)
+    err = process.stderr.read().strip().splitlines()
+    assert code == 1 and err[-1].startswith("request logs not written; 1 row held is lost with the pod: "), err[-5:]

@@ -376,6 +376,17 @@ def test_the_logger_drops_personal_fields_and_writes_under_the_datasets_key():
     assert provider["claimToHeaders"] == [{"claim": "tenant", "header": "x-mlplat-tenant"}]
 
 
+def test_the_logger_is_told_to_stop_before_the_kubelet_kills_it():
+    """What the pod holds is written, or said lost, before SIGKILL: the rendered command, as the
+    logger's own parser reads it, stops sooner than the pod's grace period."""
+    from workloads.monitor.cli import parser
+
+    pod = rendered("prod-cluster", "Deployment", "request-logger")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    args = parser().parse_args(container["command"][3:])
+    assert 0 < args.stop_within <= pod["terminationGracePeriodSeconds"] - 5
+
+
 def test_request_logs_are_kept_only_as_long_as_the_stack_says():
     days = parse_config(raw_stack("prod"), "stacks/Pulumi.prod.yaml",
                         from_stack_file=True).inference.request_logging.retention_days

@@ -4,6 +4,8 @@ every field marked, derived features per sequence, Parquet batches by size and a
 from __future__ import annotations
 
 import io
+import threading
+import time
 from datetime import datetime, timezone
 
 import numpy as np
@@ -88,6 +90,32 @@ def test_the_logger_refuses_unmarked_fields(fields, message, capsys):
     args = ["log-requests", "--model", "gpt", "--bucket", "b"] + [a for f in fields for a in ("--field", f)]
     assert main(args) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("value, says", [
+    ("0", "0 is out of range"), ("-1", "-1 is out of range"), ("nan", "is not a finite number"),
+    ("inf", "is not a finite number"), ("3601", "3601 is out of range"), ("soon", "is not a finite number"),
+])
+def test_the_stop_budget_is_a_time_above_zero(value, says, capsys):
+    args = ["log-requests", "--model", "gpt", "--bucket", "b", "--field", "input_ids=plain", "--stop-within", value]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and "--stop-within" in err[-1] and says in err[-1], err
+
+
+def test_the_last_write_is_waited_for_until_the_deadline_and_no_longer():
+    from workloads.monitor.cli import within
+
+    assert within(5, lambda: True) is True and within(5, lambda: False) is False
+    release = threading.Event()
+    started = time.monotonic()
+    assert within(0.3, lambda: release.wait(30)) is None  # still writing: given up on
+    assert 0.3 <= time.monotonic() - started < 5
+    started = time.monotonic()
+    assert within(-1, lambda: release.wait(30)) is None  # the deadline passed already
+    assert time.monotonic() - started < 1
+    release.set()
 
 
 def test_a_dataset_read_from_lustre_is_read_from_the_bucket_it_mirrors():

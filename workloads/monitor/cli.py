@@ -29,10 +29,13 @@ import argparse
 import json
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workloads.arguments import whole
+from workloads.arguments import real, whole
 from workloads.inputs import InputError, shown
 from workloads.monitor.alarm import MIN_ROWS
 from workloads.monitor.drift import MAX_COLUMNS, MAX_ROWS
@@ -147,22 +150,48 @@ def _log_requests(args: argparse.Namespace, stopping: set) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     print(f"logging {args.model} requests to s3://{args.bucket}/{args.prefix}/{args.model}/ (gRPC {args.grpc_port}, "
           f"HTTP {args.http_port})", flush=True)
-    def flush() -> bool:
+
+    def lost() -> str:
+        held = batcher.held
+        return f"{held} row{'' if held == 1 else 's'} held {'is' if held == 1 else 'are'} lost with the pod"
+
+    def flush(last: bool = False) -> bool:
         try:
             sink.flush()
             return True
         except Exception as err:  # noqa: BLE001 - S3 unreachable or refusing: keep the rows, say so, go on
-            print(f"request logs not written yet (kept for the next try): {type(err).__name__}: "
-                  f"{str(err).splitlines()[0] if str(err) else ''}", file=sys.stderr, flush=True)
+            print(f"request logs not written{'; ' + lost() if last else ' yet (kept for the next try)'}: "
+                  f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", file=sys.stderr,
+                  flush=True)
             return False
 
     while signal.sigtimedwait(stopping, args.max_seconds) is None:
         flush()  # a quiet hour still writes what came in within the interval
-    grpc.stop(grace=5).wait()
+    # From here to exit within --stop-within, whatever S3 does: botocore bounds each attempt, not
+    # a write's retries and backoff together, and a write already under way in a request's thread
+    # holds the rows until it ends. The servers get a share of the time to finish what is in flight.
+    deadline = time.monotonic() + args.stop_within
+    grace = min(5.0, args.stop_within / 4)
+    grpc.stop(grace=grace).wait()
     if outputs is not None:
-        outputs.stop(grace=5).wait()
+        outputs.stop(grace=grace).wait()
     http.shutdown()
-    return 0 if flush() else 1
+    written = within(deadline - time.monotonic(), lambda: flush(last=True))
+    if written is None:
+        print(f"request logs not written: S3 did not answer within {args.stop_within:g} s of the stop; {lost()}",
+              file=sys.stderr, flush=True)
+        return 1
+    return 0 if written else 1
+
+
+def within(seconds: float, call: Callable[[], bool]) -> bool | None:
+    """call() in a thread of its own, waited for `seconds` at most: its answer, or None if it
+    has not ended (the thread is left behind; the process exits without waiting for it)."""
+    answers: list[bool] = []
+    worker = threading.Thread(target=lambda: answers.append(call()), name="last-write", daemon=True)
+    worker.start()
+    worker.join(max(seconds, 0.0))
+    return answers[0] if answers else None
 
 
 def drift_job(args: argparse.Namespace) -> int:
@@ -217,6 +246,9 @@ def parser() -> argparse.ArgumentParser:
                    help="share of the ext_proc streams kept (mirrored requests are sampled by the gateway)")
     r.add_argument("--max-rows", type=int, default=1000, help="rows per Parquet object at most")
     r.add_argument("--max-seconds", type=float, default=60.0, help="seconds a row waits to be written at most")
+    r.add_argument("--stop-within", type=real(0, 3600, above_low=True), default=50.0,
+                   help="seconds from SIGTERM to exit, the last write included (default 50: inside a pod's 60 s "
+                        "grace period); rows not written by then are lost, and the logger says how many")
     r.set_defaults(run=log_requests)
     j = verbs.add_parser("drift-job", help="the served version's logged requests against its training data")
     j.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"), required=

@@ -112,6 +112,11 @@ class Batcher:
     _since: float | None = None
     written: list[str] = field(default_factory=list)
 
+    @property
+    def held(self) -> int:
+        """Rows not written yet."""
+        return len(self._rows)
+
     def add(self, rows: Sequence[dict[str, Any]]) -> None:
         if not rows:
             return
@@ -137,8 +142,9 @@ def s3_putter(bucket: str, kms_key: str | None, client: Any = None) -> Callable[
     import boto3
     from botocore.config import Config
 
-    # Bounded so the flush on SIGTERM ends inside the pod's 60 s grace period even when S3 does
-    # not answer (botocore's defaults are 60 s per connect and per read, retried).
+    # Each attempt bounded (botocore's defaults are 60 s per connect and per read), three
+    # attempts at most: botocore's `max_attempts` counts the retries after the first. Their sum
+    # with the backoff has no bound of its own; the logger's stop has one (--stop-within).
     s3 = client or boto3.client("s3", config=Config(connect_timeout=5, read_timeout=15,
                                                     retries={"mode": "standard", "max_attempts": 2}))
 
