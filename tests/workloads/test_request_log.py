@@ -139,10 +139,13 @@ def test_rows_are_kept_when_a_write_fails_and_written_by_the_next():
 
     batcher = Batcher(put, prefix="request-logs", model="gpt", writer="pod-a", max_rows=100)
     batcher.add(rows_of({"input_ids": np.array([[1, 2], [3, 4]])}, PERSONAL, model="gpt", version="", tenant="t"))
+    assert batcher.held == 2
     with pytest.raises(OSError):
         batcher.flush()
+    assert batcher.held == 2  # what a stopping logger names as lost
     failing[0] = False
     batcher.flush()
+    assert batcher.held == 0
     [body] = stored.values()
     assert pq.read_table(io.BytesIO(body)).num_rows == 2
 
