@@ -4,6 +4,9 @@ every field marked, derived features per sequence, Parquet batches by size and a
 from __future__ import annotations
 
 import io
+import json
+import socket
+import struct
 import threading
 import time
 from datetime import datetime, timezone
@@ -155,3 +158,33 @@ def test_the_gateway_sets_the_header_the_logger_reads():
     from workloads.monitor.logger import TENANT_HEADER as READ
 
     assert SET == READ == "x-mlplat-tenant"
+
+
+def test_a_caller_that_leaves_before_its_answer_leaves_no_traceback(capfd):
+    """A mirror's sender does not wait for the answer; one that is gone by the time the row is
+    written is no error of the logger's, and its log stays free of the standard library's
+    traceback for it."""
+    from workloads.monitor.logger import Sink, http_server
+
+    written = threading.Event()
+
+    def put(key: str, body: bytes) -> None:
+        time.sleep(0.5)  # S3 is slow: the caller leaves first
+        written.set()
+
+    server = http_server(Sink(PERSONAL, Batcher(put, prefix="p", model="gpt", writer="w", max_rows=1), "gpt"), 0)
+    try:
+        body = json.dumps({"inputs": [{"name": "input_ids", "shape": [1, 2], "datatype": "INT64",
+                                       "data": [[1, 2]]}]}).encode()
+        with socket.create_connection(("127.0.0.1", server.server_address[1])) as caller:
+            caller.sendall(b"POST /v2/models/gpt/infer HTTP/1.1\r\nHost: logger\r\n"
+                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            time.sleep(0.2)  # the row is taken; its write is under way
+            caller.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # gone, with a reset
+        assert written.wait(5)
+        time.sleep(0.5)  # the handler answers the caller that left
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Error" not in err, err

@@ -156,6 +156,15 @@ def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
             sink.take(inputs, model=model, version=version, tenant=self.headers.get(TENANT_HEADER, ""))
             self._answer(200, {"model_name": model, "outputs": []})
 
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server = _Server(("0.0.0.0", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A caller that left before its answer (a mirror's sender does not wait for one): the rows
+        # are taken already, and the standard library's traceback would say nothing of use.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
