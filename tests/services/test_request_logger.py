@@ -137,11 +137,11 @@ def test_rows_are_written_while_it_runs(s3):
 
 @pytest.mark.parametrize("under_way", [False, True], ids=["rows-held", "a-write-under-way"])
 def test_a_stop_ends_within_its_time_when_s3_takes_the_write_and_never_answers(s3, under_way):
-    """S3 takes the connection and the rows and never answers. botocore alone waits out three
-    attempts of up to 16 s each (49 s measured), and a write already under way in a request's
-    thread holds the rows until its own end (95 s measured): past the pod's 60 s grace period,
-    where the kubelet kills it with the rows. The logger is gone within --stop-within instead,
-    saying what it lost."""
+    """S3 takes the connection and the rows and never answers. Each write waits out its attempts
+    (botocore bounds each, not their sum), and a write already under way in a request's thread
+    holds the rows until its own end: with no deadline on the stop, 49 s and 95 s (15 s reads),
+    past the pod's 60 s grace period, where the kubelet kills it with the rows. The logger is
+    gone within --stop-within instead, saying what it lost."""
     _, env, key = s3
     with socket.socket() as hole:
         hole.bind(("127.0.0.1", 0))

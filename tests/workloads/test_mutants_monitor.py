@@ -198,6 +198,29 @@ def test_without_a_client_the_putter_makes_an_s3_one(monkeypatch):
     assert made == ["s3"]
 
 
+def test_a_write_to_an_s3_that_never_answers_gives_up_within_a_minute(monkeypatch):
+    """The rows' lock is held while a write waits on S3, and the requests' threads wait on the
+    lock. The client the putter makes, as botocore applies its settings: every attempt's
+    connect, its wait for `100 Continue` (1 s, botocore's) and its read, and the backoff between
+    attempts at its longest (a throttled retry: 2 ** i s, and up to 5 s more when S3 asks for it
+    with x-amz-retry-after)."""
+    import boto3
+
+    made = []
+    real = boto3.client
+    monkeypatch.setattr(boto3, "client", lambda *args, **kwargs: made.append(
+        real(*args, region_name="me-central-1", aws_access_key_id="k", aws_secret_access_key="s", **kwargs))
+        or made[-1])
+    s3_putter("datasets", None)
+    [client] = made
+    config = client.meta.config
+    attempts = config.retries["total_max_attempts"]
+    each = config.connect_timeout + 1 + config.read_timeout
+    backoff = sum(min(2 ** i, 20) + 5 for i in range(attempts - 1))
+    assert config.retries["mode"] == "standard" and attempts >= 2  # S3's 503 SlowDown is retried
+    assert attempts * each + backoff <= 60, (attempts, each, backoff)
+
+
 def test_objects_are_zstd_compressed_parquet():
     body = parquet_bytes([{"tokens": n, "mean_token_id": float(n)} for n in range(100)])
     meta = pq.ParquetFile(io.BytesIO(body)).metadata

@@ -188,3 +188,48 @@ def test_a_caller_that_leaves_before_its_answer_leaves_no_traceback(capfd):
         server.server_close()
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Error" not in err, err
+
+
+def _post(port: int, headers: bytes, body: bytes = b"") -> bytes:
+    """One raw request; the status line of the answer, waited for 5 s at most."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as caller:
+        caller.sendall(b"POST /v2/models/gpt/infer HTTP/1.1\r\nHost: logger\r\n" + headers + b"\r\n" + body)
+        return caller.makefile("rb").readline()
+
+
+@pytest.fixture
+def rest_logger():
+    from workloads.monitor.logger import Sink, http_server
+
+    stored: list[bytes] = []
+    sink = Sink(PERSONAL, Batcher(lambda key, body: stored.append(body), prefix="p", model="gpt", writer="w",
+                                  max_rows=1), "gpt")
+    server = http_server(sink, 0)
+    yield server.server_address[1], sink, stored
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("length, status", [
+    (b"4194305", b"413"),  # one byte past the bound, and no body sent: answered without waiting for it
+    (b"99999999999999999999", b"413"),
+    (b"9" * 5000, b"413"),  # more digits than int() reads
+    (b"-1", b"400"),  # read(-1) would wait for the caller to close
+    (b"0x10", b"400"),
+    (b"\xd9\xa3", b"400"),  # an Arabic-Indic digit three: a digit to str.isdigit, no byte count
+])
+def test_a_body_past_the_bound_or_no_byte_count_is_refused_unread(rest_logger, length, status):
+    port, sink, stored = rest_logger
+    assert _post(port, b"Content-Length: " + length + b"\r\n").split()[1] == status
+    assert sink.refused == 1 and stored == []
+
+
+def test_a_body_at_the_bound_is_read_and_logged(rest_logger):
+    from workloads.monitor.logger import MAX_BODY
+
+    port, sink, stored = rest_logger
+    body = json.dumps({"inputs": [{"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [[1, 2, 3]]}]})
+    body = body.encode().ljust(MAX_BODY)  # JSON may end in spaces
+    leading_zeros = b"0" * 20 + str(MAX_BODY).encode()
+    assert _post(port, b"Content-Length: " + leading_zeros + b"\r\n", body).split()[1] == b"200"
+    assert sink.refused == 0 and len(stored) == 1

@@ -120,6 +120,10 @@ def grpc_server(sink: Sink, port: int, *, workers: int = 4) -> Any:
     return server
 
 
+# A REST request's body at most: the bound gRPC's front end has by default (its receive limit).
+MAX_BODY = 4 << 20
+
+
 def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:  # no access log: it would name paths and callers
@@ -145,8 +149,23 @@ def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
                 self._answer(404, {"error": "not found"})
                 return
             model, version = route
+            length = self.headers.get("content-length", "0").strip()
+            digits = length.isascii() and length.isdigit()
+            significant = length.lstrip("0") or "0"  # int() refuses thousands of digits; 13 are past any bound
+            count = int(significant) if digits and len(significant) <= 12 else None
+            if count is None or count > MAX_BODY:
+                # Refused unread, and the connection closed (the body would be read as the next
+                # request): a length that is no byte count, or a body past the bound.
+                with sink.lock:
+                    sink.refused += 1
+                self.close_connection = True
+                if digits:
+                    self._answer(413, {"error": f"a body of {MAX_BODY} bytes at most"})
+                else:
+                    self._answer(400, {"error": "content-length is not a byte count"})
+                return
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+                body = json.loads(self.rfile.read(count))
                 inputs = json_tensors(body["inputs"])
             except (ValueError, KeyError, TypeError):
                 with sink.lock:

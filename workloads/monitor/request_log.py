@@ -142,11 +142,12 @@ def s3_putter(bucket: str, kms_key: str | None, client: Any = None) -> Callable[
     import boto3
     from botocore.config import Config
 
-    # Each attempt bounded (botocore's defaults are 60 s per connect and per read), three
-    # attempts at most: botocore's `max_attempts` counts the retries after the first. Their sum
-    # with the backoff has no bound of its own; the logger's stop has one (--stop-within).
-    s3 = client or boto3.client("s3", config=Config(connect_timeout=5, read_timeout=15,
-                                                    retries={"mode": "standard", "max_attempts": 2}))
+    # A write holds the rows' lock, and the requests' threads wait on it: against an S3 that
+    # never answers it gives up within a minute, its three attempts and their backoff included
+    # (botocore's defaults: 60 s per connect and per read, five attempts). The logger's stop
+    # has its own bound (--stop-within).
+    s3 = client or boto3.client("s3", config=Config(connect_timeout=3, read_timeout=10,
+                                                    retries={"mode": "standard", "total_max_attempts": 3}))
 
     def put(key: str, body: bytes) -> None:
         extra = {"ServerSideEncryption": "aws:kms", **({"SSEKMSKeyId": kms_key} if kms_key else {})}
