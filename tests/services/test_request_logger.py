@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import boto3
@@ -135,26 +136,53 @@ def test_rows_are_written_while_it_runs(s3):
         stop(process)
 
 
-@pytest.mark.parametrize("under_way", [False, True], ids=["rows-held", "a-write-under-way"])
+class SilentS3:
+    """An S3 endpoint that takes each connection and what is sent on it, and never answers."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(64)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.connected = threading.Event()
+        self.held: list[socket.socket] = []  # kept open: a closed one would answer with a reset
+        threading.Thread(target=self._take, daemon=True).start()
+
+    def _take(self) -> None:
+        while True:
+            try:
+                self.held.append(self.socket.accept()[0])
+            except OSError:  # closed
+                return
+            self.connected.set()
+
+    def close(self) -> None:
+        self.socket.close()
+        for held in self.held:
+            held.close()
+
+
+@pytest.mark.parametrize("under_way", ["none", "a-request's", "an-interval's"])
 def test_a_stop_ends_within_its_time_when_s3_takes_the_write_and_never_answers(s3, under_way):
     """S3 takes the connection and the rows and never answers. Each write waits out its attempts
-    (botocore bounds each, not their sum), and a write already under way in a request's thread
-    holds the rows until its own end: with no deadline on the stop, 49 s and 95 s (15 s reads),
-    past the pod's 60 s grace period, where the kubelet kills it with the rows. The logger is
-    gone within --stop-within instead, saying what it lost."""
+    (botocore bounds each, not their sum), and a write already under way, in a request's thread
+    or the interval's, holds the rows until its own end: with no deadline on the stop, 49 s and
+    95 s (15 s reads), past the pod's 60 s grace period, where the kubelet kills it with the
+    rows. The logger is gone within --stop-within instead, saying what it lost."""
     _, env, key = s3
-    with socket.socket() as hole:
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(64)  # the kernel completes each connection and keeps what is sent; no one answers
-        silent = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{hole.getsockname()[1]}"}
-        process, grpc_port, http_port = start_logger(silent, key, "--stop-within", "6",
-                                                     *(["--max-rows", "1"] if under_way else []))
-        if under_way:  # a full batch: the request's own thread writes it, and waits on S3
+    silent = SilentS3()
+    try:
+        extra = {"none": [], "a-request's": ["--max-rows", "1"], "an-interval's": ["--max-seconds", "1"]}[under_way]
+        process, grpc_port, http_port = start_logger({**env, "AWS_ENDPOINT_URL": silent.url}, key,
+                                                     "--stop-within", "6", *extra)
+        if under_way == "a-request's":  # a full batch: the request's own thread writes it, and waits on S3
             with pytest.raises(requests.exceptions.Timeout):
                 requests.post(f"http://127.0.0.1:{http_port}/v2/models/gpt/infer", timeout=2, json={"inputs": [
                     {"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [[8, 8, 8]]}]})
         else:
             send_grpc(grpc_port, np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int64))
+        if under_way != "none":
+            assert silent.connected.wait(20), "no write reached S3"
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
         try:
@@ -164,9 +192,11 @@ def test_a_stop_ends_within_its_time_when_s3_takes_the_write_and_never_answers(s
             process.wait()
             pytest.fail("the logger was still writing to an S3 that does not answer 40 s after SIGTERM")
         took = time.monotonic() - started
+    finally:
+        silent.close()
     err = process.stderr.read()
     assert code == 1 and took < 6 + 4, (code, took, err[-3000:])
-    lost = "1 row held is" if under_way else "2 rows held are"
+    lost = "1 row held is" if under_way == "a-request's" else "2 rows held are"
     assert f"S3 did not answer within 6 s of the stop; {lost} lost with the pod" in err, err[-3000:]
 
 

@@ -383,6 +383,7 @@ def test_the_logger_is_told_to_stop_before_the_kubelet_kills_it():
 
     pod = rendered("prod-cluster", "Deployment", "request-logger")["spec"]["template"]["spec"]
     [container] = pod["containers"]
+    assert "--stop-within" in container["command"]  # set from the pod's own grace period, not left to a default
     args = parser().parse_args(container["command"][3:])
     assert 0 < args.stop_within <= pod["terminationGracePeriodSeconds"] - 5
 

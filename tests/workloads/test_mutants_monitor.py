@@ -198,12 +198,13 @@ def test_without_a_client_the_putter_makes_an_s3_one(monkeypatch):
     assert made == ["s3"]
 
 
-def test_a_write_to_an_s3_that_never_answers_gives_up_within_a_minute(monkeypatch):
+def test_a_write_to_a_silent_s3_is_estimated_to_give_up_within_a_minute(monkeypatch):
     """The rows' lock is held while a write waits on S3, and the requests' threads wait on the
-    lock. The client the putter makes, as botocore applies its settings: every attempt's
-    connect, its wait for `100 Continue` (1 s, botocore's) and its read, and the backoff between
-    attempts at its longest (a throttled retry: 2 ** i s, and up to 5 s more when S3 asks for it
-    with x-amz-retry-after)."""
+    lock. An estimate for an S3 that takes the connection (one address) and never answers, from
+    the settings botocore applied to the client the putter makes: each attempt's connect, its
+    wait for `100 Continue` (1 s, botocore's) and its read, and the backoff between attempts at
+    its longest (a throttled retry: 2 ** i s, and up to 5 s more that x-amz-retry-after can ask
+    for). Not a bound: the logger's stop has that (tests/services/test_request_logger.py)."""
     import boto3
 
     made = []

@@ -166,9 +166,10 @@ def test_a_caller_that_leaves_before_its_answer_leaves_no_traceback(capfd):
     traceback for it."""
     from workloads.monitor.logger import Sink, http_server
 
-    written = threading.Event()
+    writing, written = threading.Event(), threading.Event()
 
     def put(key: str, body: bytes) -> None:
+        writing.set()
         time.sleep(0.5)  # S3 is slow: the caller leaves first
         written.set()
 
@@ -179,7 +180,7 @@ def test_a_caller_that_leaves_before_its_answer_leaves_no_traceback(capfd):
         with socket.create_connection(("127.0.0.1", server.server_address[1])) as caller:
             caller.sendall(b"POST /v2/models/gpt/infer HTTP/1.1\r\nHost: logger\r\n"
                            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            time.sleep(0.2)  # the row is taken; its write is under way
+            assert writing.wait(5)  # the row is taken; its write is under way
             caller.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # gone, with a reset
         assert written.wait(5)
         time.sleep(0.5)  # the handler answers the caller that left
@@ -216,7 +217,7 @@ def rest_logger():
     (b"9" * 5000, b"413"),  # more digits than int() reads
     (b"-1", b"400"),  # read(-1) would wait for the caller to close
     (b"0x10", b"400"),
-    (b"\xd9\xa3", b"400"),  # an Arabic-Indic digit three: a digit to str.isdigit, no byte count
+    (b"\xb2", b"400"),  # a superscript two (headers are Latin-1): a digit to str.isdigit, not to int()
 ])
 def test_a_body_past_the_bound_or_no_byte_count_is_refused_unread(rest_logger, length, status):
     port, sink, stored = rest_logger
@@ -233,3 +234,36 @@ def test_a_body_at_the_bound_is_read_and_logged(rest_logger):
     leading_zeros = b"0" * 20 + str(MAX_BODY).encode()
     assert _post(port, b"Content-Length: " + leading_zeros + b"\r\n", body).split()[1] == b"200"
     assert sink.refused == 0 and len(stored) == 1
+
+
+def test_a_caller_that_never_sends_its_body_frees_its_thread(rest_logger, monkeypatch, capfd):
+    from workloads.monitor import logger
+
+    monkeypatch.setattr(logger, "READ_TIMEOUT_S", 0.5)
+    _, sink, stored = rest_logger  # started with the 30 s timeout: a server of its own, below
+    server = logger.http_server(sink, 0)
+    try:
+        started = time.monotonic()
+        assert _post(server.server_address[1], b"Content-Length: 10\r\n", b"{") == b""  # closed, unanswered
+        assert time.monotonic() - started < 4
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sink.refused == 1 and stored == []
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_rows_that_come_after_the_last_write_began_are_counted_as_lost():
+    from workloads.monitor.logger import Sink
+
+    stored: list[bytes] = []
+    sink = Sink(PERSONAL, Batcher(lambda key, body: stored.append(body), prefix="p", model="gpt", writer="w"), "gpt")
+    ids = {"input_ids": np.array([[1, 2], [3, 4]])}
+    sink.take(ids, model="gpt", version="", tenant="t")
+    assert sink.lost() == 2  # held, not written yet
+    sink.flush(last=True)
+    assert len(stored) == 1 and sink.lost() == 0
+    sink.take(ids, model="gpt", version="", tenant="t")  # a request still in flight at the stop
+    assert sink.late == 2 and sink.lost() == 2 and sink.batcher.held == 0
+    sink.flush(last=True)
+    assert len(stored) == 1  # nothing more is written after the last write

@@ -33,6 +33,8 @@ class Sink:
         self.policy, self.batcher, self.model = policy, batcher, model
         self.lock = threading.Lock()
         self.refused = 0  # requests that did not fit the policy (counted, not logged)
+        self.closed = False  # the last write has begun: rows taken from here on are lost
+        self.late = 0  # rows taken after that, counted for the logger's last line
 
     def take(self, inputs: dict[str, np.ndarray], *, model: str, version: str, tenant: str,
              outputs: dict[str, np.ndarray] | None = None) -> None:
@@ -47,15 +49,24 @@ class Sink:
                 self.refused += 1
             return
         with self.lock:
+            if self.closed:  # a request that was still in flight when the servers stopped
+                self.late += len(rows)
+                return
             try:
                 self.batcher.add(rows)  # may write, when the batch is full
             except Exception as err:  # noqa: BLE001 - the rows stay held; the next flush retries
                 print(f"request logs not written yet (kept for the next try): {type(err).__name__}",
                       file=sys.stderr, flush=True)
 
-    def flush(self) -> None:
+    def flush(self, *, last: bool = False) -> None:
+        """Write what is held; the last write also closes the sink to rows that come later."""
         with self.lock:
+            self.closed = self.closed or last
             self.batcher.flush()
+
+    def lost(self) -> int:
+        """Rows that will not be written if the process ends now."""
+        return self.batcher.held + self.late
 
 
 def rest_route(path: str) -> tuple[str, str] | None:
@@ -122,10 +133,14 @@ def grpc_server(sink: Sink, port: int, *, workers: int = 4) -> Any:
 
 # A REST request's body at most: the bound gRPC's front end has by default (its receive limit).
 MAX_BODY = 4 << 20
+# Seconds a REST caller may leave the logger waiting for the rest of its request.
+READ_TIMEOUT_S = 30.0
 
 
 def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
+        timeout = READ_TIMEOUT_S  # a caller that announces a body and never sends it frees its thread
+
         def log_message(self, *args: Any) -> None:  # no access log: it would name paths and callers
             pass
 
@@ -154,18 +169,24 @@ def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
             significant = length.lstrip("0") or "0"  # int() refuses thousands of digits; 13 are past any bound
             count = int(significant) if digits and len(significant) <= 12 else None
             if count is None or count > MAX_BODY:
-                # Refused unread, and the connection closed (the body would be read as the next
-                # request): a length that is no byte count, or a body past the bound.
+                # Refused unread: a length that is no byte count, or a body past the bound. The
+                # connection closes after the answer, as every one here does (HTTP/1.0); a caller
+                # still sending may see a reset instead of the answer.
                 with sink.lock:
                     sink.refused += 1
-                self.close_connection = True
                 if digits:
                     self._answer(413, {"error": f"a body of {MAX_BODY} bytes at most"})
                 else:
                     self._answer(400, {"error": "content-length is not a byte count"})
                 return
             try:
-                body = json.loads(self.rfile.read(count))
+                data = self.rfile.read(count)
+            except TimeoutError:  # the rest of the body never came: not a request to answer
+                with sink.lock:
+                    sink.refused += 1
+                return
+            try:
+                body = json.loads(data)
                 inputs = json_tensors(body["inputs"])
             except (ValueError, KeyError, TypeError):
                 with sink.lock:

@@ -142,10 +142,11 @@ def s3_putter(bucket: str, kms_key: str | None, client: Any = None) -> Callable[
     import boto3
     from botocore.config import Config
 
-    # A write holds the rows' lock, and the requests' threads wait on it: against an S3 that
-    # never answers it gives up within a minute, its three attempts and their backoff included
-    # (botocore's defaults: 60 s per connect and per read, five attempts). The logger's stop
-    # has its own bound (--stop-within).
+    # A write holds the rows' lock, and the requests' threads wait on it. Against an S3 that takes
+    # the connection and never answers, a write gives up in under a minute, its three attempts and
+    # their backoff included (botocore's defaults: 60 s per connect and per read, five attempts).
+    # That is an estimate, not a bound: botocore bounds each socket operation, and the connect
+    # time is per address tried. The logger's stop has a bound of its own (--stop-within).
     s3 = client or boto3.client("s3", config=Config(connect_timeout=3, read_timeout=10,
                                                     retries={"mode": "standard", "total_max_attempts": 3}))
 
