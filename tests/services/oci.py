@@ -66,9 +66,9 @@ def free_port(ephemeral: tuple[int, int] | None = None) -> int:
     for _ in range(200 if low - PORTS_FROM >= 1000 else 0):
         port = draw.randrange(PORTS_FROM, low)
         with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:  # taken, or in TIME_WAIT
+            try:  # every address: some servers listen on all of them
+                sock.bind(("0.0.0.0", port))
+            except OSError:  # taken on one of them, or in TIME_WAIT
                 continue
         return port
     with socket.socket() as sock:  # an ephemeral range that starts too low to draw below: the kernel picks

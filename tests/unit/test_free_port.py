@@ -16,7 +16,7 @@ def test_ports_are_free_and_below_the_ephemeral_range():
     assert len(set(ports)) > 150  # drawn at random, not counted up from one place
     for port in ports[:20]:
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", port))
+            sock.bind(("0.0.0.0", port))
 
 
 def test_a_taken_port_is_passed_over(monkeypatch):
