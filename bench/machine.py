@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 from pathlib import Path
 from typing import Any
+
+
+def children_cpu() -> float:
+    """CPU seconds of the finished child processes (and theirs), user and system."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def cpu_name() -> str:

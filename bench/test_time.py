@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -47,7 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench import options  # noqa: E402
-from bench.machine import describe, finish, record  # noqa: E402
+from bench.machine import children_cpu, describe, finish, record  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "test-time.json"
 MAKE_TEST_RESULTS = REPO / "bench" / "results" / "make-test-time.json"
@@ -69,19 +68,14 @@ def suite(tree: Path, paths: list[str]) -> tuple[float, str]:
     return seconds, summary
 
 
-def children_cpu_s() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 def speed_probe() -> float:
     """CPU seconds of `import torch` in a fresh process of this checkout's interpreter, the
     best of 3: the machine's speed at the time, in the suite's commonest cost."""
     spent = []
     for _ in range(3):
-        before = children_cpu_s()
+        before = children_cpu()
         subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", "import torch"], check=True)
-        spent.append(children_cpu_s() - before)
+        spent.append(children_cpu() - before)
     return round(min(spent), 2)
 
 
@@ -117,10 +111,10 @@ def make_test(commit: str) -> dict:
         for part, command in (("setup", ["make", "--no-print-directory", "-j3", "setup", "services"]),
                               ("tests", ["make", "--no-print-directory", "test",
                                          f"PYTEST_ARGS=--junitxml={caches / 'junit.xml'}"])):
-            started, used = time.perf_counter(), children_cpu_s()
+            started, used = time.perf_counter(), children_cpu()
             done = subprocess.run(command, cwd=clone, env=env, capture_output=True, text=True)
             seconds[part] = time.perf_counter() - started
-            cpu[part] = children_cpu_s() - used
+            cpu[part] = children_cpu() - used
             print(f"  {part}: {seconds[part]:.1f} s, {cpu[part]:.0f} CPU-s")
             if done.returncode != 0 and part == "setup":
                 tail = (done.stdout + done.stderr).strip().splitlines()[-5:]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ BENCH = REPO / "bench"
 sys.path.insert(0, str(REPO))
 
 from bench import options  # noqa: E402
+from bench.machine import children_cpu  # noqa: E402
 
 # What a benchmark must never write in a smoke run: the records and plots the README shows.
 REAL_FIGURES = (BENCH / "results", REPO / "docs" / "bench")
@@ -232,12 +232,6 @@ CASES = {
     "test_time": Case("test_time.py", check_test_time, args=["--paths", "tests/unit/test_catalog.py"]),
     "report": Case("report.py", check_report, suffix=".md"),
 }
-
-
-def children_cpu() -> float:
-    """CPU seconds of the finished child processes (and theirs), user and system."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def fingerprint() -> dict[str, str]:
