@@ -99,8 +99,7 @@ def handle(stream: Stream, sink: Sink) -> None:
     else:
         decoded = decode_rest(stream.headers.get(":path", ""), bytes(stream.request), bytes(stream.response))
     if decoded is None:
-        with sink.lock:
-            sink.refused += 1
+        sink.refuse()
         return
     model, version, inputs, outputs = decoded
     sink.take(inputs, model=model, version=version, tenant=stream.headers.get(TENANT_HEADER, ""), outputs=outputs)

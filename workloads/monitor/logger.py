@@ -36,17 +36,20 @@ class Sink:
         self.closed = False  # the last write has begun: rows taken from here on are lost
         self.late = 0  # rows taken after that, counted for the logger's last line
 
+    def refuse(self) -> None:
+        """A request that did not fit: counted, not logged."""
+        with self.lock:
+            self.refused += 1
+
     def take(self, inputs: dict[str, np.ndarray], *, model: str, version: str, tenant: str,
              outputs: dict[str, np.ndarray] | None = None) -> None:
         if model != self.model:
-            with self.lock:
-                self.refused += 1
+            self.refuse()
             return
         try:
             rows = rows_of(inputs, self.policy, model=model, version=version, tenant=tenant, outputs=outputs)
         except RequestLogError:
-            with self.lock:
-                self.refused += 1
+            self.refuse()
             return
         with self.lock:
             if self.closed:  # a request that was still in flight when the servers stopped
@@ -117,8 +120,7 @@ def grpc_server(sink: Sink, port: int, *, workers: int = 4) -> Any:
             try:
                 inputs = _grpc_inputs(request)
             except (RequestLogError, ValueError):
-                with sink.lock:
-                    sink.refused += 1
+                sink.refuse()
             else:
                 sink.take(inputs, model=request.model_name, version=request.model_version, tenant=tenant)
             return service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
@@ -172,8 +174,7 @@ def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
                 # Refused unread: a length that is no byte count, or a body past the bound. The
                 # connection closes after the answer, as every one here does (HTTP/1.0); a caller
                 # still sending may see a reset instead of the answer.
-                with sink.lock:
-                    sink.refused += 1
+                sink.refuse()
                 if digits:
                     self._answer(413, {"error": f"a body of {MAX_BODY} bytes at most"})
                 else:
@@ -182,15 +183,13 @@ def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
             try:
                 data = self.rfile.read(count)
             except TimeoutError:  # the rest of the body never came: not a request to answer
-                with sink.lock:
-                    sink.refused += 1
+                sink.refuse()
                 return
             try:
                 body = json.loads(data)
                 inputs = json_tensors(body["inputs"])
             except (ValueError, KeyError, TypeError):
-                with sink.lock:
-                    sink.refused += 1
+                sink.refuse()
                 self._answer(400, {"error": "not a KServe v2 inference request"})
                 return
             sink.take(inputs, model=model, version=version, tenant=self.headers.get(TENANT_HEADER, ""))
