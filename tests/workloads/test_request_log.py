@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import numpy as np
@@ -160,12 +161,43 @@ def test_the_gateway_sets_the_header_the_logger_reads():
     assert SET == READ == "x-mlplat-tenant"
 
 
+@contextmanager
+def serving(sink):
+    """The logger's REST front end on a free port, for the block."""
+    from workloads.monitor.logger import http_server
+
+    server = http_server(sink, 0)
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def stored_sink(put=None, **batching):
+    """A sink for `gpt` whose writes land in the returned list (or go to `put`)."""
+    from workloads.monitor.logger import Sink
+
+    stored: list[bytes] = []
+    return Sink(PERSONAL, Batcher(put or (lambda key, body: stored.append(body)), prefix="p", model="gpt", writer="w",
+                                  **batching), "gpt"), stored
+
+
+def raw_request(headers: bytes, body: bytes = b"") -> bytes:
+    return b"POST /v2/models/gpt/infer HTTP/1.1\r\nHost: logger\r\n" + headers + b"\r\n" + body
+
+
+def _post(port: int, headers: bytes, body: bytes = b"") -> bytes:
+    """One raw request; the status line of the answer, waited for 5 s at most."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as caller:
+        caller.sendall(raw_request(headers, body))
+        return caller.makefile("rb").readline()
+
+
 def test_a_caller_that_leaves_before_its_answer_leaves_no_traceback(capfd):
     """A mirror's sender does not wait for the answer; one that is gone by the time the row is
     written is no error of the logger's, and its log stays free of the standard library's
     traceback for it."""
-    from workloads.monitor.logger import Sink, http_server
-
     writing, written = threading.Event(), threading.Event()
 
     def put(key: str, body: bytes) -> None:
@@ -173,42 +205,25 @@ def test_a_caller_that_leaves_before_its_answer_leaves_no_traceback(capfd):
         time.sleep(0.5)  # S3 is slow: the caller leaves first
         written.set()
 
-    server = http_server(Sink(PERSONAL, Batcher(put, prefix="p", model="gpt", writer="w", max_rows=1), "gpt"), 0)
-    try:
+    sink, _ = stored_sink(put, max_rows=1)
+    with serving(sink) as port:
         body = json.dumps({"inputs": [{"name": "input_ids", "shape": [1, 2], "datatype": "INT64",
                                        "data": [[1, 2]]}]}).encode()
-        with socket.create_connection(("127.0.0.1", server.server_address[1])) as caller:
-            caller.sendall(b"POST /v2/models/gpt/infer HTTP/1.1\r\nHost: logger\r\n"
-                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        with socket.create_connection(("127.0.0.1", port)) as caller:
+            caller.sendall(raw_request(b"Content-Length: %d\r\n" % len(body), body))
             assert writing.wait(5)  # the row is taken; its write is under way
             caller.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # gone, with a reset
         assert written.wait(5)
         time.sleep(0.5)  # the handler answers the caller that left
-    finally:
-        server.shutdown()
-        server.server_close()
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Error" not in err, err
 
 
-def _post(port: int, headers: bytes, body: bytes = b"") -> bytes:
-    """One raw request; the status line of the answer, waited for 5 s at most."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as caller:
-        caller.sendall(b"POST /v2/models/gpt/infer HTTP/1.1\r\nHost: logger\r\n" + headers + b"\r\n" + body)
-        return caller.makefile("rb").readline()
-
-
 @pytest.fixture
 def rest_logger():
-    from workloads.monitor.logger import Sink, http_server
-
-    stored: list[bytes] = []
-    sink = Sink(PERSONAL, Batcher(lambda key, body: stored.append(body), prefix="p", model="gpt", writer="w",
-                                  max_rows=1), "gpt")
-    server = http_server(sink, 0)
-    yield server.server_address[1], sink, stored
-    server.shutdown()
-    server.server_close()
+    sink, stored = stored_sink(max_rows=1)
+    with serving(sink) as port:
+        yield port, sink, stored
 
 
 @pytest.mark.parametrize("length, status", [
@@ -236,28 +251,21 @@ def test_a_body_at_the_bound_is_read_and_logged(rest_logger):
     assert sink.refused == 0 and len(stored) == 1
 
 
-def test_a_caller_that_never_sends_its_body_frees_its_thread(rest_logger, monkeypatch, capfd):
+def test_a_caller_that_never_sends_its_body_frees_its_thread(monkeypatch, capfd):
     from workloads.monitor import logger
 
     monkeypatch.setattr(logger, "READ_TIMEOUT_S", 0.5)
-    _, sink, stored = rest_logger  # started with the 30 s timeout: a server of its own, below
-    server = logger.http_server(sink, 0)
-    try:
+    sink, stored = stored_sink(max_rows=1)
+    with serving(sink) as port:
         started = time.monotonic()
-        assert _post(server.server_address[1], b"Content-Length: 10\r\n", b"{") == b""  # closed, unanswered
+        assert _post(port, b"Content-Length: 10\r\n", b"{") == b""  # closed, unanswered
         assert time.monotonic() - started < 4
-    finally:
-        server.shutdown()
-        server.server_close()
     assert sink.refused == 1 and stored == []
     assert "Traceback" not in capfd.readouterr().err
 
 
 def test_rows_that_come_after_the_last_write_began_are_counted_as_lost():
-    from workloads.monitor.logger import Sink
-
-    stored: list[bytes] = []
-    sink = Sink(PERSONAL, Batcher(lambda key, body: stored.append(body), prefix="p", model="gpt", writer="w"), "gpt")
+    sink, stored = stored_sink()
     ids = {"input_ids": np.array([[1, 2], [3, 4]])}
     sink.take(ids, model="gpt", version="", tenant="t")
     assert sink.lost() == 2  # held, not written yet
