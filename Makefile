@@ -139,7 +139,7 @@ else
 endif
 
 # The virtualenvs and npm install side by side (-j3): about 50 s of a fresh machine's
-# `make test` on 2 cores (bench/results/make-test-time.json).
+# `make test` on 2 cores (bench/results/make-test-time-*.json).
 # The tests run on every core (pytest-xdist), a file at a time per worker (tests/conftest.py
 # groups them), so each file's servers start once; `make test PYTEST_ARGS=...` passes more.
 PYTEST_ARGS ?=

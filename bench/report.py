@@ -197,7 +197,7 @@ def table(plots: Path = PLOTS) -> str:
         rows = [[f"test suite, this change against {data['base'][:8]} (pytest, warm render cache)",
                  f"{data['base_s']:.0f} s -> {data['head_s']:.0f} s ({data['added_s']:+.0f} s)", "render check <= +60 s"]]
         sections.append((rows, "", _machine(data)))
-    if (data := load("make-test-time")) is not None:
+    for data in (load(p.stem) for p in sorted(RESULTS.glob("make-test-time-*.json"))):  # one per CPU model
         probe = " -> ".join(map(str, data["import_torch_cpu_s"]))
         rows = [[f"make test on a fresh clone of {data['commit']}: new virtualenvs, empty caches",
                  f"{data['total_s'] / 60:.1f} min ({data['setup_s']:.0f} s setup, {data['tests_s']:.0f} s tests; "

@@ -15,7 +15,9 @@ checkout (where the chart cache is found), with new virtualenvs and empty caches
 downloads, uv's and the rendered charts, XDG_CACHE_HOME in a scratch folder), in two parts: the
 setup (`make setup services`, what `make test` runs first) and the tests. The system's
 services (skopeo, PostgreSQL, Redis...) are taken as installed. Results go to
-bench/results/make-test-time.json.
+bench/results/make-test-time-<cpu>.json, one record per CPU model (`make-test-time-amd-epyc.json`):
+the same suite costs one model of 2-core host 1.6 to 1.7 times the CPU seconds of another,
+so the newest run on one does not stand for the other.
 
 Each part's CPU seconds (user and system, of every process `make` waited for) are recorded
 beside its wall time: the suite keeps both cores busy, so its time is its CPU seconds over
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -49,11 +52,17 @@ from bench import options  # noqa: E402
 from bench.machine import children_cpu, describe, finish, record  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "test-time.json"
-MAKE_TEST_RESULTS = REPO / "bench" / "results" / "make-test-time.json"
+MAKE_TEST_RESULTS = "make-test-time-{cpu}.json"  # in RESULTS' folder, one per CPU model
 # A reader's shell has none of these; a run started from `make` or pytest would pass them on.
 DROPPED_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "VIRTUAL_ENV", "ENV")
 SMOKE_PATH = "tests/unit/test_catalog.py"
 SLOWEST_FILES = 10
+
+
+def cpu_slug(model: str) -> str:
+    """A CPU model as a file name: `Intel(R) Xeon(R) Processor` is `intel-xeon-processor`."""
+    plain = re.sub(r"\((?:r|tm)\)", "", model.lower())
+    return "-".join(re.findall(r"[a-z0-9]+", plain)) or "unknown"
 
 
 def suite(tree: Path, paths: list[str]) -> tuple[float, str]:
@@ -159,7 +168,8 @@ def main() -> None:
         print(f"make test: {times['total_s']:.0f} s ({times['setup_s']:.0f} s setup, {times['tests_s']:.0f} s "
               f"tests, {times['tests_cpu_s']} CPU-s, {times['tests_cores_busy']} cores busy): {times['summary']}")
         print(f"  import torch: {probe[1]:.2f} CPU-s (the machine's speed, before and after: {probe})")
-        options.write(options.output(args, MAKE_TEST_RESULTS), {
+        default = RESULTS.parent / MAKE_TEST_RESULTS.format(cpu=cpu_slug(machine["cpu"]))
+        options.write(options.output(args, default), {
             "machine": describe(machine), "cpu": machine, "date": str(date.today()),
             "measured": "make test on a fresh git clone: new virtualenvs, empty pip, uv and render caches, system "
                         "services installed",

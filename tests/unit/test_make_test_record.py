@@ -1,6 +1,6 @@
 """What bench/test_time.py --make-test records beside the wall time: the slowest test files
 from pytest's JUnit report, and the CPU seconds, which cannot exceed what the machine's cores
-give in that time."""
+give in that time; one record per CPU model, named for it."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.test_time import SLOWEST_FILES, slowest_files  # noqa: E402
+from bench.test_time import MAKE_TEST_RESULTS, SLOWEST_FILES, cpu_slug, slowest_files  # noqa: E402
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -51,10 +53,24 @@ def test_a_file_that_failed_to_collect_is_left_out(tmp_path):
     assert slowest_files(junit) == {"tests/unit/test_ok.py": 1.0}
 
 
-def test_the_recorded_cpu_fits_the_machines_cores():
-    record = json.loads((REPO / "bench" / "results" / "make-test-time.json").read_text())
+RECORDS = sorted((REPO / "bench" / "results").glob("make-test-time-*.json"))
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=[p.stem for p in RECORDS])
+def test_the_recorded_cpu_fits_the_machines_cores(path):
+    record = json.loads(path.read_text())
     cores = record["cpu"]["cores"]
     assert 0 < record["tests_cpu_s"] <= cores * record["tests_s"] * 1.02
     assert abs(record["tests_cores_busy"] - record["tests_cpu_s"] / record["tests_s"]) < 0.01
     assert all(0 < s < 10 for s in record["import_torch_cpu_s"]) and len(record["import_torch_cpu_s"]) == 2
     assert record["slowest_files_s"] and all(name.startswith("tests/") for name in record["slowest_files_s"])
+    # Named for the CPU model it ran on: a run on one model never stands in for another's.
+    assert path.name == MAKE_TEST_RESULTS.format(cpu=cpu_slug(record["cpu"]["cpu"]))
+
+
+def test_a_record_is_named_for_its_cpu_model():
+    assert RECORDS, "no bench/results/make-test-time-*.json: run bench/test_time.py --make-test"
+    assert cpu_slug("Intel(R) Xeon(R) Platinum 8488C") == "intel-xeon-platinum-8488c"
+    assert cpu_slug("AMD EPYC 9R14 96-Core Processor") == "amd-epyc-9r14-96-core-processor"
+    assert cpu_slug("AMD EPYC") != cpu_slug("AMD EPYC 7R13")  # two models, two records
+    assert cpu_slug("") == cpu_slug("(TM)") == "unknown"
