@@ -240,6 +240,39 @@ def test_a_body_past_the_bound_or_no_byte_count_is_refused_unread(rest_logger, l
     assert sink.refused == 1 and stored == []
 
 
+@pytest.mark.parametrize("past", [1, 60 << 20], ids=["one-byte-past", "60-MiB-past"])
+def test_a_caller_that_sends_a_body_past_the_bound_before_it_reads_gets_413_not_a_reset(rest_logger, past):
+    """Most HTTP clients send the whole body before they read the answer. Refused unread and
+    closed at once, the connection resets under them (a broken pipe, the answer lost): the
+    logger reads and drops the rest first, for a bounded time."""
+    from workloads.monitor.logger import MAX_BODY
+
+    port, sink, stored = rest_logger
+    size = MAX_BODY + past
+    assert _post(port, b"Content-Length: %d\r\n" % size, b" " * size).split()[1] == b"413"
+    assert sink.refused == 1 and stored == []
+
+
+def test_what_a_refused_caller_still_sends_is_dropped_for_a_bounded_time(monkeypatch):
+    """A caller that announces a body past the bound and then sends it slowly, or never, holds
+    a thread for LINGER_S at most: then the connection is closed under it."""
+    from workloads.monitor import logger
+
+    monkeypatch.setattr(logger, "LINGER_S", 0.5)
+    sink, stored = stored_sink(max_rows=1)
+    with serving(sink) as port, socket.create_connection(("127.0.0.1", port), timeout=5) as caller:
+        caller.sendall(raw_request(b"Content-Length: %d\r\n" % (logger.MAX_BODY + 1), b"{"))
+        assert caller.makefile("rb").readline().split()[1] == b"413"
+        started = time.monotonic()
+        # It goes on sending, slowly, until the logger closes the connection under it.
+        with pytest.raises(OSError):  # a reset or a broken pipe
+            while time.monotonic() - started < 4:
+                caller.send(b" " * 4096)
+                time.sleep(0.05)
+        assert time.monotonic() - started < 4
+    assert sink.refused == 1 and stored == []
+
+
 def test_a_body_at_the_bound_is_read_and_logged(rest_logger):
     from workloads.monitor.logger import MAX_BODY
 

@@ -12,8 +12,10 @@ extension is counted as refused, not logged); gRPC carries every client's tensor
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
+import time
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -137,6 +139,10 @@ def grpc_server(sink: Sink, port: int, *, workers: int = 4) -> Any:
 MAX_BODY = 4 << 20
 # Seconds a REST caller may leave the logger waiting for the rest of its request.
 READ_TIMEOUT_S = 30.0
+# Seconds the logger reads and drops what a refused caller still sends (a lingering close, as
+# nginx's lingering_timeout): most clients send the whole body before they read the answer,
+# and a connection closed with their bytes unread resets under them, the answer lost.
+LINGER_S = 5.0
 
 
 def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
@@ -153,6 +159,20 @@ def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
             self.send_header("content-length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _linger(self) -> None:
+            """After an answer to a request whose body was left unread: the answer's end sent,
+            then what the caller still sends read and dropped until it stops, for LINGER_S at
+            most (then the close may reset it)."""
+            deadline = time.monotonic() + LINGER_S
+            try:
+                self.connection.shutdown(socket.SHUT_WR)
+                while (left := deadline - time.monotonic()) > 0:
+                    self.connection.settimeout(left)
+                    if not self.connection.recv(1 << 16):
+                        return  # the caller is done
+            except OSError:  # a timeout, or the caller gone
+                return
 
         def do_GET(self) -> None:  # noqa: N802
             if self.path in ("/healthz", "/v2/health/ready", "/v2/health/live"):
@@ -172,13 +192,14 @@ def http_server(sink: Sink, port: int) -> ThreadingHTTPServer:
             count = int(significant) if digits and len(significant) <= 12 else None
             if count is None or count > MAX_BODY:
                 # Refused unread: a length that is no byte count, or a body past the bound. The
-                # connection closes after the answer, as every one here does (HTTP/1.0); a caller
-                # still sending may see a reset instead of the answer.
+                # connection closes after the answer, as every one here does (HTTP/1.0), once
+                # the caller has sent what it meant to (_linger).
                 sink.refuse()
                 if digits:
                     self._answer(413, {"error": f"a body of {MAX_BODY} bytes at most"})
                 else:
                     self._answer(400, {"error": "content-length is not a byte count"})
+                self._linger()
                 return
             try:
                 data = self.rfile.read(count)
