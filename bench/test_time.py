@@ -52,7 +52,7 @@ from bench import options  # noqa: E402
 from bench.machine import children_cpu, describe, finish, record  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "test-time.json"
-MAKE_TEST_RESULTS = "make-test-time-{cpu}.json"  # in RESULTS' folder, one per CPU model
+MAKE_TEST_RESULTS = "make-test-time-{cpu}.json"  # beside RESULTS, one per CPU model
 # A reader's shell has none of these; a run started from `make` or pytest would pass them on.
 DROPPED_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "VIRTUAL_ENV", "ENV")
 SMOKE_PATH = "tests/unit/test_catalog.py"
