@@ -17,7 +17,8 @@ setup (`make setup services`, what `make test` runs first) and the tests. The sy
 services (skopeo, PostgreSQL, Redis...) are taken as installed. Results go to
 bench/results/make-test-time-<cpu>.json, one record per CPU model (`make-test-time-amd-epyc.json`):
 the same suite costs one model of 2-core host 1.6 to 1.7 times the CPU seconds of another,
-so the newest run on one does not stand for the other.
+so the newest run on one does not stand for the other. Each record keeps the runs before
+it on its model (`earlier`): on a shared host one run's time is not the next one's.
 
 Each part's CPU seconds (user and system, of every process `make` waited for) are recorded
 beside its wall time: the suite keeps both cores busy, so its time is its CPU seconds over
@@ -32,6 +33,7 @@ twice the wall time on two workers).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -57,12 +59,26 @@ MAKE_TEST_RESULTS = "make-test-time-{cpu}.json"  # beside RESULTS, one per CPU m
 DROPPED_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "VIRTUAL_ENV", "ENV")
 SMOKE_PATH = "tests/unit/test_catalog.py"
 SLOWEST_FILES = 10
+EARLIER_RUNS = 9
 
 
 def cpu_slug(model: str) -> str:
     """A CPU model as a file name: `Intel(R) Xeon(R) Processor` is `intel-xeon-processor`."""
     plain = re.sub(r"\((?:r|tm)\)", "", model.lower())
     return "-".join(re.findall(r"[a-z0-9]+", plain)) or "unknown"
+
+
+def earlier_runs(path: Path) -> list[dict]:
+    """The runs before this one on the same CPU model, newest first (EARLIER_RUNS at most): on a
+    shared host one run can take a tenth longer than the last on nearly the same code, and
+    one run alone would hide that."""
+    try:
+        last = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    summary = {key: last[key] for key in ("commit", "date", "total_s", "tests_cpu_s", "import_torch_cpu_s", "passed")
+               if key in last}
+    return [summary, *last.get("earlier", [])][:EARLIER_RUNS]
 
 
 def suite(tree: Path, paths: list[str]) -> tuple[float, str]:
@@ -169,11 +185,12 @@ def main() -> None:
               f"tests, {times['tests_cpu_s']} CPU-s, {times['tests_cores_busy']} cores busy): {times['summary']}")
         print(f"  import torch: {probe[1]:.2f} CPU-s (the machine's speed, before and after: {probe})")
         default = RESULTS.parent / MAKE_TEST_RESULTS.format(cpu=cpu_slug(machine["cpu"]))
-        options.write(options.output(args, default), {
+        path = options.output(args, default)
+        options.write(path, {
             "machine": describe(machine), "cpu": machine, "date": str(date.today()),
             "measured": "make test on a fresh git clone: new virtualenvs, empty pip, uv and render caches, system "
                         "services installed",
-            "commit": commit, **times, "import_torch_cpu_s": probe})
+            "commit": commit, **times, "import_torch_cpu_s": probe, "earlier": earlier_runs(path)})
         if not times["passed"]:
             raise SystemExit("make test failed:\n" + "\n".join(times["failed"]))
         return

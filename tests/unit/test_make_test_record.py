@@ -13,7 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.test_time import MAKE_TEST_RESULTS, SLOWEST_FILES, cpu_slug, slowest_files  # noqa: E402
+from bench.test_time import (  # noqa: E402
+    EARLIER_RUNS, MAKE_TEST_RESULTS, SLOWEST_FILES, cpu_slug, earlier_runs, slowest_files)
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -66,6 +67,24 @@ def test_the_recorded_cpu_fits_the_machines_cores(path):
     assert record["slowest_files_s"] and all(name.startswith("tests/") for name in record["slowest_files_s"])
     # Named for the CPU model it ran on: a run on one model never stands in for another's.
     assert path.name == MAKE_TEST_RESULTS.format(cpu=cpu_slug(record["cpu"]["cpu"]))
+    earlier = record.get("earlier", [])
+    assert len(earlier) <= EARLIER_RUNS
+    assert all(run["total_s"] > 0 and run["commit"] and run["date"] <= record["date"] for run in earlier)
+
+
+def test_each_run_keeps_the_ones_before_it_newest_first_and_bounded(tmp_path):
+    path = tmp_path / "make-test-time-amd-epyc.json"
+    assert earlier_runs(path) == []  # the first run on this CPU
+    path.write_text("{not json")
+    assert earlier_runs(path) == []
+    for run in range(EARLIER_RUNS + 3):  # each run writes its record over the last one's
+        record = {"commit": f"c{run}", "date": "2026-12-01", "total_s": 600 + run, "tests_cpu_s": 1200,
+                  "import_torch_cpu_s": [1.2, 1.2], "passed": True, "slowest_files_s": {"tests/x.py": 1}}
+        record["earlier"] = earlier_runs(path)
+        path.write_text(json.dumps(record))
+    kept = json.loads(path.read_text())["earlier"]
+    assert [r["commit"] for r in kept] == [f"c{run}" for run in range(EARLIER_RUNS + 1, 1, -1)]
+    assert all("slowest_files_s" not in r and "earlier" not in r for r in kept)  # summaries, not nested records
 
 
 def test_a_record_is_named_for_its_cpu_model():
