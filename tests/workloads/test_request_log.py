@@ -242,7 +242,7 @@ def test_a_body_past_the_bound_or_no_byte_count_is_refused_unread(rest_logger, l
 
 @pytest.mark.parametrize("past", [1, 60 << 20], ids=["one-byte-past", "60-MiB-past"])
 def test_a_caller_that_sends_a_body_past_the_bound_before_it_reads_gets_413_not_a_reset(rest_logger, past):
-    """Most HTTP clients send the whole body before they read the answer. Refused unread and
+    """Many HTTP clients send the whole body before they read the answer. Refused unread and
     closed at once, the connection resets under them (a broken pipe, the answer lost): the
     logger reads and drops the rest first, for a bounded time."""
     from workloads.monitor.logger import MAX_BODY

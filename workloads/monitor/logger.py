@@ -140,7 +140,7 @@ MAX_BODY = 4 << 20
 # Seconds a REST caller may leave the logger waiting for the rest of its request.
 READ_TIMEOUT_S = 30.0
 # Seconds the logger reads and drops what a refused caller still sends (a lingering close, as
-# nginx's lingering_timeout): most clients send the whole body before they read the answer,
+# nginx's lingering_timeout): many clients send the whole body before they read the answer,
 # and a connection closed with their bytes unread resets under them, the answer lost.
 LINGER_S = 5.0
 
