@@ -70,7 +70,7 @@ def cpu_slug(model: str) -> str:
 
 def earlier_runs(path: Path) -> list[dict]:
     """The runs before this one on the same CPU model, newest first (EARLIER_RUNS at most): on a
-    shared host one run can take a tenth longer than the last on nearly the same code, and
+    shared host one run can take a quarter longer than another on nearly the same code, and
     one run alone would hide that."""
     try:
         last = json.loads(path.read_text())
