@@ -16,7 +16,7 @@ downloads, uv's and the rendered charts, XDG_CACHE_HOME in a scratch folder), in
 setup (`make setup services`, what `make test` runs first) and the tests. The system's
 services (skopeo, PostgreSQL, Redis...) are taken as installed. Results go to
 bench/results/make-test-time-<cpu>.json, one record per CPU model (`make-test-time-amd-epyc.json`):
-the same suite costs one model of 2-core host 1.6 to 1.7 times the CPU seconds of another,
+the same suite costs one model of 2-core host 1.6 to 1.8 times the CPU seconds of another,
 so the newest run on one does not stand for the other. Each record keeps the runs before
 it on its model (`earlier`): on a shared host one run's time is not the next one's.
 
