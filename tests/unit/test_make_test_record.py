@@ -54,7 +54,7 @@ def test_a_file_that_failed_to_collect_is_left_out(tmp_path):
     assert slowest_files(junit) == {"tests/unit/test_ok.py": 1.0}
 
 
-RECORDS = sorted((REPO / "bench" / "results").glob("make-test-time-*.json"))
+RECORDS = sorted((REPO / "bench" / "results").glob(MAKE_TEST_RESULTS.format(cpu="*")))
 
 
 @pytest.mark.parametrize("path", RECORDS, ids=[p.stem for p in RECORDS])
