@@ -7,6 +7,12 @@ BIN    := $(VENV)/bin
 ENV    := $(if $(filter command line,$(origin ENV)),$(ENV),dev)
 OUT    ?= out
 
+# pip and setuptools in every virtualenv made here, past the ones Python 3.11's venv module
+# puts there (pip 23.2.1, setuptools 65.5.0), which the advisory database holds eight
+# advisories against (tests/checks/security.py audits the virtualenvs); setuptools as the
+# build backend pyproject.toml pins.
+VENV_TOOLS := pip==26.3 setuptools==84.2.1
+
 CORE_STAMP := $(VENV)/.core-installed
 FULL_STAMP := $(VENV)/.full-installed
 # checkov pins packages that conflict with ours (packaging, networkx, boto3): own virtualenv.
@@ -70,7 +76,7 @@ unexport PYTHONDONTWRITEBYTECODE
 setup-core: $(CORE_STAMP)
 $(CORE_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check $(VENV_TOOLS) -e .
 	@touch $@
 
 # Everything: tests, workloads (torch==2.13.0 is the local CPU wheel), serving, benchmarks,
@@ -80,31 +86,31 @@ setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_
 # The core's packages come with the rest, from uv: pip would resolve them again first.
 $(FULL_STAMP): pyproject.toml $(UV_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(INSTALL) $(VENV) -e '.[test,workloads,serve,bench,monitor]'
+	$(INSTALL) $(VENV) $(VENV_TOOLS) -e '.[test,workloads,serve,bench,monitor]'
 	@touch $(CORE_STAMP) $@
 $(CHECKOV_STAMP): $(UV_STAMP)
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
-	$(INSTALL) $(CHECKOV_VENV) $(CHECKOV_PIN)
+	$(INSTALL) $(CHECKOV_VENV) $(VENV_TOOLS) $(CHECKOV_PIN)
 	@touch $@
 $(TRACKING_STAMP): $(UV_STAMP)
 	@test -x $(TRACKING_VENV)/bin/python || $(PYTHON) -m venv $(TRACKING_VENV)
-	$(INSTALL) $(TRACKING_VENV) $(TRACKING_PINS)
+	$(INSTALL) $(TRACKING_VENV) $(VENV_TOOLS) $(TRACKING_PINS)
 	@touch $@
 $(FEATURES_STAMP): $(UV_STAMP)
 	@test -x $(FEATURES_VENV)/bin/python || $(PYTHON) -m venv $(FEATURES_VENV)
-	$(INSTALL) $(FEATURES_VENV) $(FEATURES_PINS) $(FEATURES_TEST_PINS)
+	$(INSTALL) $(FEATURES_VENV) $(VENV_TOOLS) $(FEATURES_PINS) $(FEATURES_TEST_PINS)
 	@touch $@
 $(MLSERVER_STAMP): $(UV_STAMP)
 	@test -x $(MLSERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLSERVER_VENV)
-	$(INSTALL) $(MLSERVER_VENV) $(MLSERVER_PINS)
+	$(INSTALL) $(MLSERVER_VENV) $(VENV_TOOLS) $(MLSERVER_PINS)
 	@touch $@
 $(PIPELINES_STAMP): $(UV_STAMP)
 	@test -x $(PIPELINES_VENV)/bin/python || $(PYTHON) -m venv $(PIPELINES_VENV)
-	$(INSTALL) $(PIPELINES_VENV) $(PIPELINES_PINS)
+	$(INSTALL) $(PIPELINES_VENV) $(VENV_TOOLS) $(PIPELINES_PINS)
 	@touch $@
 $(UV_STAMP):
 	@test -x $(UV_VENV)/bin/python || $(PYTHON) -m venv $(UV_VENV)
-	$(UV_VENV)/bin/pip install --quiet --disable-pip-version-check $(UV_PIN)
+	$(UV_VENV)/bin/pip install --quiet --disable-pip-version-check $(VENV_TOOLS) $(UV_PIN)
 	@touch $@
 $(IAM_STAMP): infra/checks/iam/package-lock.json
 	@command -v npm >/dev/null || { echo "make setup needs Node.js 20 and npm for the IAM evaluator: install them (Debian/Ubuntu: sudo apt-get install nodejs npm)"; exit 1; }
@@ -173,7 +179,7 @@ smoke: setup $(DEEPSPEED_STAMP)
 	$(BIN)/python tests/frameworks/smoke_deepspeed.py --venv $(DEEPSPEED_VENV)
 $(DEEPSPEED_STAMP): $(UV_STAMP)
 	@test -x $(DEEPSPEED_VENV)/bin/python || $(PYTHON) -m venv $(DEEPSPEED_VENV)
-	$(INSTALL) $(DEEPSPEED_VENV) $(DEEPSPEED_PINS)
+	$(INSTALL) $(DEEPSPEED_VENV) $(VENV_TOOLS) $(DEEPSPEED_PINS)
 	@touch $@
 
 # Mutation testing (bench/mutate.py): mutmut plants one bug at a time in the training data,

@@ -14,8 +14,10 @@ counts as a new finding, and a new finding fails.
         lists what the deploy scans: `name repository digest platforms`, one image a line
     (the deploy's scan step itself, which fetches ECR's answers and judges them, is
     tests/checks/registry_scan.py)
-    python -m tests.checks.security snapshot --from <advisory-database git directory>
-        rebuilds the committed advisory snapshot from a clone of the PyPA advisory database
+    python -m tests.checks.security snapshot --from <advisory-database git directory> [--repository URL]
+        rebuilds the committed advisory snapshot from a clone of the PyPA advisory database (or
+        of a fork that mirrors it: --repository records which); only a newer copy of the
+        database the snapshot was taken from is taken
 
 Where pip-audit's advisories come from (--advisories):
 - snapshot (the default, and what `make test` runs): the PyPA advisory database as committed
@@ -295,10 +297,27 @@ def _version(text: str) -> Version | None:
         return None
 
 
+def _bound(text: str) -> tuple[Version, bool] | None:
+    """A range event's version, and whether it was read from the release at the start of one
+    that is not PEP 440 (the database holds NVD's `2.10.0-NA` and `2.6.0-cu124`, and
+    distributions' `7.2.0-12.1`): dropping such an event would leave its range open, so that
+    every later release, one fixed years ago included, counts as affected."""
+    exact = _version(text)
+    if exact is not None:
+        return exact, False
+    release = re.match(r"\d+(?:\.\d+)*", text)
+    return (Version(release.group()), True) if release else None
+
+
 def affects(affected: dict, version: Version) -> bool:
     """OSV's rule for one `affected` entry: the version is listed, or inside an ECOSYSTEM
-    range (introduced <= v < fixed, or <= last_affected)."""
-    if any(_version(v) == version for v in affected.get("versions") or []):
+    range (introduced <= v < fixed, or <= last_affected). A local label is no other release
+    (`2.13.0+cpu` is 2.13.0, as PEP 440's `==` and ranges read it). A bound read from the
+    start of a version that is not PEP 440 closes its range only past that release: for
+    `fixed: 7.2.0-12.1` the fix is somewhere after 7.2.0, so 7.2.0 stays affected."""
+    version = Version(version.public)
+    listed = (_version(str(v)) for v in affected.get("versions") or [])
+    if version in {Version(v.public) for v in listed if v is not None}:
         return True
     for rng in affected.get("ranges") or []:
         if rng.get("type") != "ECOSYSTEM":
@@ -306,14 +325,14 @@ def affects(affected: dict, version: Version) -> bool:
         events = []
         for event in rng.get("events") or []:
             [(kind, text)] = event.items()
-            at = Version("0") if text == "0" else _version(str(text))
-            if at is not None:
-                events.append((at, kind))
+            bound = _bound(str(text))
+            if bound is not None:
+                events.append((*bound, kind))
         inside = False
-        for at, kind in sorted(events, key=lambda e: (e[0], e[1] != "introduced")):
+        for at, approximate, kind in sorted(events, key=lambda e: (e[0], e[2] != "introduced")):
             if kind == "introduced" and version >= at:
                 inside = True
-            elif kind == "fixed" and version >= at:
+            elif kind == "fixed" and (version > at if approximate else version >= at):
                 inside = False
             elif kind == "last_affected" and version > at:
                 inside = False
@@ -388,37 +407,68 @@ def _rfc3339(value: Any) -> Any:
     return value
 
 
-def build_snapshot(git_dir: Path, out: Path = SNAPSHOT) -> dict:
-    """The committed snapshot from a clone (or bare mirror) of github.com/pypa/advisory-database:
-    each advisory's id, aliases, summary (or the start of its details), dates and affected
-    ranges and versions; references are left out."""
+PYPA_ADVISORIES = "https://github.com/pypa/advisory-database"
+
+
+def _snapshot_record(record: dict) -> dict:
+    """What the snapshot keeps of one advisory: its id, aliases, summary (or the start of its
+    details), dates and affected ranges and versions; references are left out."""
+    kept = {k: _rfc3339(record[k]) for k in ("id", "aliases", "summary", "published", "modified", "withdrawn")
+            if record.get(k) is not None}
+    if "summary" not in kept and record.get("details"):
+        kept["details"] = " ".join(str(record["details"]).split())[:400]
+    kept["affected"] = [{"package": {"name": a["package"]["name"], "ecosystem": a["package"]["ecosystem"]},
+                         "ranges": [{"type": r["type"], "events": r["events"]} for r in a.get("ranges") or []],
+                         "versions": [str(v) for v in a.get("versions") or []]}
+                        for a in record.get("affected") or []]
+    if "id" not in kept:
+        raise KeyError("id")
+    return json.loads(json.dumps(kept, default=str))
+
+
+def build_snapshot(git_dir: Path, out: Path = SNAPSHOT, repository: str = PYPA_ADVISORIES) -> dict:
+    """The committed snapshot from a clone (or bare mirror) of github.com/pypa/advisory-database,
+    or of a fork that mirrors it (`repository` names where the clone came from). The clone's
+    history must hold the commit the committed snapshot was taken at, so that a refresh only
+    moves the same database forward: an unrelated repository, an older copy, or a file that is
+    no advisory is refused in one line and nothing is written."""
+    def run(*args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "--git-dir", str(git_dir), *args], input=data, capture_output=True)
+
     def git(*args: str, data: bytes | None = None) -> bytes:
-        return subprocess.run(["git", "--git-dir", str(git_dir), *args], input=data, capture_output=True,
-                              check=True).stdout
+        done = run(*args, data=data)
+        if done.returncode:
+            last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            raise ScanError(f"{git_dir}: git {args[0]} failed ({last}): give a clone of {PYPA_ADVISORIES}")
+        return done.stdout
 
     if not (git_dir / "HEAD").exists():
         git_dir = git_dir / ".git"
     commit, date = git("log", "-1", "--format=%H %cs").decode().split()
-    blobs = [line.split()[2] for line in git("ls-tree", "-r", "HEAD", "vulns").decode().splitlines()
-             if line.endswith(".yaml")]
-    raw = git("cat-file", "--batch", data="".join(b + "\n" for b in blobs).encode())
+    try:
+        previous = json.loads(gzip.decompress(out.read_bytes()))["source"]["commit"]
+    except (OSError, ValueError, KeyError, TypeError):
+        previous = None
+    if previous and run("merge-base", "--is-ancestor", previous, commit).returncode:
+        raise ScanError(f"{git_dir}: its history does not hold {previous[:12]}, the commit of the committed "
+                        f"snapshot: not a newer copy of {PYPA_ADVISORIES}; nothing written")
+    entries = [line.split(None, 3)[2:] for line in git("ls-tree", "-r", "HEAD", "vulns").decode().splitlines()
+               if line.endswith(".yaml")]
+    raw = git("cat-file", "--batch", data="".join(blob + "\n" for blob, _ in entries).encode())
     advisories, position = [], 0
-    while position < len(raw):
+    for _, path in entries:
         end = raw.index(b"\n", position)
         size = int(raw[position:end].split()[2])
-        record = yaml.load(raw[end + 1:end + 1 + size], Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        try:
+            record = yaml.load(raw[end + 1:end + 1 + size], Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            advisories.append(_snapshot_record(record))
+        except (yaml.YAMLError, KeyError, TypeError, AttributeError) as error:
+            reason = (str(error).splitlines() or [""])[0]
+            raise ScanError(f"{git_dir}: {path} is not an OSV advisory ({type(error).__name__}: {reason}); "
+                            "nothing written") from None
         position = end + 1 + size + 1
-        kept = {k: _rfc3339(record[k]) for k in ("id", "aliases", "summary", "published", "modified", "withdrawn")
-                if record.get(k) is not None}
-        if "summary" not in kept and record.get("details"):
-            kept["details"] = " ".join(str(record["details"]).split())[:400]
-        kept["affected"] = [{"package": {"name": a["package"]["name"], "ecosystem": a["package"]["ecosystem"]},
-                             "ranges": [{"type": r["type"], "events": r["events"]} for r in a.get("ranges") or []],
-                             "versions": [str(v) for v in a.get("versions") or []]}
-                            for a in record.get("affected") or []]
-        advisories.append(json.loads(json.dumps(kept, default=str)))
     advisories.sort(key=lambda a: a["id"])
-    source = {"repository": "https://github.com/pypa/advisory-database", "commit": commit, "date": date,
+    source = {"repository": repository, "commit": commit, "date": date,
               "license": "CC-BY-4.0 (the Python Packaging Advisory Database's contributors)",
               "advisories": len(advisories)}
     text = json.dumps({"source": source, "advisories": advisories}, sort_keys=True, separators=(",", ":"))
@@ -471,15 +521,18 @@ def _pip_audit(url: str, target: Path, scratch: Path) -> list[dict]:
     return json.loads(report.read_text())["dependencies"]
 
 
-def audit_dependencies(url: str, targets: Sequence[Path]) -> list[Finding]:
+def audit_dependencies(url: str, targets: Sequence[Path]) -> tuple[list[Finding], dict[str, int]]:
     """pip-audit over each environment's installed packages (or pinned requirements files),
-    asking the OSV API at `url`. One run per environment: pip-audit keeps one version per
-    name, and the environments pin some packages differently. A finding present in several
-    environments is one finding that names them all."""
+    asking the OSV API at `url`, and how many packages it audited in each. One run per
+    environment: pip-audit keeps one version per name, and the environments pin some packages
+    differently. A finding present in several environments is one finding that names them all."""
     merged: dict[tuple[str, str, str], tuple[Finding, list[str]]] = {}
+    audited: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for target in targets:
-            for dependency in _pip_audit(url, target, Path(scratch)):
+            dependencies = _pip_audit(url, target, Path(scratch))
+            audited[_relative(str(target))] = sum(not d.get("skip_reason") for d in dependencies)
+            for dependency in dependencies:
                 name, version = dependency["name"], dependency.get("version", "?")
                 found = []
                 skipped = dependency.get("skip_reason")
@@ -496,7 +549,7 @@ def audit_dependencies(url: str, targets: Sequence[Path]) -> list[Finding]:
                     key = (finding.rule, canonicalize_name(name), version)
                     merged.setdefault(key, (finding, []))[1].append(_relative(str(target)))
     return [replace(finding, where=f"{finding.where} ({', '.join(places)})")
-            for finding, places in merged.values()]
+            for finding, places in merged.values()], audited
 
 
 def scan_code(roots: Sequence[Path]) -> tuple[list[Finding], int]:
@@ -791,18 +844,20 @@ def scan(advisories: str = "snapshot", osv_url: str = OSV_URL, accepted_path: Pa
         targets = [*(venvs or ()), *([requirements] if requirements else [])]
         if venvs is None and requirements is None:
             targets = [REPO / v for v in AUDITED_VENVS]
-        audited = ", ".join(_relative(str(t)) for t in targets)
         if advisories == "snapshot":
             snapshot = AdvisorySnapshot()
             with snapshot.serve() as url:
-                findings += audit_dependencies(url, targets)
-            sources["pip-audit"] = f"{audited} against {snapshot.describe()}"
+                found, counts = audit_dependencies(url, targets)
+            against = snapshot.describe()
         elif advisories == "osv":
             _reachable(osv_url)
-            findings += audit_dependencies(osv_url, targets)
-            sources["pip-audit"] = f"{audited} against OSV ({osv_url}), {dt.date.today().isoformat()}"
+            found, counts = audit_dependencies(osv_url, targets)
+            against = f"OSV ({osv_url}), {dt.date.today().isoformat()}"
         else:
             raise ScanError(f"--advisories {advisories!r}: use snapshot or osv")
+        findings += found
+        audited = ", ".join(f"{target} ({count} packages)" for target, count in counts.items())
+        sources["pip-audit"] = f"{audited} against {against}"
     if "bandit" in tools:
         roots = list(code) if code is not None else [REPO / r for r in CODE_ROOTS]
         found, scanned = scan_code(roots)
@@ -1022,10 +1077,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["snapshot"]:
         parser = argparse.ArgumentParser(prog="python -m tests.checks.security snapshot")
         parser.add_argument("--from", dest="source", type=Path, required=True,
-                            help="a clone (or bare mirror) of github.com/pypa/advisory-database")
+                            help="a clone (or bare mirror) of github.com/pypa/advisory-database, or of a fork "
+                            "whose history holds it")
+        parser.add_argument("--repository", default=PYPA_ADVISORIES,
+                            help="where the clone came from, recorded in the snapshot (default: pypa's)")
+        parser.add_argument("--output", type=Path, default=SNAPSHOT,
+                            help="the snapshot to replace (default: the committed one)")
         opts = parser.parse_args(argv[1:])
-        source = build_snapshot(opts.source)
-        print(f"{SNAPSHOT.relative_to(REPO)}: {source['advisories']} advisories at {source['commit'][:12]} "
+        try:
+            source = build_snapshot(opts.source, opts.output, repository=opts.repository)
+        except ScanError as error:
+            print(f"snapshot: {error}", file=sys.stderr)
+            return 2
+        print(f"{opts.output}: {source['advisories']} advisories at {source['commit'][:12]} "
               f"({source['date']})")
         return 0
     parser = argparse.ArgumentParser(prog="python -m tests.checks.security", description=__doc__.split("\n\n")[0])
