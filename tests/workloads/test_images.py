@@ -67,6 +67,19 @@ def test_pip_installs_are_pinned(path):
             assert packages and all("==" in p for p in packages), a
 
 
+@pytest.mark.parametrize("name", sorted(n for n, i in IMAGES.items() if i.built_here and i.base == "python"))
+def test_images_on_the_python_base_replace_its_pip_and_setuptools_first(name):
+    """The python base's own pip and setuptools carry advisories. Each image on it installs,
+    before anything else, the versions every virtualenv of the tests gets (Makefile
+    VENV_TOOLS), so that the audit of those virtualenvs stands for the image."""
+    makefile = (REPO / "Makefile").read_text().splitlines()
+    tools = next(line for line in makefile if line.startswith("VENV_TOOLS ")).split(":=", 1)[1].split()
+    installs = [a for kind, a in instructions(REPO / IMAGES[name].source) if kind == "RUN" and "pip install" in a]
+    assert installs, name
+    first = [w for w in installs[0].split("pip install", 1)[1].split() if not w.startswith("-")]
+    assert sorted(first) == sorted(tools) and {t.split("==")[0] for t in tools} == {"pip", "setuptools"}
+
+
 def test_trainer_installs_efa_user_space_only():
     runs = " ".join(a for kind, a in instructions(TRAINING) if kind == "RUN")
     args = dict(a.split("=", 1) for kind, a in instructions(TRAINING) if kind == "ARG" and "=" in a)

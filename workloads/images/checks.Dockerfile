@@ -13,6 +13,10 @@
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
+# pip and setuptools past the base's (Python 3.11.7's own 23.2.1 and 65.5.0, which advisories
+# name), as in every virtualenv the tests run (Makefile VENV_TOOLS).
+RUN pip install --no-cache-dir pip==26.3 setuptools==84.2.1
+
 # Same pin as the project's `workloads` extra in pyproject.toml.
 RUN pip install --no-cache-dir nvidia-ml-py==13.615.71
 # The bounded reader of --readings (workloads/inputs.py) parses YAML and JSON with PyYAML.
