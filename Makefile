@@ -7,11 +7,14 @@ BIN    := $(VENV)/bin
 ENV    := $(if $(filter command line,$(origin ENV)),$(ENV),dev)
 OUT    ?= out
 
-# pip and setuptools in every virtualenv made here, past the ones Python 3.11's venv module
-# puts there (pip 23.2.1, setuptools 65.5.0), which the advisory database holds eight
-# advisories against (tests/checks/security.py audits the virtualenvs); setuptools as the
-# build backend pyproject.toml pins.
+# pip and setuptools in every virtualenv made here, and first in each image on the Python
+# base (workloads/images, which also removes the base's wheel: the virtualenvs have none),
+# past the ones Python 3.11.7's venv module and that image put there (pip 23.2.1,
+# setuptools 65.5.0 or 65.5.1), which the advisory database names (tests/checks/security.py
+# audits the virtualenvs); setuptools as the build backend pyproject.toml pins.
 VENV_TOOLS := pip==26.3 setuptools==84.2.1
+# Each virtualenv's stamp depends on this file too: a changed pin here reinstalls them
+# (uv: seconds), where a checkout set up before would keep what it had.
 
 CORE_STAMP := $(VENV)/.core-installed
 FULL_STAMP := $(VENV)/.full-installed
@@ -74,7 +77,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 # The program, the preview and the policy pack: enough for `make preview`.
 setup-core: $(CORE_STAMP)
-$(CORE_STAMP): pyproject.toml
+$(CORE_STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check $(VENV_TOOLS) -e .
 	@touch $@
@@ -84,31 +87,31 @@ $(CORE_STAMP): pyproject.toml
 setup: $(FULL_STAMP) $(CHECKOV_STAMP) $(TRACKING_STAMP) $(FEATURES_STAMP) $(IAM_STAMP) $(MLSERVER_STAMP) \
        $(PIPELINES_STAMP)
 # The core's packages come with the rest, from uv: pip would resolve them again first.
-$(FULL_STAMP): pyproject.toml $(UV_STAMP)
+$(FULL_STAMP): pyproject.toml Makefile $(UV_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(INSTALL) $(VENV) $(VENV_TOOLS) -e '.[test,workloads,serve,bench,monitor]'
 	@touch $(CORE_STAMP) $@
-$(CHECKOV_STAMP): $(UV_STAMP)
+$(CHECKOV_STAMP): Makefile $(UV_STAMP)
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(INSTALL) $(CHECKOV_VENV) $(VENV_TOOLS) $(CHECKOV_PIN)
 	@touch $@
-$(TRACKING_STAMP): $(UV_STAMP)
+$(TRACKING_STAMP): Makefile $(UV_STAMP)
 	@test -x $(TRACKING_VENV)/bin/python || $(PYTHON) -m venv $(TRACKING_VENV)
 	$(INSTALL) $(TRACKING_VENV) $(VENV_TOOLS) $(TRACKING_PINS)
 	@touch $@
-$(FEATURES_STAMP): $(UV_STAMP)
+$(FEATURES_STAMP): Makefile $(UV_STAMP)
 	@test -x $(FEATURES_VENV)/bin/python || $(PYTHON) -m venv $(FEATURES_VENV)
 	$(INSTALL) $(FEATURES_VENV) $(VENV_TOOLS) $(FEATURES_PINS) $(FEATURES_TEST_PINS)
 	@touch $@
-$(MLSERVER_STAMP): $(UV_STAMP)
+$(MLSERVER_STAMP): Makefile $(UV_STAMP)
 	@test -x $(MLSERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLSERVER_VENV)
 	$(INSTALL) $(MLSERVER_VENV) $(VENV_TOOLS) $(MLSERVER_PINS)
 	@touch $@
-$(PIPELINES_STAMP): $(UV_STAMP)
+$(PIPELINES_STAMP): Makefile $(UV_STAMP)
 	@test -x $(PIPELINES_VENV)/bin/python || $(PYTHON) -m venv $(PIPELINES_VENV)
 	$(INSTALL) $(PIPELINES_VENV) $(VENV_TOOLS) $(PIPELINES_PINS)
 	@touch $@
-$(UV_STAMP):
+$(UV_STAMP): Makefile
 	@test -x $(UV_VENV)/bin/python || $(PYTHON) -m venv $(UV_VENV)
 	$(UV_VENV)/bin/pip install --quiet --disable-pip-version-check $(VENV_TOOLS) $(UV_PIN)
 	@touch $@
@@ -177,7 +180,7 @@ verify: setup
 # DeepSpeed (about 1 GB and 80 s on its first start, so not part of `make test`).
 smoke: setup $(DEEPSPEED_STAMP)
 	$(BIN)/python tests/frameworks/smoke_deepspeed.py --venv $(DEEPSPEED_VENV)
-$(DEEPSPEED_STAMP): $(UV_STAMP)
+$(DEEPSPEED_STAMP): Makefile $(UV_STAMP)
 	@test -x $(DEEPSPEED_VENV)/bin/python || $(PYTHON) -m venv $(DEEPSPEED_VENV)
 	$(INSTALL) $(DEEPSPEED_VENV) $(VENV_TOOLS) $(DEEPSPEED_PINS)
 	@touch $@

@@ -14,10 +14,11 @@ counts as a new finding, and a new finding fails.
         lists what the deploy scans: `name repository digest platforms`, one image a line
     (the deploy's scan step itself, which fetches ECR's answers and judges them, is
     tests/checks/registry_scan.py)
-    python -m tests.checks.security snapshot --from <advisory-database git directory> [--repository URL]
-        rebuilds the committed advisory snapshot from a clone of the PyPA advisory database (or
-        of a fork that mirrors it: --repository records which); only a newer copy of the
-        database the snapshot was taken from is taken
+    python -m tests.checks.security snapshot --from <advisory-database git directory> --repository URL
+            [--output F]
+        rebuilds the committed advisory snapshot (or F) from a clone of the PyPA advisory
+        database, or of a fork that mirrors it (URL: where it was cloned from, recorded); only
+        a newer copy of the database the snapshot was taken from is taken; exit 2 otherwise
 
 Where pip-audit's advisories come from (--advisories):
 - snapshot (the default, and what `make test` runs): the PyPA advisory database as committed
@@ -297,24 +298,34 @@ def _version(text: str) -> Version | None:
         return None
 
 
-def _bound(text: str) -> tuple[Version, bool] | None:
-    """A range event's version, and whether it was read from the release at the start of one
-    that is not PEP 440 (the database holds NVD's `2.10.0-NA` and `2.6.0-cu124`, and
-    distributions' `7.2.0-12.1`): dropping such an event would leave its range open, so that
-    every later release, one fixed years ago included, counts as affected."""
+def _event(kind: str, text: str) -> tuple[Version, str] | None:
+    """One range event as (version, kind), with local labels dropped (`2.6.0+cu124` is the
+    release 2.6.0, as the version it is compared with is). The database also holds bounds that
+    are not PEP 440: NVD's `2.10.0-NA` and `2.6.0-cu124`, a distribution's `7.2.0-12.1`, a
+    package's own `4.6.0.stable11`. Dropping one would leave its range open, so that every
+    later release, one fixed years ago included, counted as affected; reading it as its
+    leading release would spare 4.6.0.1 to 4.6.0.10, which come before `4.6.0.stable11`. So
+    such a `fixed` or `last_affected` bound ends the range at the next release (4.6.1, 7.2.1,
+    2.10.1): what lies between is taken as affected, never spared. An `introduced` bound
+    with nothing to read opens the range from the start; a closing one with nothing to read
+    is dropped, and the range stays open."""
     exact = _version(text)
     if exact is not None:
-        return exact, False
-    release = re.match(r"\d+(?:\.\d+)*", text)
-    return (Version(release.group()), True) if release else None
+        return Version(exact.public), kind
+    release = re.match(r"(?:\d+!)?\d+(?:\.\d+)*", text)
+    if kind == "introduced":
+        return (Version(release.group()) if release else Version("0")), kind
+    if release is None:
+        return None
+    start = Version(release.group())
+    return Version(f"{start.epoch}!{'.'.join(map(str, (*start.release[:-1], start.release[-1] + 1)))}"), "fixed"
 
 
 def affects(affected: dict, version: Version) -> bool:
     """OSV's rule for one `affected` entry: the version is listed, or inside an ECOSYSTEM
     range (introduced <= v < fixed, or <= last_affected). A local label is no other release
-    (`2.13.0+cpu` is 2.13.0, as PEP 440's `==` and ranges read it). A bound read from the
-    start of a version that is not PEP 440 closes its range only past that release: for
-    `fixed: 7.2.0-12.1` the fix is somewhere after 7.2.0, so 7.2.0 stays affected."""
+    (`2.13.0+cpu` is 2.13.0, as PEP 440's `==` and ranges read it); bounds that are not PEP 440
+    are read as `_event` says."""
     version = Version(version.public)
     listed = (_version(str(v)) for v in affected.get("versions") or [])
     if version in {Version(v.public) for v in listed if v is not None}:
@@ -322,17 +333,13 @@ def affects(affected: dict, version: Version) -> bool:
     for rng in affected.get("ranges") or []:
         if rng.get("type") != "ECOSYSTEM":
             continue
-        events = []
-        for event in rng.get("events") or []:
-            [(kind, text)] = event.items()
-            bound = _bound(str(text))
-            if bound is not None:
-                events.append((*bound, kind))
+        events = [event for item in rng.get("events") or [] for kind, text in item.items()
+                  if (event := _event(kind, str(text))) is not None]
         inside = False
-        for at, approximate, kind in sorted(events, key=lambda e: (e[0], e[2] != "introduced")):
+        for at, kind in sorted(events, key=lambda e: (e[0], e[1] != "introduced")):
             if kind == "introduced" and version >= at:
                 inside = True
-            elif kind == "fixed" and (version > at if approximate else version >= at):
+            elif kind == "fixed" and version >= at:
                 inside = False
             elif kind == "last_affected" and version > at:
                 inside = False
@@ -346,8 +353,8 @@ class AdvisorySnapshot:
         try:
             data = json.loads(gzip.decompress(path.read_bytes()))
         except (OSError, ValueError) as error:
-            raise ScanError(f"{path}: the advisory snapshot cannot be read ({error}); rebuild it: "
-                            "python -m tests.checks.security snapshot --from <advisory-database clone>") from None
+            raise ScanError(f"{path}: the advisory snapshot cannot be read ({error}); rebuild it: python -m "
+                            "tests.checks.security snapshot --from <advisory-database clone> --repository URL") from None
         self.source = data["source"]
         self.by_name: dict[str, list[dict]] = {}
         for advisory in data["advisories"]:
@@ -410,28 +417,53 @@ def _rfc3339(value: Any) -> Any:
 PYPA_ADVISORIES = "https://github.com/pypa/advisory-database"
 
 
-def _snapshot_record(record: dict) -> dict:
+# OSV's range events; each is one of these with a version, quoted: YAML reads `fixed: 2.10`
+# as the number 2.1.
+EVENT_KINDS = {"introduced", "fixed", "last_affected", "limit"}
+
+
+def _snapshot_record(record: Any) -> dict:
     """What the snapshot keeps of one advisory: its id, aliases, summary (or the start of its
-    details), dates and affected ranges and versions; references are left out."""
+    details), dates and affected ranges and versions; references are left out. ValueError
+    names what makes a record no OSV advisory the matcher could read."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise ValueError(what)
+
+    need(isinstance(record, dict) and isinstance(record.get("id"), str), "it has no id")
+    affected = record.get("affected") or []
+    need(isinstance(affected, list), "affected is not a list")
+    for entry in affected:
+        need(isinstance(entry, dict) and isinstance(entry.get("package"), dict)
+             and all(isinstance(entry["package"].get(k), str) for k in ("name", "ecosystem")),
+             "an affected entry names no package and ecosystem")
+        ranges, versions = entry.get("ranges") or [], entry.get("versions") or []
+        need(isinstance(ranges, list) and all(isinstance(r, dict) and isinstance(r.get("type"), str)
+                                              and isinstance(r.get("events"), list) for r in ranges),
+             "a range has no type or events")
+        need(all(isinstance(e, dict) and len(e) == 1 and set(e) <= EVENT_KINDS
+                 and isinstance(next(iter(e.values())), str) for r in ranges for e in r["events"]),
+             f"a range event is not one of {', '.join(sorted(EVENT_KINDS))} with a quoted version")
+        need(isinstance(versions, list) and all(isinstance(v, str) for v in versions), "a listed version is not quoted")
     kept = {k: _rfc3339(record[k]) for k in ("id", "aliases", "summary", "published", "modified", "withdrawn")
             if record.get(k) is not None}
     if "summary" not in kept and record.get("details"):
         kept["details"] = " ".join(str(record["details"]).split())[:400]
     kept["affected"] = [{"package": {"name": a["package"]["name"], "ecosystem": a["package"]["ecosystem"]},
                          "ranges": [{"type": r["type"], "events": r["events"]} for r in a.get("ranges") or []],
-                         "versions": [str(v) for v in a.get("versions") or []]}
-                        for a in record.get("affected") or []]
-    if "id" not in kept:
-        raise KeyError("id")
+                         "versions": list(a.get("versions") or [])}
+                        for a in affected]
     return json.loads(json.dumps(kept, default=str))
 
 
-def build_snapshot(git_dir: Path, out: Path = SNAPSHOT, repository: str = PYPA_ADVISORIES) -> dict:
-    """The committed snapshot from a clone (or bare mirror) of github.com/pypa/advisory-database,
-    or of a fork that mirrors it (`repository` names where the clone came from). The clone's
-    history must hold the commit the committed snapshot was taken at, so that a refresh only
-    moves the same database forward: an unrelated repository, an older copy, or a file that is
-    no advisory is refused in one line and nothing is written."""
+def build_snapshot(git_dir: Path, out: Path, repository: str) -> dict:
+    """The snapshot at `out` from a clone (or bare mirror) of github.com/pypa/advisory-database,
+    or of a fork that mirrors it; `repository` names where the clone came from. Only a newer
+    copy of the database the snapshot at `out` was taken from is taken: its history must hold
+    that snapshot's commit, and every advisory that snapshot holds (the database withdraws
+    advisories, it does not delete them). Anything else (another repository, an older copy, a
+    copy with advisories deleted, a file that is no advisory, a snapshot at `out` that cannot
+    be read) is refused in one line and nothing is written."""
     def run(*args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(["git", "--git-dir", str(git_dir), *args], input=data, capture_output=True)
 
@@ -442,18 +474,26 @@ def build_snapshot(git_dir: Path, out: Path = SNAPSHOT, repository: str = PYPA_A
             raise ScanError(f"{git_dir}: git {args[0]} failed ({last}): give a clone of {PYPA_ADVISORIES}")
         return done.stdout
 
+    previous, held = None, set()
+    if out.exists():
+        try:
+            snapshot = json.loads(gzip.decompress(out.read_bytes()))
+            previous, held = snapshot["source"]["commit"], {a["id"] for a in snapshot["advisories"]}
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ScanError(f"{out}: the snapshot there cannot be read ({type(error).__name__}); "
+                            "remove it to build a first one; nothing written") from None
     if not (git_dir / "HEAD").exists():
         git_dir = git_dir / ".git"
     commit, date = git("log", "-1", "--format=%H %cs").decode().split()
-    try:
-        previous = json.loads(gzip.decompress(out.read_bytes()))["source"]["commit"]
-    except (OSError, ValueError, KeyError, TypeError):
-        previous = None
     if previous and run("merge-base", "--is-ancestor", previous, commit).returncode:
-        raise ScanError(f"{git_dir}: its history does not hold {previous[:12]}, the commit of the committed "
-                        f"snapshot: not a newer copy of {PYPA_ADVISORIES}; nothing written")
-    entries = [line.split(None, 3)[2:] for line in git("ls-tree", "-r", "HEAD", "vulns").decode().splitlines()
-               if line.endswith(".yaml")]
+        raise ScanError(f"{git_dir}: its history does not hold {previous[:12]}, the commit of the snapshot at "
+                        f"{out}: not a newer copy of that database; nothing written")
+    entries = []  # (blob, path) of each YAML file under vulns/; -z: paths as they are, unquoted
+    for record in git("ls-tree", "-r", "-z", "HEAD", "vulns").split(b"\0"):
+        if record:
+            meta, path = record.split(b"\t", 1)
+            if meta.split()[1] == b"blob" and path.endswith(b".yaml"):
+                entries.append((meta.split()[2].decode(), path.decode(errors="replace")))
     raw = git("cat-file", "--batch", data="".join(blob + "\n" for blob, _ in entries).encode())
     advisories, position = [], 0
     for _, path in entries:
@@ -462,17 +502,31 @@ def build_snapshot(git_dir: Path, out: Path = SNAPSHOT, repository: str = PYPA_A
         try:
             record = yaml.load(raw[end + 1:end + 1 + size], Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             advisories.append(_snapshot_record(record))
-        except (yaml.YAMLError, KeyError, TypeError, AttributeError) as error:
+        except (yaml.YAMLError, ValueError) as error:
             reason = (str(error).splitlines() or [""])[0]
-            raise ScanError(f"{git_dir}: {path} is not an OSV advisory ({type(error).__name__}: {reason}); "
-                            "nothing written") from None
+            raise ScanError(f"{git_dir}: {path} is not an OSV advisory ({reason}); nothing written") from None
         position = end + 1 + size + 1
+    if not advisories:
+        raise ScanError(f"{git_dir}: no advisories under vulns/: not a copy of {PYPA_ADVISORIES}; nothing written")
+    if previous and (missing := sorted(held - {a["id"] for a in advisories})):
+        raise ScanError(f"{git_dir}: {len(missing)} advisories the snapshot at {out} holds are not there "
+                        f"({', '.join(missing[:3])}...): the database withdraws advisories, it does not delete "
+                        "them; nothing written")
     advisories.sort(key=lambda a: a["id"])
     source = {"repository": repository, "commit": commit, "date": date,
               "license": "CC-BY-4.0 (the Python Packaging Advisory Database's contributors)",
               "advisories": len(advisories)}
     text = json.dumps({"source": source, "advisories": advisories}, sort_keys=True, separators=(",", ":"))
-    out.write_bytes(gzip.compress(text.encode(), mtime=0))
+    written = None
+    try:  # whole or not at all: a new file beside it, then renamed over it
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", delete=False) as handle:
+            written = Path(handle.name)
+            handle.write(gzip.compress(text.encode(), mtime=0))
+        written.replace(out)
+    except OSError as error:
+        if written is not None:
+            written.unlink(missing_ok=True)
+        raise ScanError(f"{out}: cannot be written ({error.strerror or error}); nothing written") from None
     return source
 
 
@@ -1079,8 +1133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("--from", dest="source", type=Path, required=True,
                             help="a clone (or bare mirror) of github.com/pypa/advisory-database, or of a fork "
                             "whose history holds it")
-        parser.add_argument("--repository", default=PYPA_ADVISORIES,
-                            help="where the clone came from, recorded in the snapshot (default: pypa's)")
+        parser.add_argument("--repository", required=True,
+                            help=f"where the clone came from, recorded in the snapshot: {PYPA_ADVISORIES}, "
+                            "or the fork's address")
         parser.add_argument("--output", type=Path, default=SNAPSHOT,
                             help="the snapshot to replace (default: the committed one)")
         opts = parser.parse_args(argv[1:])

@@ -246,18 +246,32 @@ def test_a_local_label_is_the_release_it_labels():
     last = eco({"last_affected": "2.13.0"})
     assert affects(last, v("2.13.0+cpu")) and not affects(last, v("2.13.1+cpu"))
     assert not affects(eco({"fixed": "2.13.0"}), v("2.13.0+cpu"))
+    # On the bounds too: the build a bound names is its release.
+    built = {"ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "2.6.0+cu124"}, {"fixed": "2.7"}]}]}
+    assert affects(built, v("2.6.0+cu124")) and affects(built, v("2.6.0"))
+    assert not affects(eco({"fixed": "2.0.0+cu118"}), v("2.0.0+cu118"))
 
 
-def test_a_bound_that_is_not_pep_440_is_read_from_its_release_and_never_leaves_a_range_open():
+def test_a_bound_that_is_not_pep_440_ends_its_range_at_the_next_release_and_never_spares():
     nvd = eco({"last_affected": "2.10.0-NA"})
     assert affects(nvd, v("2.10.0")) and affects(nvd, v("2.9.1")) and not affects(nvd, v("3.3.2"))
+    assert affects(nvd, v("2.10.0.post1")) and not affects(nvd, v("2.10.1"))
     cuda = eco({"last_affected": "2.6.0-cu124"})
     assert affects(cuda, v("2.6.0+cpu")) and not affects(cuda, v("2.13.0+cpu"))
     # A fix somewhere after 7.2.0 (a distribution's 7.2.0-12.1): 7.2.0 itself stays affected.
     distro = eco({"fixed": "7.2.0-12.1"})
     assert affects(distro, v("7.2.0")) and not affects(distro, v("7.2.1"))
-    # Nothing to read: the range stays open and the version is reported, never spared.
+    # A package with four-part releases: 4.6.0.1 to 4.6.0.10 come before 4.6.0.stable11.
+    four = eco({"fixed": "4.6.0.stable11"})
+    assert affects(four, v("4.6.0.10")) and not affects(four, v("4.6.1"))
+    wildcard = eco({"last_affected": "1.2.x"})
+    assert affects(wildcard, v("1.2.5")) and not affects(wildcard, v("1.3"))
+    epoch = eco({"last_affected": "1!2.0-NA"})
+    assert affects(epoch, v("1!1.5")) and affects(epoch, v("1!2.0.5")) and not affects(epoch, v("1!2.1"))
+    # Nothing to read: a closing bound leaves the range open, an opening one opens it at 0.
     assert affects(eco({"last_affected": "unknown"}), v("99.0"))
+    nothing = {"ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": ""}, {"fixed": "2.0"}]}]}
+    assert affects(nothing, v("1.0")) and not affects(nothing, v("2.0"))
 
 
 def test_the_snapshot_reads_nvds_suffixed_bounds_as_their_release():
@@ -273,59 +287,96 @@ def test_the_snapshot_reads_nvds_suffixed_bounds_as_their_release():
     assert "PYSEC-2025-192" in ids("torch", "2.6.0+cu124") and "PYSEC-2025-192" not in ids("torch", "2.13.0+cpu")
 
 
-def _commit_advisory(repo: Path, advisory_id: str, text: str | None = None) -> None:
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
-                       check=True, capture_output=True)
+FORK = "https://example.org/a-fork"
 
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                   check=True, capture_output=True)
+
+
+def _commit_advisory(repo: Path, advisory_id: str, text: str | None = None, name: str | None = None) -> None:
     if not repo.exists():
         repo.mkdir()
-        git("init", "-q")
+        _git(repo, "init", "-q")
     (repo / "vulns" / "jinja2").mkdir(parents=True, exist_ok=True)
-    (repo / "vulns" / "jinja2" / f"{advisory_id}.yaml").write_text(text if text is not None else
+    (repo / "vulns" / "jinja2" / f"{name or advisory_id}.yaml").write_text(text if text is not None else
         f"id: {advisory_id}\nsummary: a planted advisory\naffected:\n- package: {{name: jinja2, ecosystem: PyPI}}\n"
-        "  ranges:\n  - type: ECOSYSTEM\n    events: [{introduced: '0'}, {fixed: 2.10.1}]\n")
-    git("add", "-A")
-    git("commit", "-q", "-m", advisory_id)
+        "  ranges:\n  - type: ECOSYSTEM\n    events: [{introduced: '0'}, {fixed: '2.10.1'}]\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", advisory_id)
 
 
 def test_a_snapshot_is_rebuilt_only_from_a_newer_copy_of_the_same_database(tmp_path):
     database, out = tmp_path / "database", tmp_path / "advisories.json.gz"
     _commit_advisory(database, "PYSEC-2099-1")
-    first = security.build_snapshot(database, out, repository="https://example.org/a-fork")
-    assert (first["advisories"], first["repository"]) == (1, "https://example.org/a-fork")
-    _commit_advisory(database, "PYSEC-2099-2")
-    assert security.build_snapshot(database, out)["advisories"] == 2
+    first = security.build_snapshot(database, out, FORK)
+    assert (first["advisories"], first["repository"]) == (1, FORK)
+    # A file named past ASCII is read, not skipped (git quotes such names unless told not to).
+    _commit_advisory(database, "PYSEC-2099-2", name="PYSEC-2099-\u00e9")
+    assert security.build_snapshot(database, out, FORK)["advisories"] == 2
     assert [a["id"] for a in security.AdvisorySnapshot(out).query("jinja2", "2.10")] == ["PYSEC-2099-1", "PYSEC-2099-2"]
+    before = out.read_bytes()
     # Another repository, whose history lacks the snapshot's commit: refused, nothing written.
     other = tmp_path / "other"
     _commit_advisory(other, "PYSEC-2099-3")
-    before = out.read_bytes()
     with pytest.raises(ScanError, match="does not hold"):
-        security.build_snapshot(other, out)
+        security.build_snapshot(other, out, FORK)
+    # A newer copy with an advisory deleted (the database withdraws, it does not delete).
+    (database / "vulns" / "jinja2" / "PYSEC-2099-1.yaml").unlink()
+    _commit_advisory(database, "PYSEC-2099-4")
+    with pytest.raises(ScanError, match="1 advisories the snapshot at .* holds are not there .PYSEC-2099-1"):
+        security.build_snapshot(database, out, FORK)
     assert out.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no half-written file left
 
 
-NOT_ADVISORIES = {"not YAML": "id: [unclosed\n", "a list": "- 1\n", "no package": "id: X\naffected: [{}]\n",
-                  "no id": "summary: s\n"}
+NOT_ADVISORIES = {
+    "not YAML": "id: [unclosed\n", "a list": "- 1\n", "no package": "id: X\naffected: [{}]\n",
+    "no id": "summary: s\n", "a number for an id": "id: 5\n",
+    # YAML reads 2.10 as the number 2.1: a bound that would silently move.
+    "an unquoted version": "id: X\naffected:\n- package: {name: p, ecosystem: PyPI}\n  ranges:\n"
+                           "  - {type: ECOSYSTEM, events: [{introduced: '0'}, {fixed: 2.10}]}\n",
+    "two kinds in one event": "id: X\naffected:\n- package: {name: p, ecosystem: PyPI}\n  ranges:\n"
+                              "  - {type: ECOSYSTEM, events: [{introduced: '0', fixed: '2.1'}]}\n",
+    "an unquoted listed version": "id: X\naffected:\n- package: {name: p, ecosystem: PyPI}\n  versions: [1.10]\n",
+}
 
 
-@pytest.mark.parametrize("kind", ["not a repository", "another repository", *NOT_ADVISORIES])
+@pytest.mark.parametrize("kind", ["not a repository", "another repository", "no vulns folder", "unreadable snapshot",
+                                  "a folder for the snapshot", "no folder for the snapshot", *NOT_ADVISORIES])
 def test_the_snapshot_command_refuses_in_one_line_and_writes_nothing(kind, tmp_path):
     source, snapshot = tmp_path / "source", tmp_path / "advisories.json.gz"
+    snapshot.write_bytes(security.SNAPSHOT.read_bytes())
     if kind == "not a repository":
         source.mkdir()
+    elif kind == "no vulns folder":
+        source.mkdir()
+        _git(source, "init", "-q")
+        (source / "README").write_text("x")
+        _git(source, "add", "-A")
+        _git(source, "commit", "-q", "-m", "x")
+        snapshot.unlink()  # even as the first snapshot
     else:
         _commit_advisory(source, "PYSEC-2099-1")
     if kind in NOT_ADVISORIES:  # the first snapshot, so no history to hold: one file is no advisory
         _commit_advisory(source, "PYSEC-2099-2", NOT_ADVISORIES[kind])
-    else:
-        snapshot.write_bytes(security.SNAPSHOT.read_bytes())
-    before = snapshot.read_bytes() if snapshot.exists() else None
-    done = run_cli("snapshot", "--from", str(source), "--output", str(snapshot))
+        snapshot.unlink()
+    elif kind == "unreadable snapshot":
+        snapshot.write_bytes(b"garbage")
+    elif kind == "a folder for the snapshot":
+        snapshot.unlink()
+        snapshot.mkdir()
+    elif kind == "no folder for the snapshot":
+        snapshot.unlink()
+        snapshot = tmp_path / "gone" / "advisories.json.gz"
+    before = sorted(p.name for p in tmp_path.rglob("*") if "source" not in p.parts), \
+        snapshot.read_bytes() if snapshot.is_file() else None
+    done = run_cli("snapshot", "--from", str(source), "--repository", FORK, "--output", str(snapshot))
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("snapshot: "), done.stderr
-    assert (snapshot.read_bytes() if snapshot.exists() else None) == before
+    assert (sorted(p.name for p in tmp_path.rglob("*") if "source" not in p.parts),
+            snapshot.read_bytes() if snapshot.is_file() else None) == before
     if kind in NOT_ADVISORIES:
         assert "vulns/jinja2/PYSEC-2099-2.yaml is not an OSV advisory" in done.stderr
 

@@ -59,25 +59,43 @@ def test_copied_sources_exist(path):
                 assert (REPO / source).exists(), source
 
 
+# pip's install however it is called: `pip`, `pip3`, `pip3.11`, `python -m pip`, any spacing.
+PIP_INSTALL = re.compile(r"(?:\bpip[0-9.]*|\bpython[0-9.]*\s+-m\s+pip)\s+install\b")
+
+
+def pip_installs(path: Path) -> list[list[str]]:
+    """The packages of each pip install a Dockerfile runs, in order (options left out)."""
+    return [[w for w in re.split(r"&&|;|\|", rest)[0].split() if not w.startswith("-")]
+            for kind, a in instructions(path) if kind == "RUN"
+            for rest in PIP_INSTALL.split(a)[1:]]
+
+
+def test_pip_installs_are_found_however_pip_is_called(tmp_path):
+    path = tmp_path / "Dockerfile"
+    path.write_text("FROM x\nRUN pip3 install a==1 && pip3.11 install --no-cache-dir b==2\n"
+                    "RUN python3 -m pip  install c==3 ; echo\nRUN python -m pip install \\\n    d==4\nRUN pipx list\n")
+    assert pip_installs(path) == [["a==1"], ["b==2"], ["c==3"], ["d==4"]]
+
+
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
 def test_pip_installs_are_pinned(path):
-    for kind, a in instructions(path):
-        if kind == "RUN" and "pip install" in a:
-            packages = [w for w in a.split("pip install", 1)[1].split() if not w.startswith("-")]
-            assert packages and all("==" in p for p in packages), a
+    for packages in pip_installs(path):
+        assert packages and all("==" in p for p in packages), packages
 
 
 @pytest.mark.parametrize("name", sorted(n for n, i in IMAGES.items() if i.built_here and i.base == "python"))
-def test_images_on_the_python_base_replace_its_pip_and_setuptools_first(name):
-    """The python base's own pip and setuptools carry advisories. Each image on it installs,
-    before anything else, the versions every virtualenv of the tests gets (Makefile
+def test_images_on_the_python_base_replace_its_pip_setuptools_and_wheel_first(name):
+    """The python base's own pip, setuptools and wheel carry advisories. Each image on it
+    installs, before anything else, the versions every virtualenv of the tests gets (Makefile
     VENV_TOOLS), so that the audit of those virtualenvs stands for the image."""
     makefile = (REPO / "Makefile").read_text().splitlines()
     tools = next(line for line in makefile if line.startswith("VENV_TOOLS ")).split(":=", 1)[1].split()
-    installs = [a for kind, a in instructions(REPO / IMAGES[name].source) if kind == "RUN" and "pip install" in a]
-    assert installs, name
-    first = [w for w in installs[0].split("pip install", 1)[1].split() if not w.startswith("-")]
-    assert sorted(first) == sorted(tools) and {t.split("==")[0] for t in tools} == {"pip", "setuptools"}
+    installs = pip_installs(REPO / IMAGES[name].source)
+    assert len(installs) > 1, name
+    assert sorted(installs[0]) == sorted(tools) and {t.split("==")[0] for t in tools} == {"pip", "setuptools"}
+    # The base's wheel goes, in the same step: the virtualenvs, made by the venv module, have none.
+    first = next(a for kind, a in instructions(REPO / IMAGES[name].source) if kind == "RUN" and PIP_INSTALL.search(a))
+    assert re.search(r"&&\s*pip[0-9.]*\s+uninstall\s+(?:-y|--yes)\s+wheel\s*$", first), first
 
 
 def test_trainer_installs_efa_user_space_only():

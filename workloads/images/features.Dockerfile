@@ -11,9 +11,10 @@
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
-# pip and setuptools past the base's (Python 3.11.7's own 23.2.1 and 65.5.0, which advisories
-# name), as in every virtualenv the tests run (Makefile VENV_TOOLS).
-RUN pip install --no-cache-dir pip==26.3 setuptools==84.2.1
+# pip and setuptools past the base's (23.2.1 and 65.5.1), and without its wheel (0.42 when it
+# was built): advisories name all three. As in every virtualenv the tests run and audit
+# (Makefile VENV_TOOLS; the venv module puts no wheel there); nothing here builds with wheel.
+RUN pip install --no-cache-dir pip==26.3 setuptools==84.2.1 && pip uninstall --yes wheel
 
 # The same pins as the tests' Feast (Makefile FEATURES_PINS).
 RUN pip install --no-cache-dir "feast[redis,aws]==0.66.0" s3fs==2026.9.0 mlflow-skinny==3.17.2
