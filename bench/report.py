@@ -199,11 +199,15 @@ def table(plots: Path = PLOTS) -> str:
         sections.append((rows, "", _machine(data)))
     for data in (load(p.stem) for p in sorted(RESULTS.glob("make-test-time-*.json"))):  # one per CPU model
         probe = " -> ".join(map(str, data["import_torch_cpu_s"]))
-        before = ", ".join(f"{run['total_s'] / 60:.1f}" for run in data.get("earlier", []))
+        # A run that did not pass says so, here and among the earlier ones: its time is real,
+        # and so is what failed (the record keeps the reports).
+        before = ", ".join(f"{run['total_s'] / 60:.1f}{'' if run.get('passed', True) else ' (did not pass)'}"
+                           for run in data.get("earlier", []))
         earlier = f"; before it on this CPU: {before} min" if before else ""
+        outcome = "" if data.get("passed", True) else f"; did not pass: {data['summary']}"
         rows = [[f"make test on a fresh clone of {data['commit']}: new virtualenvs, empty caches",
                  f"{data['total_s'] / 60:.1f} min ({data['setup_s']:.0f} s setup, {data['tests_s']:.0f} s tests; "
-                 f"{data['tests_cpu_s']:,} CPU-s; import torch {probe} CPU-s before -> after{earlier})",
+                 f"{data['tests_cpu_s']:,} CPU-s; import torch {probe} CPU-s before -> after{outcome}{earlier})",
                  "<= 12 min"]]
         sections.append((rows, "", _machine(data)))
     if (data := load("policy")) is not None:

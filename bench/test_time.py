@@ -60,6 +60,8 @@ DROPPED_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTEST_ADDOPTS", "PYTEST_XDI
 SMOKE_PATH = "tests/unit/test_catalog.py"
 SLOWEST_FILES = 10
 EARLIER_RUNS = 9
+# A failed run's reports kept in its record: so many tests, the last so many characters of each.
+FAILURE_REPORTS, FAILURE_CHARS = 5, 4000
 
 
 def cpu_slug(model: str) -> str:
@@ -122,6 +124,25 @@ def slowest_files(junit: Path) -> dict[str, float]:
     return {name: round(seconds, 1) for name, seconds in spent.most_common(SLOWEST_FILES)}
 
 
+def failure_reports(junit: Path) -> dict[str, str]:
+    """Each failed or errored test's report from pytest's JUnit file (its message, then the end
+    of its traceback and captured output), FAILURE_REPORTS of them at most: the clone and its
+    logs are gone when the run ends, and a failure that does not come back in a rerun would
+    leave nothing to read."""
+    try:
+        cases = list(ET.parse(junit).iter("testcase"))
+    except (OSError, ET.ParseError):
+        return {}
+    reports = {}
+    for case in cases:
+        for outcome in ("failure", "error"):
+            for found in case.iter(outcome):
+                name = f"{case.get('classname')}::{case.get('name')} ({outcome})"
+                text = f"{found.get('message') or ''}\n{found.text or ''}".strip()
+                reports[name] = text if len(text) <= FAILURE_CHARS else "...\n" + text[-FAILURE_CHARS:]
+    return dict(list(reports.items())[:FAILURE_REPORTS])
+
+
 def make_test(commit: str) -> dict:
     """`make test` on a fresh clone of `commit`: the setup's and the tests' seconds, and
     pytest's summary line."""
@@ -150,6 +171,7 @@ def make_test(commit: str) -> dict:
                        "(no summary)")
         failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
         slowest = slowest_files(caches / "junit.xml")
+        reports = failure_reports(caches / "junit.xml")
     finally:
         shutil.rmtree(clone, ignore_errors=True)
         shutil.rmtree(caches, ignore_errors=True)
@@ -157,7 +179,8 @@ def make_test(commit: str) -> dict:
             "total_s": round(seconds["setup"] + seconds["tests"], 1),
             "setup_cpu_s": round(cpu["setup"]), "tests_cpu_s": round(cpu["tests"]),
             "tests_cores_busy": round(cpu["tests"] / seconds["tests"], 2),
-            "summary": summary, "passed": done.returncode == 0, "failed": failed, "slowest_files_s": slowest}
+            "summary": summary, "passed": done.returncode == 0, "failed": failed, "slowest_files_s": slowest,
+            **({"failure_reports": reports} if reports else {})}
 
 
 def main() -> None:
@@ -192,7 +215,7 @@ def main() -> None:
                         "services installed",
             "commit": commit, **times, "import_torch_cpu_s": probe, "earlier": earlier_runs(path)})
         if not times["passed"]:
-            raise SystemExit("make test failed:\n" + "\n".join(times["failed"]))
+            raise SystemExit("make test failed (the reports are in the record):\n" + "\n".join(times["failed"]))
         return
     if args.base is None:
         parser.error("--base is required")

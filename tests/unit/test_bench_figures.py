@@ -34,6 +34,21 @@ def test_the_readme_table_is_the_records(tmp_path):
         "README's benchmark table is stale: run .venv/bin/python bench/report.py"
 
 
+def test_a_make_test_run_that_did_not_pass_says_so_in_its_row(tmp_path, monkeypatch):
+    from bench import report
+
+    run = {"commit": "abc1234", "total_s": 830, "setup_s": 34, "tests_s": 796, "tests_cpu_s": 1475,
+           "import_torch_cpu_s": [1.75, 1.5], "machine": "AMD EPYC (2 cores)", "date": "2026-12-01"}
+    record = {**run, "passed": False, "summary": "2913 passed, 2 errors in 793.46s",
+              "earlier": [{"total_s": 769, "passed": True}, {"total_s": 700, "passed": False}]}
+    (tmp_path / "make-test-time-amd-epyc.json").write_text(json.dumps(record))
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    row = next(line for line in report.table(tmp_path).splitlines() if "abc1234" in line)
+    assert "did not pass: 2913 passed, 2 errors" in row and "12.8, 11.7 (did not pass) min" in row
+    (tmp_path / "make-test-time-amd-epyc.json").write_text(json.dumps({**record, "passed": True}))
+    assert "did not pass: " not in next(line for line in report.table(tmp_path).splitlines() if "abc1234" in line)
+
+
 def test_each_serving_gain_is_within_the_ceiling_measured_beside_it():
     from bench.report import CEILING_SLACK
 

@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.test_time import (  # noqa: E402
-    EARLIER_RUNS, MAKE_TEST_RESULTS, SLOWEST_FILES, cpu_slug, earlier_runs, slowest_files)
+    EARLIER_RUNS, FAILURE_CHARS, FAILURE_REPORTS, MAKE_TEST_RESULTS, SLOWEST_FILES, cpu_slug, earlier_runs,
+    failure_reports, slowest_files)
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -52,6 +53,27 @@ def test_a_file_that_failed_to_collect_is_left_out(tmp_path):
     junit.write_text('<testsuites><testsuite><testcase classname="" name="tests.unit.test_broken" time="0.5"/>'
                      '<testcase classname="tests.unit.test_ok" name="t" time="1"/></testsuite></testsuites>')
     assert slowest_files(junit) == {"tests/unit/test_ok.py": 1.0}
+
+
+def test_a_failed_runs_reports_are_kept_bounded_and_a_clean_run_has_none(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT)
+    assert failure_reports(junit) == {}
+    assert failure_reports(tmp_path / "missing.xml") == {}
+    long = "x" * (FAILURE_CHARS + 500) + "the torchrun's last line"
+    cases = [f'<testcase classname="tests.workloads.test_parallel" name="t{i}" time="1">'
+             f'<error message="failed on setup with &quot;AssertionError&quot;">{long}</error></testcase>'
+             for i in range(FAILURE_REPORTS + 2)]
+    cases.append('<testcase classname="tests.unit.test_a" name="f" time="1"><failure message="assert 1 == 2">'
+                 'E assert 1 == 2</failure></testcase>')
+    junit.write_text(f"<testsuites><testsuite>{''.join(cases)}</testsuite></testsuites>")
+    reports = failure_reports(junit)
+    assert len(reports) == FAILURE_REPORTS
+    first = reports["tests.workloads.test_parallel::t0 (error)"]
+    assert first.endswith("the torchrun's last line") and len(first) <= FAILURE_CHARS + 4
+    junit.write_text('<testsuites><testsuite><testcase classname="tests.unit.test_a" name="f" time="1">'
+                     '<failure message="assert 1 == 2">E assert 1 == 2</failure></testcase></testsuite></testsuites>')
+    assert failure_reports(junit) == {"tests.unit.test_a::f (failure)": "assert 1 == 2\nE assert 1 == 2"}
 
 
 RECORDS = sorted((REPO / "bench" / "results").glob(MAKE_TEST_RESULTS.format(cpu="*")))
