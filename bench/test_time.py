@@ -22,7 +22,7 @@ it on its model (`earlier`): on a shared host one run's time is not the next one
 
 Each part's CPU seconds (user and system, of every process `make` waited for) are recorded
 beside its wall time: the suite keeps both cores busy, so its time is its CPU seconds over
-two. The same work costs this machine up to a quarter more CPU seconds at one time than at
+two. The same work costs this machine up to a third more CPU seconds at one time than at
 another, so the record also holds a probe of its speed, before and after: the CPU seconds
 of `import torch` in a fresh process (best of 3), a cost the suite pays in each of its
 hundred-odd training processes. The record names the test files that took longest (summed
@@ -72,7 +72,7 @@ def cpu_slug(model: str) -> str:
 
 def earlier_runs(path: Path) -> list[dict]:
     """The runs before this one on the same CPU model, newest first (EARLIER_RUNS at most): on a
-    shared host one run can take a quarter longer than another on nearly the same code, and
+    shared host one run can take a third longer than another on nearly the same code, and
     one run alone would hide that."""
     try:
         last = json.loads(path.read_text())
