@@ -106,14 +106,19 @@ def speed_probe() -> float:
     return round(min(spent), 2)
 
 
+def junit_cases(junit: Path) -> list[ET.Element]:
+    """The test cases of pytest's JUnit report; none where the suite never started, or died
+    writing it (the run's times still count)."""
+    try:
+        return list(ET.parse(junit).iter("testcase"))
+    except (OSError, ET.ParseError):
+        return []
+
+
 def slowest_files(junit: Path) -> dict[str, float]:
     """The test files that took longest, summed over their tests (setup and teardown in)."""
     spent: Counter[str] = Counter()
-    try:
-        cases = list(ET.parse(junit).iter("testcase"))
-    except (OSError, ET.ParseError):  # the suite never started, or died writing it: the times still count
-        return {}
-    for case in cases:
+    for case in junit_cases(junit):
         # classname is the file's module path, with the class after it for a test in a class;
         # a file that failed to collect has none
         parts = [p for p in (case.get("classname") or "").split(".") if p]
@@ -129,12 +134,8 @@ def failure_reports(junit: Path) -> dict[str, str]:
     of its traceback and captured output), FAILURE_REPORTS of them at most: the clone and its
     logs are gone when the run ends, and a failure that does not come back in a rerun would
     leave nothing to read."""
-    try:
-        cases = list(ET.parse(junit).iter("testcase"))
-    except (OSError, ET.ParseError):
-        return {}
     reports = {}
-    for case in cases:
+    for case in junit_cases(junit):
         for outcome in ("failure", "error"):
             for found in case.iter(outcome):
                 name = f"{case.get('classname')}::{case.get('name')} ({outcome})"
